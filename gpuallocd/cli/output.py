@@ -1,0 +1,33 @@
+"""Printing for the CLI: stable JSON for machines, aligned tables for people."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+__all__ = ["echo_json", "format_bytes", "table"]
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """An aligned text table; None prints as '-'."""
+    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def format_bytes(value: int | None) -> str | None:
+    if value is None:
+        return None
+    gib = value / 2**30
+    return f"{gib:.0f} GiB" if gib >= 10 else f"{gib:.1f} GiB"

@@ -1,0 +1,27 @@
+"""What the daemon asks of a backend that knows the node's GPUs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from gpuallocd.model import LiveState, Topology
+
+__all__ = ["Inventory"]
+
+
+class Inventory(Protocol):
+    """A source of the node's topology and of live GPU state.
+
+    `topology()` is cached by the backend: discovery runs at start and on `rescan()`, never
+    per request. `sample()` is cheap and is called on an interval; it returns a state for the
+    GPUs it could read (a lost GPU is reported unhealthy, never raised).
+    """
+
+    def topology(self) -> Topology: ...
+
+    def rescan(self) -> Topology: ...
+
+    def sample(self) -> Mapping[str, LiveState]: ...
+
+    def close(self) -> None: ...

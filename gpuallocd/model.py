@@ -1,0 +1,132 @@
+"""The node as data: GPUs, the links between them, and their live state.
+
+Everything here is immutable. A GPU is identified by its UUID; the index is only what
+`nvidia-smi` and CUDA show.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+__all__ = [
+    "Gpu",
+    "GpuProcess",
+    "Link",
+    "LiveState",
+    "PcieLevel",
+    "Topology",
+    "pair_key",
+]
+
+
+class PcieLevel(enum.IntEnum):
+    """The PCIe path between two GPUs; a higher value is a shorter, faster path."""
+
+    SYS = 1  # across the NUMA interconnect (QPI/UPI, Infinity Fabric between sockets)
+    NODE = 2  # between PCIe host bridges within one NUMA node
+    PHB = 3  # through one PCIe host bridge (the CPU)
+    PXB = 4  # several PCIe bridges, no host bridge
+    PIX = 5  # at most one PCIe bridge
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """How two GPUs talk to each other.
+
+    `pcie` is None where the path is unknown: `nvidia-smi topo -m` prints `NV#` for
+    NVLink pairs and so hides their PCIe path.
+    """
+
+    nvlinks: int = 0
+    pcie: PcieLevel | None = None
+    xgmi: int = 0
+    nvswitch: bool = False
+
+
+NO_LINK = Link()
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One allocatable GPU as discovered or read from a topology file."""
+
+    uuid: str
+    index: int
+    name: str = "unknown"
+    pci_bus_id: str | None = None
+    memory_total_bytes: int | None = None
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+    vendor: str = "nvidia"
+    compute_capability: str | None = None
+
+
+def pair_key(a: str, b: str) -> tuple[str, str]:
+    """The key of an unordered pair of GPU UUIDs."""
+    return (a, b) if a <= b else (b, a)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The GPUs of one node, ordered by index, and every pairwise link."""
+
+    name: str
+    gpus: tuple[Gpu, ...]
+    links: Mapping[tuple[str, str], Link] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", tuple(sorted(self.gpus, key=lambda g: g.index)))
+        object.__setattr__(self, "links", MappingProxyType(dict(self.links)))
+
+    def link(self, a: str, b: str) -> Link:
+        """The link between two GPUs (an empty link where none is known)."""
+        return self.links.get(pair_key(a, b), NO_LINK)
+
+    def by_uuid(self) -> dict[str, Gpu]:
+        return {g.uuid: g for g in self.gpus}
+
+    def by_index(self) -> dict[int, Gpu]:
+        return {g.index: g for g in self.gpus}
+
+    def uuids(self) -> tuple[str, ...]:
+        return tuple(g.uuid for g in self.gpus)
+
+    def restricted_to(self, uuids: Iterable[str]) -> Topology:
+        """The same node seen through a subset of its GPUs."""
+        keep = set(uuids)
+        return Topology(
+            name=self.name,
+            gpus=tuple(g for g in self.gpus if g.uuid in keep),
+            links={k: v for k, v in self.links.items() if k[0] in keep and k[1] in keep},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A compute process seen on a GPU."""
+
+    pid: int
+    used_memory_bytes: int | None = None
+    uid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveState:
+    """What a GPU is doing right now, where the backend can tell."""
+
+    healthy: bool = True
+    health_reason: str | None = None
+    memory_used_bytes: int | None = None
+    utilization_percent: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+
+
+HEALTHY = LiveState()
+
+
+def live_states_for(uuids: Iterable[str], known: Mapping[str, LiveState]) -> dict[str, LiveState]:
+    """A live state for every GPU: the known one, else healthy with nothing known."""
+    return {u: known.get(u, HEALTHY) for u in uuids}

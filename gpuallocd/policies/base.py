@@ -1,0 +1,110 @@
+"""What a policy is: a pure function of a frozen snapshot of the node and a request.
+
+A policy does no I/O, reads no clock and keeps no global state. It gets a `NodeSnapshot`
+(the topology, which GPUs are free and healthy, live use where known) and an
+`AllocationRequest` (a count, GPUs that must be included, optional needs) and returns a
+`Choice`, or raises `GpusUnavailable` / `PolicyNotApplicable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol, runtime_checkable
+
+from gpuallocd.model import HEALTHY, Gpu, LiveState, Topology
+
+__all__ = ["AllocationRequest", "Choice", "GpuView", "NodeSnapshot", "Policy"]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One GPU as a policy sees it."""
+
+    gpu: Gpu
+    free: bool
+    live: LiveState = HEALTHY
+    foreign_use: bool = False
+
+    @property
+    def uuid(self) -> str:
+        return self.gpu.uuid
+
+    @property
+    def available(self) -> bool:
+        """Free, healthy and not used by someone without a lease."""
+        return self.free and self.live.healthy and not self.foreign_use
+
+    @property
+    def memory_free_bytes(self) -> int | None:
+        total, used = self.gpu.memory_total_bytes, self.live.memory_used_bytes
+        if total is None:
+            return None
+        return max(total - (used or 0), 0)
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    """The node at one instant: its topology and the view of every GPU, by UUID."""
+
+    topology: Topology
+    views: Mapping[str, GpuView] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        views = dict(self.views)
+        for gpu in self.topology.gpus:
+            views.setdefault(gpu.uuid, GpuView(gpu=gpu, free=True))
+        object.__setattr__(self, "views", MappingProxyType(views))
+
+    @classmethod
+    def from_busy(
+        cls,
+        topology: Topology,
+        busy: frozenset[str] = frozenset(),
+        live: Mapping[str, LiveState] | None = None,
+        foreign: frozenset[str] = frozenset(),
+    ) -> NodeSnapshot:
+        """A snapshot where the GPUs in `busy` are leased and every other one is free."""
+        live = live or {}
+        views = {
+            g.uuid: GpuView(
+                gpu=g,
+                free=g.uuid not in busy,
+                live=live.get(g.uuid, HEALTHY),
+                foreign_use=g.uuid in foreign,
+            )
+            for g in topology.gpus
+        }
+        return cls(topology=topology, views=views)
+
+    def available(self) -> tuple[GpuView, ...]:
+        """The GPUs a policy may choose, in index order."""
+        return tuple(self.views[g.uuid] for g in self.topology.gpus if self.views[g.uuid].available)
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationRequest:
+    """`count` GPUs in all, `required` (UUIDs) among them, each with the memory asked for."""
+
+    count: int
+    required: tuple[str, ...] = ()
+    min_free_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The GPUs a policy picked (UUIDs), its score for the set, and why."""
+
+    gpus: tuple[str, ...]
+    score: float | None = None
+    reason: str = ""
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Picks GPUs for a request. Pure: same snapshot and request, same choice."""
+
+    name: str
+
+    def choose(self, snapshot: NodeSnapshot, request: AllocationRequest) -> Choice: ...

@@ -1,0 +1,64 @@
+"""Topology files on disk and the examples bundled with the package."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from gpuallocd.errors import InventoryError
+from gpuallocd.model import Topology
+from gpuallocd.topology.json_format import topology_from_json
+from gpuallocd.topology.smi_text import parse_smi_topo
+
+__all__ = ["EXAMPLE_PREFIX", "example_names", "load_topology", "parse_topology"]
+
+EXAMPLE_PREFIX = "example:"
+_SUFFIXES = (".json", ".txt")
+
+
+def _examples() -> resources.abc.Traversable:
+    return resources.files("gpuallocd") / "examples"
+
+
+def example_names() -> list[str]:
+    """The names of the bundled example topologies (`example:NAME`)."""
+    return sorted(
+        entry.name.rsplit(".", 1)[0]
+        for entry in _examples().iterdir()
+        if entry.name.endswith(_SUFFIXES)
+    )
+
+
+def parse_topology(text: str, *, name: str) -> Topology:
+    """Either format: JSON when the text is a JSON object, else `nvidia-smi topo -m` text."""
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InventoryError(f"topology {name}: invalid JSON: {exc}") from None
+        return topology_from_json(data, name=name)
+    return parse_smi_topo(text, name=name)
+
+
+def _read_example(name: str) -> str:
+    for suffix in _SUFFIXES:
+        entry = _examples() / f"{name}{suffix}"
+        if entry.is_file():
+            return entry.read_text(encoding="utf-8")
+    known = ", ".join(example_names())
+    raise InventoryError(f"no bundled example topology {name!r}; known: {known}")
+
+
+def load_topology(spec: str | Path) -> Topology:
+    """A topology from a file path, or from a bundled example named `example:NAME`."""
+    text_spec = str(spec)
+    if text_spec.startswith(EXAMPLE_PREFIX):
+        name = text_spec[len(EXAMPLE_PREFIX) :]
+        return parse_topology(_read_example(name), name=name)
+    path = Path(spec)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InventoryError(f"cannot read topology file {path}: {exc.strerror}") from None
+    return parse_topology(text, name=path.stem)
