@@ -16,6 +16,7 @@ __all__ = [
     "GpuProcess",
     "Link",
     "LiveState",
+    "MigDevice",
     "PcieLevel",
     "Topology",
     "pair_key",
@@ -50,6 +51,17 @@ NO_LINK = Link()
 
 
 @dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG instance of a GPU, as NVML reports it (not yet allocatable on its own)."""
+
+    uuid: str
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    profile: str | None = None
+    memory_total_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Gpu:
     """One allocatable GPU as discovered or read from a topology file."""
 
@@ -62,6 +74,9 @@ class Gpu:
     cpu_affinity: str | None = None
     vendor: str = "nvidia"
     compute_capability: str | None = None
+    mig_mode: bool = False  # NVIDIA MIG enabled now (not merely pending)
+    mig_devices: tuple[MigDevice, ...] = ()
+    compute_partition: str | None = None  # AMD compute partition mode: SPX, DPX, QPX, CPX
 
 
 def pair_key(a: str, b: str) -> tuple[str, str]:
