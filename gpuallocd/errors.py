@@ -4,6 +4,7 @@
     ├── CallerError              4xx    the caller must change the request
     │   ├── InvalidRequest        400   invalid_request: wrong type, range or shape
     │   │   ├── MalformedJson     400   malformed_json: the body is not JSON
+    │   │   ├── MalformedHttp     400   malformed_http: not parseable as HTTP/1.1
     │   │   ├── BodyTooLarge      413   body_too_large
     │   │   └── CountExceedsNode  400   count_exceeds_node: more GPUs than the node has
     │   ├── UnknownGpu            404   unknown_gpu
@@ -45,6 +46,7 @@ __all__ = [
     "InventoryError",
     "LeaseNotActive",
     "LedgerError",
+    "MalformedHttp",
     "MalformedJson",
     "MethodNotAllowed",
     "NvmlError",
@@ -91,6 +93,10 @@ class InvalidRequest(CallerError):
 
 class MalformedJson(InvalidRequest):
     code = "malformed_json"
+
+
+class MalformedHttp(InvalidRequest):
+    code = "malformed_http"
 
 
 class BodyTooLarge(InvalidRequest):
@@ -192,7 +198,10 @@ def error_classes() -> dict[str, type[GpuallocError]]:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
         if cls.__module__ == __name__ and cls.__name__ not in {
-            "GpuallocError", "CallerError", "CapacityError", "BackendError",
+            "GpuallocError",
+            "CallerError",
+            "CapacityError",
+            "BackendError",
         }:
             found[cls.code] = cls
     return found

@@ -91,7 +91,7 @@ def _gpu_from_row(index: int, row: list[str], columns: dict[str, int]) -> Gpu:
         i = columns.get(label)
         return row[i] if i is not None and i < len(row) else None
 
-    numa = _optional_int(column("GPU NUMA ID")) 
+    numa = _optional_int(column("GPU NUMA ID"))
     if numa is None:
         numa = _optional_int(column("NUMA Affinity"))
     affinity = column("CPU Affinity")

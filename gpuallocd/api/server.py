@@ -1,0 +1,105 @@
+"""Serving the API on a Unix socket: bind, set its mode, serve, and stop cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import grp
+import os
+import socket
+import stat
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from gpuallocd.errors import GpuallocError, InternalError, MalformedHttp
+
+__all__ = ["UnixApiServer", "bind_unix_socket"]
+
+# Idle keep-alive connections stay open long enough for a client's renew interval.
+_HANDLER_OPTIONS: dict[str, Any] = {"access_log": None, "keepalive_timeout": 300.0}
+
+
+def _refuse_if_served(path: Path) -> None:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return  # a stale socket left by a daemon that died
+    finally:
+        probe.close()
+    raise GpuallocError(f"another daemon is already serving on {path}")
+
+
+def bind_unix_socket(path: Path, *, mode: int, group: str | None = None) -> socket.socket:
+    """Bind and listen on `path`, then set its mode (and group) before accepting anyone."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise GpuallocError(f"{path} exists and is not a socket")
+        _refuse_if_served(path)
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+        os.chmod(path, mode)
+        if group is not None:
+            os.chown(path, -1, grp.getgrnam(group).gr_gid)
+        sock.listen(512)
+    except BaseException:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+class _EnvelopeRequestHandler(RequestHandler):
+    """aiohttp's connection handler, but errors raised before routing (unparseable HTTP)
+    leave as the JSON envelope too."""
+
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        error: GpuallocError = (
+            InternalError("the daemon failed to serve this request")
+            if status >= 500
+            else MalformedHttp(f"malformed HTTP request: {message or status}")
+        )
+        response = web.json_response(error.to_envelope(), status=status)
+        response.force_close()
+        return response
+
+
+class UnixApiServer:
+    """The aiohttp application served on an already bound Unix socket."""
+
+    def __init__(self, app: web.Application, sock: socket.socket) -> None:
+        self._runner = web.AppRunner(app, **_HANDLER_OPTIONS)
+        self._sock = sock
+        self._server: asyncio.AbstractServer | None = None
+
+    def _protocol(self) -> RequestHandler:
+        server = self._runner.server
+        assert server is not None
+        return _EnvelopeRequestHandler(server, loop=asyncio.get_running_loop(), **_HANDLER_OPTIONS)
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(self._protocol, sock=self._sock)
+
+    async def stop(self, grace_seconds: float = 5.0) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), grace_seconds)
+        await self._runner.shutdown()
+        await self._runner.cleanup()

@@ -1,0 +1,97 @@
+"""Turning a JSON body into typed values, or an InvalidRequest that says what is wrong."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from gpuallocd.errors import InvalidRequest, MalformedJson
+
+__all__ = ["Body", "parse_json_object"]
+
+MAX_LABEL_LENGTH = 200
+MAX_GPU_REFS = 1024
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object; an empty body is an empty object."""
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise MalformedJson(f"the body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return data
+
+
+class Body:
+    """Typed access to a JSON object; unknown keys are an error, so typos never pass silently."""
+
+    def __init__(self, data: Mapping[str, Any], allowed: frozenset[str]) -> None:
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise InvalidRequest(f"unknown field(s): {', '.join(unknown)}", fields=unknown)
+        self._data = data
+
+    def integer(self, key: str, *, minimum: int | None = None) -> int | None:
+        value = self._data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidRequest(f"{key} must be an integer", field=key)
+        if minimum is not None and value < minimum:
+            raise InvalidRequest(f"{key} must be at least {minimum}", field=key)
+        return value
+
+    def seconds(self, key: str) -> float | None:
+        value = self._data.get(key)
+        if value is None:
+            return None
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise InvalidRequest(f"{key} must be a number of seconds", field=key)
+        if value <= 0:
+            raise InvalidRequest(f"{key} must be positive", field=key)
+        return float(value)
+
+    def text(self, key: str, *, max_length: int = MAX_LABEL_LENGTH) -> str | None:
+        value = self._data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise InvalidRequest(f"{key} must be a string", field=key)
+        if len(value) > max_length:
+            raise InvalidRequest(f"{key} may be at most {max_length} characters", field=key)
+        return value
+
+    def boolean(self, key: str) -> bool | None:
+        value = self._data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, bool):
+            raise InvalidRequest(f"{key} must be true or false", field=key)
+        return value
+
+    def gpu_refs(self, key: str) -> tuple[str | int, ...]:
+        """A list of GPUs named by UUID (string) or index (non-negative integer)."""
+        value = self._data.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not value or len(value) > MAX_GPU_REFS:
+            raise InvalidRequest(
+                f"{key} must be a non-empty list of GPU UUIDs or indices", field=key
+            )
+        for ref in value:
+            valid_index = isinstance(ref, int) and not isinstance(ref, bool) and ref >= 0
+            if not (valid_index or (isinstance(ref, str) and ref)):
+                raise InvalidRequest(
+                    f"{key}: {ref!r} is neither a GPU UUID nor an index", field=key
+                )
+        return tuple(value)

@@ -1,0 +1,90 @@
+"""The ledger's tables.
+
+No GPU can be in two active leases: `lease_gpus` has a partial unique index on
+`gpu_uuid` over the rows whose `active` is 1, so SQLite itself refuses a double booking
+whatever the Python above it does.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+__all__ = ["SCHEMA_VERSION", "gpus", "history", "lease_gpus", "leases", "meta", "metadata"]
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+meta = Table(
+    "meta",
+    metadata,
+    Column("key", String, primary_key=True),
+    Column("value", String, nullable=False),
+)
+
+gpus = Table(
+    "gpus",
+    metadata,
+    Column("uuid", String, primary_key=True),
+    Column("gpu_index", Integer, nullable=False),
+    Column("name", String, nullable=False),
+    Column("present", Boolean, nullable=False),
+    Column("first_seen", Float, nullable=False),
+    Column("last_seen", Float, nullable=False),
+)
+
+leases = Table(
+    "leases",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("owner_uid", Integer, nullable=False),
+    Column("owner_name", String, nullable=False),
+    Column("pid", Integer),
+    Column("label", String),
+    Column("policy", String, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("state", String, nullable=False),
+    Column("ended_at", Float),
+    Index("leases_by_state", "state"),
+)
+
+lease_gpus = Table(
+    "lease_gpus",
+    metadata,
+    Column("lease_id", String, ForeignKey("leases.id"), primary_key=True),
+    Column("gpu_uuid", String, ForeignKey("gpus.uuid"), primary_key=True),
+    Column("gpu_index", Integer, nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("active", Boolean, nullable=False),
+    Index(
+        "one_active_lease_per_gpu",
+        "gpu_uuid",
+        unique=True,
+        sqlite_where=text("active = 1"),
+    ),
+)
+
+history = Table(
+    "history",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("lease_id", String, ForeignKey("leases.id"), nullable=False),
+    Column("event", String, nullable=False),
+    Column("actor_uid", Integer, nullable=False),
+    Column("at", Float, nullable=False),
+    Column("detail", Text),
+    Index("history_by_lease", "lease_id"),
+)
