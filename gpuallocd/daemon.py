@@ -29,6 +29,7 @@ from gpuallocd.ledger import Ledger
 from gpuallocd.sdnotify import notify_ready, notify_stopping
 from gpuallocd.service import Allocator, ServiceSettings
 from gpuallocd.statelock import StateLock
+from gpuallocd.waitqueue import WaitQueue
 from gpuallocd.writer import SerialWorker
 
 __all__ = ["Daemon", "main"]
@@ -86,9 +87,11 @@ class Daemon:
         sock = bind_unix_socket(
             socket_path, mode=self.config.socket_mode, group=self.config.socket_group
         )
+        queue = WaitQueue(allocator, worker, self._clock)
         ctx = ApiContext(
             allocator,
             worker,
+            queue,
             rescan=lambda: allocator.set_topology(inventory.rescan()),
             started_at=self._clock(),
         )
@@ -97,8 +100,8 @@ class Daemon:
         try:
             await server.start()
             tasks = [
-                asyncio.create_task(self._expire_forever(allocator, worker)),
-                asyncio.create_task(self._sample_forever(inventory, allocator, worker)),
+                asyncio.create_task(self._expire_forever(allocator, worker, queue)),
+                asyncio.create_task(self._sample_forever(inventory, allocator, worker, queue)),
             ]
             with _stop_on_signals(self._stop):
                 log.info(
@@ -121,23 +124,29 @@ class Daemon:
             with contextlib.suppress(FileNotFoundError):
                 socket_path.unlink()
 
-    async def _expire_forever(self, allocator: Allocator, worker: SerialWorker) -> None:
+    async def _expire_forever(
+        self, allocator: Allocator, worker: SerialWorker, queue: WaitQueue
+    ) -> None:
         while True:
             try:
-                for lease in await worker.run(allocator.expire_due):
+                expired = await worker.run(allocator.expire_due)
+                for lease in expired:
                     log.info("lease %s of %s expired", lease.id, lease.owner_name)
+                if expired:
+                    queue.kick()
             except GpuallocError as exc:
                 log.error("expiring leases failed: %s", exc.message)
             await asyncio.sleep(EXPIRY_TICK_SECONDS)
 
     async def _sample_forever(
-        self, inventory: Inventory, allocator: Allocator, worker: SerialWorker
+        self, inventory: Inventory, allocator: Allocator, worker: SerialWorker, queue: WaitQueue
     ) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
                 states = await loop.run_in_executor(None, inventory.sample)
                 await worker.run(allocator.update_live, states)
+                queue.kick()  # a GPU may have come back to health
             except Exception:
                 log.exception("sampling live GPU state failed; will retry")
             await asyncio.sleep(self.config.sample_interval_seconds)

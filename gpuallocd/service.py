@@ -160,13 +160,18 @@ class Allocator:
 
     # Changes --------------------------------------------------------------------------------
 
-    def allocate(self, caller: Caller, spec: AllocateSpec) -> Lease:
-        """Grant a lease now, or raise (GpusUnavailable, GpuBusy, ...) and change nothing."""
+    def allocate(
+        self, caller: Caller, spec: AllocateSpec, *, reserved: frozenset[str] = frozenset()
+    ) -> Lease:
+        """Grant a lease now, or raise (GpusUnavailable, GpuBusy, ...) and change nothing.
+
+        `reserved` GPUs are held for earlier waiters: this request may not take them.
+        """
         self.expire_due()
         request = self._request(spec)
         policy_name = spec.policy or self._settings.default_policy
-        choice = self._policy(policy_name).choose(self._snapshot(), request)
-        self._check_choice(choice, request)
+        choice = self._policy(policy_name).choose(self._snapshot(reserved), request)
+        self._check_choice(choice, request, reserved)
         now = self._clock()
         lease = Lease(
             id=_new_lease_id(),
@@ -257,6 +262,12 @@ class Allocator:
             self._policies[name] = get_policy(name)
         return self._policies[name]
 
+    def _known_uuid(self, ref: str | int) -> str | None:
+        try:
+            return self._resolve_gpu(ref)
+        except UnknownGpu:
+            return None
+
     def _resolve_gpu(self, ref: str | int) -> str:
         if isinstance(ref, int) and ref in self._by_index:
             return self._by_index[ref].uuid
@@ -300,17 +311,26 @@ class Allocator:
             if (p.uid is None and holder is None) or (p.uid is not None and p.uid not in allowed)
         )
 
-    def _snapshot(self) -> NodeSnapshot:
+    def usable_gpus(self, spec: AllocateSpec) -> frozenset[str]:
+        """Every GPU that could serve this request: the named ones, or any when it has a count."""
+        required = frozenset(self._known_uuid(ref) for ref in spec.gpus) - {None}
+        if spec.count is None or spec.count <= len(required):
+            return required
+        return frozenset(self._by_uuid)
+
+    def _snapshot(self, reserved: frozenset[str] = frozenset()) -> NodeSnapshot:
         holders = self._holders()
         foreign = frozenset(u for u in self._by_uuid if self._foreign_pids(u, holders.get(u)))
         return NodeSnapshot.from_busy(
-            self._topology, busy=frozenset(holders), live=self._live, foreign=foreign
+            self._topology, busy=frozenset(holders) | reserved, live=self._live, foreign=foreign
         )
 
-    def _check_choice(self, choice: Choice, request: AllocationRequest) -> None:
+    def _check_choice(
+        self, choice: Choice, request: AllocationRequest, reserved: frozenset[str]
+    ) -> None:
         """A policy is code we may not own: never record a choice that breaks the rules."""
         picked = choice.gpus
-        busy = self._holders()
+        busy = self._holders().keys() | reserved
         broken = (
             len(picked) != request.count
             or len(set(picked)) != len(picked)

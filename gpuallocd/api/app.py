@@ -28,6 +28,7 @@ from gpuallocd.leases import Caller
 from gpuallocd.policies import available_policies
 from gpuallocd.service import AllocateSpec, Allocator
 from gpuallocd.topology import topology_to_json
+from gpuallocd.waitqueue import WaitQueue
 from gpuallocd.writer import SerialWorker
 
 __all__ = ["ApiContext", "create_app", "error_response"]
@@ -36,23 +37,34 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ALLOCATE_FIELDS = frozenset(
-    {"count", "gpus", "policy", "ttl_seconds", "label", "min_free_memory_bytes"}
+    {
+        "count",
+        "gpus",
+        "policy",
+        "ttl_seconds",
+        "label",
+        "min_free_memory_bytes",
+        "wait",
+        "wait_timeout_seconds",
+    }
 )
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 
 
 class ApiContext:
-    """What the handlers need: the allocator, its writer thread, and how to rescan."""
+    """What the handlers need: the allocator, its writer thread, the queue, how to rescan."""
 
     def __init__(
         self,
         allocator: Allocator,
         worker: SerialWorker,
+        queue: WaitQueue,
         rescan: Callable[[], None],
         started_at: float,
     ) -> None:
         self.allocator = allocator
         self.worker = worker
+        self.queue = queue
         self.rescan = rescan
         self.started_at = started_at
 
@@ -142,8 +154,9 @@ async def allocate(request: web.Request) -> web.Response:
     )
     if spec.count is None and not spec.gpus:
         raise InvalidRequest("give a count, or the GPUs to lease")
-    ctx = _ctx(request)
-    lease = await ctx.worker.run(ctx.allocator.allocate, caller, spec)
+    wait = bool(body.boolean("wait"))
+    timeout = body.seconds("wait_timeout_seconds")
+    lease = await _ctx(request).queue.allocate(caller, spec, wait=wait, timeout=timeout)
     return _json(lease.to_json(), status=201)
 
 
@@ -168,6 +181,7 @@ async def free_lease(request: web.Request) -> web.Response:
     caller = _caller(request)
     ctx = _ctx(request)
     lease = await ctx.worker.run(ctx.allocator.free, caller, request.match_info["lease_id"])
+    ctx.queue.kick()
     return _json(lease.to_json())
 
 
@@ -178,6 +192,7 @@ async def revoke_lease(request: web.Request) -> web.Response:
     lease = await ctx.worker.run(
         ctx.allocator.revoke, caller, request.match_info["lease_id"], body.text("reason")
     )
+    ctx.queue.kick()
     return _json(lease.to_json())
 
 
@@ -202,7 +217,13 @@ async def rescan(request: web.Request) -> web.Response:
         raise PermissionDenied("only root may rescan the node")
     ctx = _ctx(request)
     await ctx.worker.run(ctx.rescan)
+    ctx.queue.kick()
     return _json(topology_to_json(ctx.allocator.topology))
+
+
+async def list_queue(request: web.Request) -> web.Response:
+    _caller(request)
+    return _json({"waiters": _ctx(request).queue.waiters()})
 
 
 async def list_policies(request: web.Request) -> web.Response:
@@ -230,6 +251,7 @@ def create_app(ctx: ApiContext, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
             web.get("/v1/topology", get_topology),
             web.post("/v1/rescan", rescan),
             web.get("/v1/policies", list_policies),
+            web.get("/v1/queue", list_queue),
         ]
     )
     return app

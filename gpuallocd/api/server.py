@@ -18,8 +18,10 @@ from gpuallocd.errors import GpuallocError, InternalError, MalformedHttp
 
 __all__ = ["UnixApiServer", "bind_unix_socket"]
 
-# Idle keep-alive connections stay open long enough for a client's renew interval.
+# Idle keep-alive connections stay open long enough for a client's renew interval; a client
+# that hangs up cancels its request, so a disconnected waiter leaves the queue at once.
 _HANDLER_OPTIONS: dict[str, Any] = {"access_log": None, "keepalive_timeout": 300.0}
+_RUNNER_OPTIONS: dict[str, Any] = {**_HANDLER_OPTIONS, "handler_cancellation": True}
 
 
 def _refuse_if_served(path: Path) -> None:
@@ -82,7 +84,7 @@ class UnixApiServer:
     """The aiohttp application served on an already bound Unix socket."""
 
     def __init__(self, app: web.Application, sock: socket.socket) -> None:
-        self._runner = web.AppRunner(app, **_HANDLER_OPTIONS)
+        self._runner = web.AppRunner(app, **_RUNNER_OPTIONS)
         self._sock = sock
         self._server: asyncio.AbstractServer | None = None
 

@@ -22,7 +22,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     for row in cells:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines += [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
     return "\n".join(lines)
 
 

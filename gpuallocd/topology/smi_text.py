@@ -63,7 +63,9 @@ def parse_smi_topo(text: str, *, name: str = "nvidia-smi-topo") -> Topology:
         raise InventoryError("the topology text is empty")
     header = lines[0]
     columns = {label: i for i, label in enumerate(header) if label}
-    gpu_columns = {int(m.group(1)): i for label, i in columns.items() if (m := _GPU_LABEL.match(label))}
+    gpu_columns = {
+        int(m.group(1)): i for label, i in columns.items() if (m := _GPU_LABEL.match(label))
+    }
     if not gpu_columns:
         raise InventoryError("no GPU columns found: is this the output of `nvidia-smi topo -m`?")
     rows = {int(m.group(1)): row for row in lines[1:] if (m := _GPU_LABEL.match(row[0]))}
@@ -131,7 +133,9 @@ def render_smi_topo(topology: Topology) -> str:
     header = "\t" + "\t".join(f"GPU{g.index}" for g in gpus) + "\tCPU Affinity\tNUMA Affinity"
     lines = [header]
     for a in gpus:
-        cells = [" X " if a.uuid == b.uuid else _render_link(topology.link(a.uuid, b.uuid)) for b in gpus]
+        cells = [
+            " X " if a.uuid == b.uuid else _render_link(topology.link(a.uuid, b.uuid)) for b in gpus
+        ]
         numa = "N/A" if a.numa_node is None else str(a.numa_node)
         lines.append("\t".join([f"GPU{a.index}", *cells, a.cpu_affinity or "N/A", numa]))
     return "\n".join(lines) + "\n" + _LEGEND

@@ -1,0 +1,76 @@
+"""gpulease: the client of gpuallocd. Standard library only.
+
+from gpulease import gpu_lease
+
+with gpu_lease(2) as lease:
+    train()   # CUDA_VISIBLE_DEVICES names the two leased GPUs
+"""
+
+from __future__ import annotations
+
+from gpulease.client import Client, GpuRef
+from gpulease.errors import (
+    BodyTooLarge,
+    CountExceedsNode,
+    DaemonUnavailable,
+    GpuallocError,
+    GpuBusy,
+    GpusUnavailable,
+    InternalError,
+    InvalidRequest,
+    InventoryError,
+    LeaseNotActive,
+    LeaseRevoked,
+    LedgerError,
+    MalformedHttp,
+    MalformedJson,
+    MethodNotAllowed,
+    NvmlError,
+    PermissionDenied,
+    PolicyNotApplicable,
+    ProtocolError,
+    UnknownGpu,
+    UnknownLease,
+    UnknownPolicy,
+    UnknownRoute,
+)
+from gpulease.lease import gpu_lease, visible_devices_env
+from gpulease.models import GpuStatus, Lease, LeasedGpu
+from gpulease.transport import DEFAULT_SOCKET
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_SOCKET",
+    "BodyTooLarge",
+    "Client",
+    "CountExceedsNode",
+    "DaemonUnavailable",
+    "GpuBusy",
+    "GpuRef",
+    "GpuStatus",
+    "GpuallocError",
+    "GpusUnavailable",
+    "InternalError",
+    "InvalidRequest",
+    "InventoryError",
+    "Lease",
+    "LeaseNotActive",
+    "LeaseRevoked",
+    "LeasedGpu",
+    "LedgerError",
+    "MalformedHttp",
+    "MalformedJson",
+    "MethodNotAllowed",
+    "NvmlError",
+    "PermissionDenied",
+    "PolicyNotApplicable",
+    "ProtocolError",
+    "UnknownGpu",
+    "UnknownLease",
+    "UnknownPolicy",
+    "UnknownRoute",
+    "__version__",
+    "gpu_lease",
+    "visible_devices_env",
+]

@@ -1,0 +1,139 @@
+"""`Client`: one method per API call; server error codes come back as exception classes."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from gpulease.models import GpuStatus, Lease
+from gpulease.transport import Transport
+
+__all__ = ["Client", "GpuRef"]
+
+GpuRef = str | int  # a GPU UUID, or its index
+
+
+def _lease_path(lease_id: str, suffix: str = "") -> str:
+    return f"/v1/leases/{quote(lease_id, safe='')}{suffix}"
+
+
+def _drop_none(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+class Client:
+    """A connection to gpuallocd. Socket: the argument, else $GPUALLOCD_SOCKET, else the default."""
+
+    def __init__(
+        self, socket: str | os.PathLike[str] | None = None, *, timeout: float | None = 30.0
+    ) -> None:
+        self._transport = Transport(None if socket is None else os.fspath(socket), timeout=timeout)
+
+    @property
+    def socket_path(self) -> str:
+        return self._transport.socket_path
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        """The raw call: decoded JSON, or the exception class of the error code."""
+        return self._transport.request(method, path, body, **kwargs)
+
+    # Leases ---------------------------------------------------------------------------------
+
+    def allocate(
+        self,
+        count: int | None = None,
+        *,
+        gpus: Sequence[GpuRef] | None = None,
+        policy: str | None = None,
+        ttl: float | None = None,
+        label: str | None = None,
+        min_free_memory_bytes: int | None = None,
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> Lease:
+        """Lease `count` GPUs (chosen by the policy), including `gpus` where given.
+
+        With `wait`, queue (first come, first served) until the GPUs are free, for at most
+        `timeout` seconds (None: as long as it takes); else fail at once when they are not.
+        """
+        body = _drop_none(
+            count=count,
+            gpus=list(gpus) if gpus else None,
+            policy=policy,
+            ttl_seconds=ttl,
+            label=label,
+            min_free_memory_bytes=min_free_memory_bytes,
+            wait=True if wait else None,
+            wait_timeout_seconds=timeout if wait else None,
+        )
+        http_timeout = None
+        if wait:
+            http_timeout = math.inf if timeout is None else timeout + 30.0
+        data = self.request("POST", "/v1/leases", body, timeout=http_timeout)
+        return Lease.from_json(data)
+
+    def allocate_specific(self, gpus: Sequence[GpuRef], **options: Any) -> Lease:
+        """Lease exactly these GPUs (UUIDs or indices)."""
+        return self.allocate(gpus=gpus, **options)
+
+    def renew(self, lease_id: str, ttl: float | None = None) -> Lease:
+        body = _drop_none(ttl_seconds=ttl)
+        return Lease.from_json(self.request("POST", _lease_path(lease_id, "/renew"), body))
+
+    def free(self, lease_id: str) -> Lease:
+        return Lease.from_json(self.request("DELETE", _lease_path(lease_id)))
+
+    def revoke(self, lease_id: str, reason: str | None = None) -> Lease:
+        body = _drop_none(reason=reason)
+        return Lease.from_json(self.request("POST", _lease_path(lease_id, "/revoke"), body))
+
+    def lease(self, lease_id: str) -> Lease:
+        return Lease.from_json(self.request("GET", _lease_path(lease_id)))
+
+    def leases(self) -> list[Lease]:
+        return [Lease.from_json(item) for item in self.request("GET", "/v1/leases")["leases"]]
+
+    # Node -----------------------------------------------------------------------------------
+
+    def status(self) -> list[GpuStatus]:
+        return [GpuStatus.from_json(item) for item in self.request("GET", "/v1/gpus")["gpus"]]
+
+    def history(self, lease_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        query = urlencode(_drop_none(lease=lease_id, limit=limit))
+        events: list[dict[str, Any]] = self.request("GET", f"/v1/history?{query}")["events"]
+        return events
+
+    def topology(self) -> dict[str, Any]:
+        """The node's topology in the project's JSON format."""
+        data: dict[str, Any] = self.request("GET", "/v1/topology")
+        return data
+
+    def rescan(self) -> dict[str, Any]:
+        """Rediscover the node's GPUs (root only); the new topology."""
+        data: dict[str, Any] = self.request("POST", "/v1/rescan")
+        return data
+
+    def queue(self) -> list[dict[str, Any]]:
+        """The requests waiting for GPUs, in the order they will be served."""
+        waiters: list[dict[str, Any]] = self.request("GET", "/v1/queue")["waiters"]
+        return waiters
+
+    def policies(self) -> list[str]:
+        names: list[str] = self.request("GET", "/v1/policies")["policies"]
+        return names
+
+    def health(self) -> dict[str, Any]:
+        data: dict[str, Any] = self.request("GET", "/v1/health")
+        return data

@@ -1,0 +1,145 @@
+"""`gpu_lease`: lease GPUs for a block of code (or a function), and give them back after."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import threading
+from collections.abc import Sequence
+from contextlib import ContextDecorator
+from types import TracebackType
+from typing import Any
+
+from gpulease.client import Client, GpuRef
+from gpulease.errors import DaemonUnavailable, GpuallocError, LeaseNotActive, UnknownLease
+from gpulease.models import Lease
+from gpulease.renewer import OnRevoke, Renewer
+
+__all__ = ["gpu_lease", "visible_devices_env"]
+
+ENV_KEYS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPUALLOCD_LEASE_ID")
+
+
+def visible_devices_env(lease: Lease, visible: str = "uuid") -> dict[str, str]:
+    """The environment that shows a process exactly the GPUs of `lease`.
+
+    UUIDs by default: they name the same GPU whatever order CUDA enumerates in, and MIG
+    devices can only be named so. `visible="index"` gives indices with
+    `CUDA_DEVICE_ORDER=PCI_BUS_ID`, for tools that parse the variable as integers.
+    """
+    if visible == "uuid":
+        return {"CUDA_VISIBLE_DEVICES": ",".join(lease.uuids), "GPUALLOCD_LEASE_ID": lease.id}
+    if visible == "index":
+        return {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in lease.indices),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "GPUALLOCD_LEASE_ID": lease.id,
+        }
+    raise ValueError(f"visible must be 'uuid' or 'index', not {visible!r}")
+
+
+class gpu_lease(ContextDecorator):  # reads as a function at the call site
+    """Lease GPUs for the body of a `with` block, or for each call of a decorated function.
+
+    Sets CUDA_VISIBLE_DEVICES before the body runs (enter it before CUDA initialises), renews
+    the lease in a background thread, frees it on exit (on an exception too) and restores the
+    environment. `as` gives the Lease: `.id` and `.gpus` (each with `.index` and `.uuid`).
+    """
+
+    def __init__(
+        self,
+        count: int = 1,
+        *,
+        gpus: Sequence[GpuRef] | None = None,
+        policy: str | None = None,
+        ttl: float | None = None,
+        wait: bool = False,
+        timeout: float | None = None,
+        label: str | None = None,
+        socket: str | os.PathLike[str] | None = None,
+        visible: str = "uuid",
+        on_revoke: OnRevoke = "warn",
+    ) -> None:
+        if on_revoke not in ("warn", "raise") and not callable(on_revoke):
+            raise ValueError("on_revoke must be 'warn', 'raise' or a callable")
+        self._options: dict[str, Any] = {
+            "count": max(count, len(gpus)) if gpus else count,
+            "gpus": list(gpus) if gpus else None,
+            "policy": policy,
+            "ttl": ttl,
+            "label": label,
+        }
+        self._wait, self._timeout = wait, timeout
+        self._socket, self._visible, self._on_revoke = socket, visible, on_revoke
+        self._client: Client | None = None
+        self._renewer: Renewer | None = None
+        self._saved_env: dict[str, str | None] = {}
+        self.lease: Lease | None = None
+
+    def _recreate_cm(self) -> gpu_lease:
+        # Each call of a decorated function takes a lease of its own.
+        fresh = copy.copy(self)
+        fresh._client, fresh._renewer, fresh._saved_env, fresh.lease = None, None, {}, None
+        return fresh
+
+    def __enter__(self) -> Lease:
+        client = Client(self._socket)
+        lease = self._acquire(client)
+        self._client, self.lease = client, lease
+        self._set_env(visible_devices_env(lease, self._visible))
+        self._renewer = Renewer(
+            client, lease, self._options["ttl"], self._on_revoke, threading.get_ident()
+        )
+        self._renewer.start()
+        return lease
+
+    def _acquire(self, client: Client) -> Lease:
+        return client.allocate(wait=self._wait, timeout=self._timeout, **self._options)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._renewer is not None:
+                self._renewer.stop()
+            self._free()
+        finally:
+            self._restore_env()
+            if self._client is not None:
+                self._client.close()
+
+    def _free(self) -> None:
+        if self._client is None or self.lease is None:
+            return
+        with contextlib.suppress(LeaseNotActive, UnknownLease):
+            try:
+                self._client.free(self.lease.id)
+            except DaemonUnavailable as error:
+                _warn_unfreed(self.lease, error)
+
+    def _set_env(self, values: dict[str, str]) -> None:
+        self._saved_env = {key: os.environ.get(key) for key in ENV_KEYS}
+        for key in ENV_KEYS:
+            os.environ.pop(key, None)
+        os.environ.update(values)
+
+    def _restore_env(self) -> None:
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env = {}
+
+
+def _warn_unfreed(lease: Lease, error: GpuallocError) -> None:
+    import sys
+
+    print(
+        f"gpulease: could not free lease {lease.id} ({error.message}); it ends when it expires",
+        file=sys.stderr,
+    )

@@ -1,0 +1,101 @@
+"""The background thread that keeps a lease alive while its holder works."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+
+from gpulease.client import Client
+from gpulease.errors import (
+    DaemonUnavailable,
+    GpuallocError,
+    LeaseNotActive,
+    LeaseRevoked,
+    UnknownLease,
+)
+from gpulease.models import Lease
+
+__all__ = ["OnRevoke", "Renewer", "renew_interval"]
+
+OnRevoke = str | Callable[[Lease, GpuallocError], None]
+_RETRY_SECONDS = 1.0
+
+
+def renew_interval(lease: Lease) -> float:
+    """Renew when a third of the lease's lifetime has passed (at least every 5 minutes)."""
+    ttl = max(lease.expires_at - lease.created_at, 1.0)
+    return min(max(ttl / 3.0, 0.5), 300.0)
+
+
+def _raise_in_thread(thread_id: int, exc_type: type[BaseException]) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type)
+    )
+
+
+class Renewer(threading.Thread):
+    """Renews a lease until stopped; tells the holder when the lease is taken away.
+
+    A daemon restart is survived: while the daemon does not answer, renewal is retried every
+    second until the lease would have expired.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        lease: Lease,
+        ttl: float | None,
+        on_revoke: OnRevoke = "warn",
+        main_thread_id: int | None = None,
+    ) -> None:
+        super().__init__(name=f"gpulease-renew-{lease.id}", daemon=True)
+        self._client = client
+        self._lease = lease
+        self._ttl = ttl
+        self._on_revoke = on_revoke
+        self._main_thread_id = main_thread_id or threading.main_thread().ident or 0
+        self._stopped = threading.Event()
+        self.lost: GpuallocError | None = None
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join()
+
+    def run(self) -> None:
+        wait = renew_interval(self._lease)
+        while not self._stopped.wait(wait):
+            wait = self._renew_once()
+            if self.lost is not None:
+                return
+
+    def _renew_once(self) -> float:
+        try:
+            self._lease = self._client.renew(self._lease.id, self._ttl)
+        except DaemonUnavailable:
+            if time.time() < self._lease.expires_at:
+                return _RETRY_SECONDS
+            self._lose(LeaseNotActive(f"lease {self._lease.id} expired while the daemon was away"))
+        except (LeaseNotActive, UnknownLease) as exc:
+            self._lose(exc)
+        except GpuallocError as exc:
+            print(f"gpulease: renewing lease {self._lease.id} failed: {exc}", file=sys.stderr)
+            return _RETRY_SECONDS
+        return renew_interval(self._lease)
+
+    def _lose(self, exc: GpuallocError) -> None:
+        self.lost = exc
+        if callable(self._on_revoke):
+            self._on_revoke(self._lease, exc)
+        elif self._on_revoke == "raise":
+            _raise_in_thread(self._main_thread_id, LeaseRevoked)
+        else:
+            warnings.warn(
+                f"gpulease: lease {self._lease.id} was lost: {exc.message}",
+                RuntimeWarning,
+                stacklevel=1,
+            )

@@ -1,0 +1,194 @@
+"""Commands that talk to a running daemon: status, leases, allocate, renew, free, revoke."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from gpuallocd.cli.common import daemon_client, format_expiry, parse_gpu_ref
+from gpuallocd.cli.output import echo_json, format_bytes, table
+
+__all__ = ["COMMANDS"]
+
+
+def _gpus_text(lease: dict[str, Any]) -> str:
+    return ",".join(str(g["index"]) for g in lease["gpus"])
+
+
+def _print_lease(ctx: click.Context, lease: dict[str, Any]) -> None:
+    if ctx.obj.json:
+        echo_json(lease)
+        return
+    uuids = " ".join(g["uuid"] for g in lease["gpus"])
+    click.echo(f"lease {lease['id']} ({lease['state']}): GPU {_gpus_text(lease)} [{uuids}]")
+    if lease["state"] == "active":
+        click.echo(f"expires {format_expiry(lease['expires_at'])}")
+
+
+@click.command()
+@click.pass_context
+def status(ctx: click.Context) -> None:
+    """Every GPU: index, UUID, name, memory, state, holder, expiry."""
+    with daemon_client(ctx) as client:
+        gpus = client.request("GET", "/v1/gpus")["gpus"]
+    if ctx.obj.json:
+        echo_json({"gpus": gpus})
+        return
+    rows = [
+        (
+            g["index"],
+            g["uuid"],
+            g["name"],
+            format_bytes(g["memory_total_bytes"]),
+            g["state"],
+            g["holder"]["user"] if g["holder"] else None,
+            g["lease_id"],
+            format_expiry(g["expires_at"]),
+        )
+        for g in gpus
+    ]
+    headers = ("IDX", "UUID", "NAME", "MEMORY", "STATE", "HOLDER", "LEASE", "EXPIRES")
+    click.echo(table(headers, rows))
+
+
+@click.command(name="leases")
+@click.pass_context
+def list_leases(ctx: click.Context) -> None:
+    """Active leases: id, GPUs, owner, pid, label, expiry."""
+    with daemon_client(ctx) as client:
+        leases = client.request("GET", "/v1/leases")["leases"]
+    if ctx.obj.json:
+        echo_json({"leases": leases})
+        return
+    rows = [
+        (
+            lease["id"],
+            _gpus_text(lease),
+            lease["owner"]["user"],
+            lease["pid"],
+            lease["label"],
+            lease["policy"],
+            format_expiry(lease["expires_at"]),
+        )
+        for lease in leases
+    ]
+    click.echo(table(("LEASE", "GPUS", "USER", "PID", "LABEL", "POLICY", "EXPIRES"), rows))
+
+
+@click.command()
+@click.option("-n", "--count", type=click.IntRange(min=1), help="How many GPUs.")
+@click.option("--gpu", "gpus", multiple=True, help="A GPU to lease, by index or UUID (repeatable).")
+@click.option("--policy", help="Allocation policy (default: the daemon's).")
+@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), help="Lifetime in seconds.")
+@click.option("--label", help="A note shown in `leases`.")
+@click.option("--wait", is_flag=True, help="Queue until the GPUs are free.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=0, min_open=True), help="Wait at most this long."
+)
+@click.pass_context
+def allocate(
+    ctx: click.Context,
+    count: int | None,
+    gpus: tuple[str, ...],
+    policy: str | None,
+    ttl: float | None,
+    label: str | None,
+    wait: bool,
+    timeout: float | None,
+) -> None:
+    """Lease GPUs until freed or expired: -n N, or --gpu ID ... (or both)."""
+    if count is None and not gpus:
+        raise click.UsageError("give -n N or at least one --gpu")
+    with daemon_client(ctx) as client:
+        lease = client.allocate(
+            count,
+            gpus=[parse_gpu_ref(g) for g in gpus] or None,
+            policy=policy,
+            ttl=ttl,
+            label=label,
+            wait=wait,
+            timeout=timeout,
+        )
+    _print_lease(ctx, lease.raw)
+
+
+@click.command()
+@click.argument("lease_id")
+@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), help="New lifetime in seconds.")
+@click.pass_context
+def renew(ctx: click.Context, lease_id: str, ttl: float | None) -> None:
+    """Extend a lease's lifetime."""
+    with daemon_client(ctx) as client:
+        _print_lease(ctx, client.renew(lease_id, ttl).raw)
+
+
+@click.command()
+@click.argument("lease_id")
+@click.pass_context
+def free(ctx: click.Context, lease_id: str) -> None:
+    """Give a lease's GPUs back."""
+    with daemon_client(ctx) as client:
+        _print_lease(ctx, client.free(lease_id).raw)
+
+
+@click.command()
+@click.argument("lease_id")
+@click.option("--reason", help="Recorded in the lease's history.")
+@click.pass_context
+def revoke(ctx: click.Context, lease_id: str, reason: str | None) -> None:
+    """Take a lease away from its holder (root only)."""
+    with daemon_client(ctx) as client:
+        _print_lease(ctx, client.revoke(lease_id, reason).raw)
+
+
+@click.command()
+@click.pass_context
+def queue(ctx: click.Context) -> None:
+    """Requests waiting for GPUs, in the order they will be served."""
+    with daemon_client(ctx) as client:
+        waiters = client.queue()
+    if ctx.obj.json:
+        echo_json({"waiters": waiters})
+        return
+    rows = [
+        (
+            w["position"],
+            w["owner"]["user"],
+            w["pid"],
+            w["count"],
+            ",".join(str(g) for g in w["gpus"]) or None,
+            w["label"],
+        )
+        for w in waiters
+    ]
+    click.echo(table(("POS", "USER", "PID", "COUNT", "GPUS", "LABEL"), rows))
+
+
+@click.command()
+@click.option("--lease", "lease_id", help="Only this lease's events.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.pass_context
+def history(ctx: click.Context, lease_id: str | None, limit: int) -> None:
+    """The ledger's record of lease transitions, oldest first."""
+    import time
+
+    with daemon_client(ctx) as client:
+        events = client.history(lease_id, limit)
+    if ctx.obj.json:
+        echo_json({"events": events})
+        return
+    rows = [
+        (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["at"])),
+            e["lease_id"],
+            e["event"],
+            e["actor_uid"],
+            e["detail"],
+        )
+        for e in events
+    ]
+    click.echo(table(("TIME", "LEASE", "EVENT", "ACTOR", "DETAIL"), rows))
+
+
+COMMANDS = (status, list_leases, allocate, renew, free, revoke, queue, history)

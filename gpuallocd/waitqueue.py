@@ -1,0 +1,160 @@
+"""Waiting for GPUs: a first-come, first-served queue that no large request starves in.
+
+A request that may wait and finds no GPUs joins the queue. Whenever GPUs may have come
+free (a lease ended, a GPU came back, a waiter left) the queue is served in order: each
+waiter that fits is granted; one that does not fit reserves the GPUs it could use, and
+nobody behind it may take those. So a small request goes ahead of a blocked one only with
+GPUs the blocked one could never use, and never delays it. A new request, waiting or not,
+respects every reservation too. There is no polling: only events wake the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
+from gpuallocd.leases import Caller, Lease
+from gpuallocd.service import AllocateSpec, Allocator
+from gpuallocd.writer import SerialWorker
+
+__all__ = ["WaitQueue", "Waiter"]
+
+log = logging.getLogger(__name__)
+
+Outcome = Lease | GpuallocError
+
+
+@dataclass(eq=False)
+class Waiter:
+    caller: Caller
+    spec: AllocateSpec
+    since: float
+    future: asyncio.Future[Lease]
+    id: str = field(default_factory=lambda: secrets.token_hex(4))
+
+    def to_json(self, position: int) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "position": position,
+            "owner": {"uid": self.caller.uid, "user": self.caller.user},
+            "pid": self.caller.pid,
+            "count": self.spec.count,
+            "gpus": list(self.spec.gpus),
+            "policy": self.spec.policy,
+            "label": self.spec.label,
+            "since": self.since,
+        }
+
+
+def _reserved(allocator: Allocator, waiters: Sequence[Waiter]) -> frozenset[str]:
+    reserved: set[str] = set()
+    for waiter in waiters:
+        reserved |= allocator.usable_gpus(waiter.spec)
+    return frozenset(reserved)
+
+
+def _serve_in_order(
+    allocator: Allocator, waiters: Sequence[Waiter]
+) -> list[tuple[Waiter, Outcome]]:
+    """Runs on the writer thread: grant every waiter that fits without jumping a blocked one."""
+    outcomes: list[tuple[Waiter, Outcome]] = []
+    blocked: set[str] = set()
+    for waiter in waiters:
+        try:
+            lease = allocator.allocate(waiter.caller, waiter.spec, reserved=frozenset(blocked))
+        except CapacityError:
+            blocked |= allocator.usable_gpus(waiter.spec)
+            continue
+        except GpuallocError as exc:
+            outcomes.append((waiter, exc))
+            continue
+        outcomes.append((waiter, lease))
+    return outcomes
+
+
+class WaitQueue:
+    """The allocation front door: grants at once where fair, else queues the caller."""
+
+    def __init__(
+        self, allocator: Allocator, worker: SerialWorker, clock: Callable[[], float]
+    ) -> None:
+        self._allocator = allocator
+        self._worker = worker
+        self._clock = clock
+        self._waiters: list[Waiter] = []
+        self._serving: asyncio.Task[None] | None = None
+        self._again = False
+
+    def waiters(self) -> list[dict[str, Any]]:
+        return [w.to_json(i) for i, w in enumerate(self._waiters)]
+
+    async def allocate(
+        self, caller: Caller, spec: AllocateSpec, *, wait: bool, timeout: float | None
+    ) -> Lease:
+        try:
+            return await self._worker.run(self._allocate_now, caller, spec, list(self._waiters))
+        except CapacityError:
+            if not wait:
+                raise
+        return await self._wait(caller, spec, timeout)
+
+    def _allocate_now(self, caller: Caller, spec: AllocateSpec, ahead: Sequence[Waiter]) -> Lease:
+        return self._allocator.allocate(caller, spec, reserved=_reserved(self._allocator, ahead))
+
+    async def _wait(self, caller: Caller, spec: AllocateSpec, timeout: float | None) -> Lease:
+        loop = asyncio.get_running_loop()
+        waiter = Waiter(caller=caller, spec=spec, since=self._clock(), future=loop.create_future())
+        self._waiters.append(waiter)
+        log.info("%s (pid %d) waits for GPUs", caller.user, caller.pid)
+        try:
+            return await asyncio.wait_for(waiter.future, timeout)
+        except asyncio.TimeoutError:
+            raise GpusUnavailable(
+                f"no GPUs came free within {timeout:g} s of waiting", waited_seconds=timeout
+            ) from None
+        finally:
+            self._leave(waiter)
+
+    def _leave(self, waiter: Waiter) -> None:
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+            self.kick()  # its reservation is gone: those behind it may fit now
+
+    def kick(self) -> None:
+        """GPUs may have come free: serve the queue (soon, on the event loop)."""
+        if not self._waiters:
+            return
+        if self._serving is not None and not self._serving.done():
+            self._again = True
+            return
+        self._serving = asyncio.get_running_loop().create_task(self._serve())
+
+    async def _serve(self) -> None:
+        self._again = True
+        while self._again:
+            self._again = False
+            pending = [w for w in self._waiters if not w.future.done()]
+            if not pending:
+                return
+            outcomes = await self._worker.run(_serve_in_order, self._allocator, pending)
+            for waiter, outcome in outcomes:
+                await self._deliver(waiter, outcome)
+
+    async def _deliver(self, waiter: Waiter, outcome: Outcome) -> None:
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+        if not waiter.future.done():
+            if isinstance(outcome, Lease):
+                waiter.future.set_result(outcome)
+            else:
+                waiter.future.set_exception(outcome)
+            return
+        if isinstance(outcome, Lease):  # the waiter left while it was being granted
+            with contextlib.suppress(GpuallocError):
+                await self._worker.run(self._allocator.free, waiter.caller, outcome.id)
