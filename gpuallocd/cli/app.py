@@ -28,7 +28,7 @@ class CliContext:
     "--socket",
     envvar="GPUALLOCD_SOCKET",
     default=None,
-    help="The daemon's Unix socket (default: $GPUALLOCD_SOCKET, else /run/gpuallocd/gpuallocd.sock).",
+    help="The daemon's socket (default: $GPUALLOCD_SOCKET, else /run/gpuallocd/gpuallocd.sock).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Stable machine-readable JSON output.")
 @click.pass_context

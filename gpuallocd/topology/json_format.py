@@ -26,7 +26,12 @@ __all__ = ["FORMAT", "topology_from_json", "topology_to_json"]
 
 FORMAT = "gpuallocd-topology/1"
 _GPU_FIELDS = (
-    "name", "pci_bus_id", "memory_total_bytes", "numa_node", "cpu_affinity", "vendor",
+    "name",
+    "pci_bus_id",
+    "memory_total_bytes",
+    "numa_node",
+    "cpu_affinity",
+    "vendor",
     "compute_capability",
 )
 
@@ -60,7 +65,9 @@ def _resolve(names: Mapping[int | str, str], ref: Any) -> str:
 def _pcie(value: Any) -> PcieLevel | None:
     if value is None:
         return None
-    _require(isinstance(value, str) and value in PcieLevel.__members__, f"unknown PCIe level {value!r}")
+    _require(
+        isinstance(value, str) and value in PcieLevel.__members__, f"unknown PCIe level {value!r}"
+    )
     return PcieLevel[value]
 
 
@@ -74,17 +81,25 @@ def _link_from_json(item: Any, names: Mapping[int | str, str]) -> tuple[tuple[st
     _require(isinstance(nvlinks, int) and nvlinks >= 0, "'nvlinks' must be a non-negative integer")
     _require(isinstance(xgmi, int) and xgmi >= 0, "'xgmi' must be a non-negative integer")
     link = Link(
-        nvlinks=nvlinks, pcie=_pcie(item.get("pcie")), xgmi=xgmi,
+        nvlinks=nvlinks,
+        pcie=_pcie(item.get("pcie")),
+        xgmi=xgmi,
         nvswitch=bool(item.get("nvswitch", False)),
     )
     return pair_key(a, b), link
 
 
-def _apply_fabric(links: dict[tuple[str, str], Link], item: Any, names: Mapping[int | str, str]) -> None:
-    _require(isinstance(item, dict) and isinstance(item.get("gpus"), list), "a fabric lists its 'gpus'")
+def _apply_fabric(
+    links: dict[tuple[str, str], Link], item: Any, names: Mapping[int | str, str]
+) -> None:
+    _require(
+        isinstance(item, dict) and isinstance(item.get("gpus"), list), "a fabric lists its 'gpus'"
+    )
     members = [_resolve(names, ref) for ref in item["gpus"]]
     lanes = item.get("nvlinks", 0)
-    _require(isinstance(lanes, int) and lanes >= 0, "a fabric's 'nvlinks' must be a non-negative integer")
+    _require(
+        isinstance(lanes, int) and lanes >= 0, "a fabric's 'nvlinks' must be a non-negative integer"
+    )
     for i, a in enumerate(members):
         for b in members[i + 1 :]:
             old = links.get(pair_key(a, b), Link())
