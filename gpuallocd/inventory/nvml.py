@@ -1,0 +1,102 @@
+"""The NVML inventory: the node's NVIDIA GPUs as they are, and how they are doing.
+
+Discovery runs at construction and on `rescan()`, and its topology is cached: NVLink and
+PCIe queries are slow enough that re-reading them per request stalls callers. `sample()`
+reads only live state. A thread watches for critical Xid events (see nvml_health).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+from collections.abc import Collection
+from typing import Any
+
+from gpuallocd.errors import NvmlError
+from gpuallocd.inventory.nvml_api import NvmlApi
+from gpuallocd.inventory.nvml_discovery import Discovery, discover
+from gpuallocd.inventory.nvml_gate import NvmlGate
+from gpuallocd.inventory.nvml_health import CRITICAL_XIDS, HealthTable, XidWatcher, xid_reason
+from gpuallocd.inventory.nvml_live import sample_gpu, unreadable
+from gpuallocd.model import LiveState, Topology
+
+__all__ = ["NvmlInventory"]
+
+
+class NvmlInventory:
+    """NVIDIA GPUs through NVML; `nvml` replaces pynvml (the fake in gpuallocd.testing).
+
+    Raises NvmlError with what to do when NVML cannot start.
+    """
+
+    def __init__(
+        self,
+        nvml: Any | None = None,
+        *,
+        name: str | None = None,
+        critical_xids: Collection[int] = CRITICAL_XIDS.keys(),
+        xid_wait_ms: int = 250,
+    ) -> None:
+        self._api = NvmlApi(NvmlGate(nvml))
+        self._name = name or socket.gethostname()
+        self._critical = frozenset(critical_xids)
+        self._xid_wait_ms = xid_wait_ms
+        self._health = HealthTable()
+        self._lock = threading.Lock()
+        self._api.start()
+        try:
+            self._discovery = discover(self._api, name=self._name)
+        except NvmlError:
+            self._api.close()
+            raise
+        self._watcher = self._watch(self._discovery)
+
+    def _watch(self, discovery: Discovery) -> XidWatcher:
+        watcher = XidWatcher(
+            self._api, discovery.handles, self._health,
+            critical=self._critical, wait_ms=self._xid_wait_ms,
+        )
+        watcher.start()
+        return watcher
+
+    def topology(self) -> Topology:
+        return self._discovery.topology
+
+    def problems(self) -> tuple[str, ...]:
+        """Operator-grade lines about GPUs the last discovery could not read."""
+        return self._discovery.problems
+
+    def rescan(self) -> Topology:
+        """Discover again; clears Xid marks (the operator rescans after a GPU reset)."""
+        with self._lock:
+            found = discover(self._api, name=self._name, previous=self._discovery.topology)
+            self._watcher.stop()
+            self._health.clear()
+            self._discovery = found
+            self._watcher = self._watch(found)
+            return found.topology
+
+    def _state(self, discovery: Discovery, uuid: str) -> LiveState:
+        handle = discovery.handles.get(uuid)
+        if handle is None:
+            return unreadable(discovery.lost.get(uuid, "no device handle"))
+        state = sample_gpu(self._api, handle)
+        mark = self._health.get(uuid)
+        if mark is None:
+            return state
+        reason = xid_reason(mark)
+        if state.health_reason:
+            reason = f"{state.health_reason}; {reason}"
+        return dataclasses.replace(state, healthy=False, health_reason=reason)
+
+    def sample(self) -> dict[str, LiveState]:
+        """Live state of every GPU; one that cannot be read is unhealthy, never an error."""
+        discovery = self._discovery
+        return {gpu.uuid: self._state(discovery, gpu.uuid) for gpu in discovery.topology.gpus}
+
+    def close(self) -> None:
+        """Stop the Xid watcher and shut NVML down; safe to call twice."""
+        with self._lock:
+            self._watcher.stop()
+            self._api.close()

@@ -1,0 +1,41 @@
+"""Live state of one GPU: memory in use, utilisation, compute processes and their owners.
+
+Three NVML queries per GPU plus one stat of /proc per process: cheap enough for a sampling
+interval of a second or two (docs/hardware.md gives the measured cost over the fake). A GPU
+that cannot be read comes back unhealthy with the reason; sampling never raises for it.
+"""
+
+from __future__ import annotations
+
+from gpuallocd.errors import NvmlError
+from gpuallocd.inventory.nvml_api import NvmlApi, optional
+from gpuallocd.inventory.procs import process_uid
+from gpuallocd.model import GpuProcess, LiveState
+
+__all__ = ["sample_gpu", "unreadable"]
+
+
+def unreadable(reason: str) -> LiveState:
+    return LiveState(healthy=False, health_reason=f"GPU cannot be read: {reason}")
+
+
+def _processes(api: NvmlApi, handle: object) -> tuple[GpuProcess, ...]:
+    found = optional(api.compute_processes, handle) or ()
+    return tuple(
+        GpuProcess(pid=pid, used_memory_bytes=used, uid=process_uid(pid)) for pid, used in found
+    )
+
+
+def sample_gpu(api: NvmlApi, handle: object) -> LiveState:
+    """What the GPU is doing now, or why it cannot be read."""
+    try:
+        memory = api.memory(handle)
+        utilization = optional(api.utilization_percent, handle)
+        processes = _processes(api, handle)
+    except NvmlError as exc:
+        return unreadable(exc.message)
+    return LiveState(
+        memory_used_bytes=memory.used_bytes,
+        utilization_percent=None if utilization is None else float(utilization),
+        processes=processes,
+    )

@@ -1,0 +1,27 @@
+"""Hardware fakes for tests, loaded from recorded machines; usable by third parties.
+
+    from gpuallocd.inventory.nvml import NvmlInventory
+    from gpuallocd.testing import FakeNvml
+
+    fake = FakeNvml.from_recording("dgx-a100-mig")
+    inventory = NvmlInventory(nvml=fake)
+    fake.inject_xid(fake.uuids()[3], 79)
+
+Bundled recordings: `recording_names()` (NVML) and `recording_names(AMD_FORMAT)`.
+They were built from published specifications, not captured on hardware; capture a
+real node with `python -m gpuallocd.testing.capture > machine.json` (docs/hardware.md).
+"""
+
+from __future__ import annotations
+
+from gpuallocd.testing.fake_nvml import FakeHandle, FakeNvml
+from gpuallocd.testing.recording import AMD_FORMAT, NVML_FORMAT, load_recording, recording_names
+
+__all__ = [
+    "AMD_FORMAT",
+    "NVML_FORMAT",
+    "FakeHandle",
+    "FakeNvml",
+    "load_recording",
+    "recording_names",
+]
