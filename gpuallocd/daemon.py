@@ -13,8 +13,9 @@ import contextlib
 import logging
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
@@ -153,8 +154,17 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def _stop_on_signals(stop: asyncio.Event):  # type: ignore[no-untyped-def]
+def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT stop the daemon; the previous handlers come back after.
+
+    Signals reach the main thread only: a daemon embedded in another thread (tests, other
+    programs) is stopped with `Daemon.request_stop()` instead.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     loop = asyncio.get_running_loop()
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     try:
@@ -162,6 +172,7 @@ def _stop_on_signals(stop: asyncio.Event):  # type: ignore[no-untyped-def]
     finally:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
+            signal.signal(sig, previous[sig])
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -60,7 +60,18 @@ class ProtocolError(GpuallocError):
 
 
 class LeaseRevoked(GpuallocError):
+    """The lease was revoked or expired under its holder (on_revoke="raise")."""
+
     code = "lease_revoked"
+
+    def __init__(
+        self,
+        message: str = "the GPU lease was revoked or expired",
+        *,
+        status: int | None = None,
+        details: Any = None,
+    ) -> None:
+        super().__init__(message, status=status, details=details)
 
 
 class InvalidRequest(GpuallocError):

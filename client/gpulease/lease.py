@@ -85,7 +85,11 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
 
     def __enter__(self) -> Lease:
         client = Client(self._socket)
-        lease = self._acquire(client)
+        try:
+            lease = self._acquire(client)
+        except BaseException:
+            client.close()
+            raise
         self._client, self.lease = client, lease
         self._set_env(visible_devices_env(lease, self._visible))
         self._renewer = Renewer(

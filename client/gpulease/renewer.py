@@ -91,7 +91,7 @@ class Renewer(threading.Thread):
         self.lost = exc
         if callable(self._on_revoke):
             self._on_revoke(self._lease, exc)
-        elif self._on_revoke == "raise":
+        elif self._on_revoke == "raise" and not self._stopped.is_set():
             _raise_in_thread(self._main_thread_id, LeaseRevoked)
         else:
             warnings.warn(

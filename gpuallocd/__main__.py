@@ -1,0 +1,5 @@
+"""`python -m gpuallocd`: the daemon."""
+
+from gpuallocd.daemon import main
+
+main()

@@ -1,0 +1,175 @@
+"""Real daemons for tests: in a thread of the test process, or as a separate process.
+
+Both serve the real API on a real Unix socket in a short temporary directory, over a real
+SQLite ledger; tests talk to them with the real client and CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpulease import Client, DaemonUnavailable
+
+from gpuallocd.config import load_config
+from gpuallocd.daemon import Daemon
+
+DEFAULT_INVENTORY = "example:workstation-4gpu-nvbridge"
+
+
+def write_config(path: Path, settings: dict[str, Any]) -> Path:
+    lines = []
+    for key, value in settings.items():
+        rendered = f'"{value}"' if isinstance(value, str) else repr(value)
+        lines.append(f"{key} = {rendered}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def wait_until_serving(socket_path: Path, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with Client(socket_path, timeout=2) as client:
+                client.health()
+            return
+        except DaemonUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+@dataclass
+class DaemonPaths:
+    root: Path
+    socket: Path = field(init=False)
+    state_dir: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.socket = self.root / "gpuallocd.sock"
+        self.state_dir = self.root / "state"
+
+
+class ThreadDaemon:
+    """A daemon running on its own event loop in a thread of the test process."""
+
+    def __init__(
+        self,
+        paths: DaemonPaths,
+        inventory: str = DEFAULT_INVENTORY,
+        clock: Callable[[], float] = time.time,
+        **settings: Any,
+    ) -> None:
+        self.paths = paths
+        self.config = load_config(
+            None,
+            socket=str(paths.socket),
+            state_dir=str(paths.state_dir),
+            inventory=inventory,
+            **settings,
+        )
+        self._clock = clock
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._daemon: Daemon | None = None
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> ThreadDaemon:
+        started = threading.Event()
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._daemon = Daemon(self.config, clock=self._clock)
+            started.set()
+            await self._daemon.run()
+
+        def target() -> None:
+            try:
+                asyncio.run(main())
+            except BaseException as exc:
+                self.error = exc
+                started.set()
+
+        self._thread = threading.Thread(target=target, name="test-daemon", daemon=True)
+        self._thread.start()
+        started.wait(10)
+        if self.error is not None:
+            raise self.error
+        wait_until_serving(self.paths.socket)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._daemon is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._daemon.request_stop)
+            self._thread.join(20)
+            self._loop = None
+
+    def client(self, **options: Any) -> Client:
+        return Client(self.paths.socket, **options)
+
+
+class ProcessDaemon:
+    """`python -m gpuallocd` as a child process."""
+
+    def __init__(
+        self, paths: DaemonPaths, inventory: str = DEFAULT_INVENTORY, **settings: Any
+    ) -> None:
+        self.paths = paths
+        self.inventory = inventory
+        self.config_file = write_config(paths.root / "gpuallocd.toml", settings)
+        self.process: subprocess.Popen[str] | None = None
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "gpuallocd",
+            "--socket", str(self.paths.socket),
+            "--state-dir", str(self.paths.state_dir),
+            "--inventory", self.inventory,
+            "--config", str(self.config_file),
+        ]
+
+    def start(self, wait: bool = True) -> ProcessDaemon:
+        env = {k: v for k, v in os.environ.items() if k != "GPUALLOCD_SOCKET"}
+        self.process = subprocess.Popen(
+            self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        if wait:
+            try:
+                wait_until_serving(self.paths.socket)
+            except DaemonUnavailable:
+                self.process.kill()
+                _, err = self.process.communicate()
+                raise AssertionError(f"the daemon did not start: {err}") from None
+        return self
+
+    def signal(self, sig: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+
+    def stderr(self) -> str:
+        assert self.process is not None
+        _, err = self.process.communicate(timeout=20)
+        return err
+
+    def client(self, **options: Any) -> Client:
+        return Client(self.paths.socket, **options)
