@@ -130,25 +130,33 @@ class ProcessDaemon:
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "gpuallocd",
-            "--socket", str(self.paths.socket),
-            "--state-dir", str(self.paths.state_dir),
-            "--inventory", self.inventory,
-            "--config", str(self.config_file),
+            sys.executable,
+            "-m",
+            "gpuallocd",
+            "--socket",
+            str(self.paths.socket),
+            "--state-dir",
+            str(self.paths.state_dir),
+            "--inventory",
+            self.inventory,
+            "--config",
+            str(self.config_file),
         ]
 
     def start(self, wait: bool = True) -> ProcessDaemon:
         env = {k: v for k, v in os.environ.items() if k != "GPUALLOCD_SOCKET"}
-        self.process = subprocess.Popen(
-            self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
+        self.log_path = self.paths.root / f"daemon-{time.monotonic_ns()}.log"
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, text=True, env=env
+            )
         if wait:
             try:
                 wait_until_serving(self.paths.socket)
             except DaemonUnavailable:
                 self.process.kill()
-                _, err = self.process.communicate()
-                raise AssertionError(f"the daemon did not start: {err}") from None
+                self.process.wait()
+                raise AssertionError(f"the daemon did not start: {self.stderr()}") from None
         return self
 
     def signal(self, sig: int) -> None:
@@ -167,9 +175,8 @@ class ProcessDaemon:
         self.process.wait(10)
 
     def stderr(self) -> str:
-        assert self.process is not None
-        _, err = self.process.communicate(timeout=20)
-        return err
+        """What the daemon printed (stdout and stderr)."""
+        return self.log_path.read_text()
 
     def client(self, **options: Any) -> Client:
         return Client(self.paths.socket, **options)

@@ -99,9 +99,12 @@ def test_revocation_is_reported_to_a_callback(daemon: ThreadDaemon) -> None:
 
 def test_revocation_raises_in_the_main_thread(daemon: ThreadDaemon) -> None:
     """on_revoke='raise' interrupts the body with LeaseRevoked."""
-    with pytest.raises(LeaseRevoked), gpu_lease(  # noqa: PT012
-        1, ttl=0.9, socket=daemon.paths.socket, on_revoke="raise"
-    ) as lease:
+    with (
+        pytest.raises(LeaseRevoked),
+        gpu_lease(  # noqa: PT012
+            1, ttl=0.9, socket=daemon.paths.socket, on_revoke="raise"
+        ) as lease,
+    ):
         with daemon.client() as client:
             client.revoke(lease.id)
         deadline = time.monotonic() + 5
@@ -118,6 +121,7 @@ def test_waiting_lease_gets_gpus_when_freed(
     daemon = start_daemon(default_policy="simple")
     with daemon.client() as client:
         holder = client.allocate(4)
+
     def free_holder() -> None:
         with daemon.client() as other:
             other.free(holder.id)
