@@ -14,12 +14,14 @@ real node with `python -m gpuallocd.testing.capture > machine.json` (docs/hardwa
 
 from __future__ import annotations
 
+from gpuallocd.testing.fake_amdsmi import FakeAmdSmi
 from gpuallocd.testing.fake_nvml import FakeHandle, FakeNvml
 from gpuallocd.testing.recording import AMD_FORMAT, NVML_FORMAT, load_recording, recording_names
 
 __all__ = [
     "AMD_FORMAT",
     "NVML_FORMAT",
+    "FakeAmdSmi",
     "FakeHandle",
     "FakeNvml",
     "load_recording",
