@@ -1,0 +1,36 @@
+# Development entry points. Every target installs what it needs into .venv first.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+USER_ID := $(shell id -un)
+RUNDIR  ?= /tmp/gpuallocd-$(USER_ID)
+TOPOLOGY ?= example:workstation-4gpu-nvbridge
+
+.PHONY: daemon test lint check bench clean
+
+$(STAMP): pyproject.toml client/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -e ./client -e '.[dev]'
+	touch $(STAMP)
+
+## Start the daemon in the foreground on a bundled example topology (no GPU needed).
+daemon: $(STAMP)
+	@echo "socket: $(RUNDIR)/gpuallocd.sock  (export GPUALLOCD_SOCKET=$(RUNDIR)/gpuallocd.sock)"
+	$(VENV)/bin/gpuallocd --inventory $(TOPOLOGY) \
+		--socket $(RUNDIR)/gpuallocd.sock --state-dir $(RUNDIR)/state
+
+## Run the test suite.
+test: $(STAMP)
+	$(PY) -m pytest
+
+## ruff, ruff format and mypy (strict on gpuallocd/).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check gpuallocd client tests
+	$(VENV)/bin/ruff format --check gpuallocd client tests
+	$(VENV)/bin/mypy
+
+check: lint test
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
