@@ -140,8 +140,3 @@ class LiveState:
 
 
 HEALTHY = LiveState()
-
-
-def live_states_for(uuids: Iterable[str], known: Mapping[str, LiveState]) -> dict[str, LiveState]:
-    """A live state for every GPU: the known one, else healthy with nothing known."""
-    return {u: known.get(u, HEALTHY) for u in uuids}

@@ -1,0 +1,62 @@
+"""The docs cover what exists: every command, every error code, every setting."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import click
+import gpulease.errors
+import pytest
+
+from gpuallocd import errors
+from gpuallocd.cli import cli
+from gpuallocd.config import DaemonConfig
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def all_docs() -> str:
+    return "\n".join(p.read_text() for p in sorted(DOCS.glob("*.md")))
+
+
+@pytest.mark.parametrize("name", sorted(cli.commands))
+def test_every_cli_command_has_help_and_docs(name: str) -> None:
+    """Each gpuallocctl command has a help text and appears in docs/ as `name ...`."""
+    command = cli.commands[name]
+    assert command.help and command.help.strip()
+    assert re.search(rf"`{re.escape(name)}( |`)", all_docs()), f"{name} is not documented"
+
+
+@pytest.mark.parametrize("name", sorted(cli.commands))
+def test_every_cli_option_is_documented(name: str) -> None:
+    """Each option of each command appears in docs/ (as --flag)."""
+    text = all_docs()
+    for param in cli.commands[name].params:
+        if isinstance(param, click.Option):
+            longest = max(param.opts, key=len)
+            if longest.startswith("--") and longest not in ("--help",):
+                assert longest in text, f"{name} {longest} is not documented"
+
+
+def test_every_error_code_is_in_the_api_doc() -> None:
+    """docs/api.md lists every server and client error code."""
+    api = (DOCS / "api.md").read_text()
+    codes = set(errors.error_classes()) | set(gpulease.errors.ERROR_CLASSES)
+    missing = sorted(code for code in codes if f"`{code}`" not in api)
+    assert missing == []
+
+
+def test_every_setting_is_in_the_configuration_doc() -> None:
+    """docs/configuration.md documents every config key."""
+    text = (DOCS / "configuration.md").read_text()
+    missing = [f.name for f in dataclasses.fields(DaemonConfig) if f"`{f.name}`" not in text]
+    assert missing == []
+
+
+def test_example_config_file_lists_every_setting() -> None:
+    """systemd/gpuallocd.toml names every setting (commented out or set)."""
+    text = (DOCS.parent / "systemd" / "gpuallocd.toml").read_text()
+    missing = [f.name for f in dataclasses.fields(DaemonConfig) if f.name not in text]
+    assert missing == []

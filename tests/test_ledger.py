@@ -1,0 +1,145 @@
+"""The ledger's invariants hold whatever sequence of changes it sees."""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuallocd.errors import GpuBusy, LedgerError
+from gpuallocd.leases import Lease, LeasedGpu, LeaseState
+from gpuallocd.ledger import Ledger, schema
+from gpuallocd.model import Gpu
+
+GPUS = [Gpu(uuid=f"GPU-{i}", index=i) for i in range(6)]
+
+
+def make_lease(lease_id: str, indices: list[int], at: float = 1.0) -> Lease:
+    return Lease(
+        id=lease_id,
+        gpus=tuple(LeasedGpu(GPUS[i].uuid, i) for i in indices),
+        owner_uid=1000,
+        owner_name="ana",
+        pid=42,
+        label=None,
+        policy="simple",
+        created_at=at,
+        expires_at=at + 60,
+    )
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    ledger.sync_gpus(GPUS, 0.0)
+    return ledger
+
+
+def test_schema_refuses_double_booking_even_in_raw_sql(ledger: Ledger) -> None:
+    """The unique index refuses a second active row for a GPU, bypassing Python entirely."""
+    ledger.grant(make_lease("a", [0]), 0)
+    ledger.grant(make_lease("b", [1]), 0)
+    with sqlite3.connect(ledger.path) as conn, pytest.raises(sqlite3.IntegrityError):
+        conn.execute(
+            "INSERT INTO lease_gpus (lease_id, gpu_uuid, gpu_index, position, active) "
+            "VALUES ('b', 'GPU-0', 0, 1, 1)"
+        )
+
+
+def test_grant_of_a_busy_gpu_is_gpu_busy_and_atomic(ledger: Ledger) -> None:
+    """A refused grant leaves no trace: no lease row, no history event."""
+    ledger.grant(make_lease("a", [0, 1]), 0)
+    with pytest.raises(GpuBusy):
+        ledger.grant(make_lease("b", [2, 1]), 0)
+    assert ledger.lease("b") is None
+    assert [e.lease_id for e in ledger.history()] == ["a"]
+    ledger.grant(make_lease("c", [2]), 0)  # GPU 2 was not left half-booked
+
+
+def test_ended_lease_frees_its_gpus(ledger: Ledger) -> None:
+    """Once ended, a lease's GPUs may be granted again; its row keeps the final state."""
+    lease = make_lease("a", [0])
+    ledger.grant(lease, 0)
+    ledger.end([lease.ended(LeaseState.FREED, 5.0)], 0)
+    ledger.grant(make_lease("b", [0]), 0)
+    assert ledger.lease("a") is not None and ledger.lease("a").state is LeaseState.FREED  # type: ignore[union-attr]
+
+
+def test_ledger_reopens_with_its_leases(tmp_path: Path) -> None:
+    """A reopened ledger has the same active leases and schema version."""
+    first = Ledger(tmp_path / "l.db")
+    first.sync_gpus(GPUS, 0.0)
+    first.grant(make_lease("a", [3, 4]), 0)
+    first.close()
+    second = Ledger(tmp_path / "l.db")
+    assert [x.id for x in second.active_leases()] == ["a"]
+    assert second.active_leases()[0].gpus == make_lease("a", [3, 4]).gpus
+    assert second.schema_version() == schema.SCHEMA_VERSION
+
+
+def test_newer_ledger_is_refused(tmp_path: Path) -> None:
+    """A ledger from a newer schema is refused with a message, not misread."""
+    Ledger(tmp_path / "l.db").close()
+    with sqlite3.connect(tmp_path / "l.db") as conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(LedgerError, match="newer"):
+        Ledger(tmp_path / "l.db")
+
+
+def test_durability_settings() -> None:
+    """WAL journal and synchronous=FULL are in force on the ledger's connections."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = Ledger(Path(tmp) / "l.db")
+        with ledger._engine.connect() as conn:  # the settings live on the connection
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+        ledger.close()
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("grant"), st.lists(st.integers(0, 5), min_size=1, max_size=3, unique=True)
+        ),
+        st.tuples(st.just("end"), st.integers(0, 30)),
+    ),
+    max_size=30,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=operations)
+def test_no_gpu_is_ever_in_two_active_leases(ops: list[tuple[str, object]]) -> None:
+    """Any sequence of grants and ends: active leases are disjoint, every granted one recorded."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = Ledger(Path(tmp) / "l.db")
+        ledger.sync_gpus(GPUS, 0.0)
+        model: dict[str, set[int]] = {}
+        for n, (kind, arg) in enumerate(ops):
+            if kind == "grant":
+                indices = list(arg)  # type: ignore[call-overload]
+                busy = set().union(*model.values()) if model else set()
+                try:
+                    ledger.grant(make_lease(f"l{n}", indices), 0)
+                except GpuBusy:
+                    assert busy & set(indices)
+                else:
+                    assert not busy & set(indices)
+                    model[f"l{n}"] = set(indices)
+            elif model:
+                victim = sorted(model)[int(arg) % len(model)]  # type: ignore[call-overload]
+                lease = ledger.lease(victim)
+                assert lease is not None
+                ledger.end([lease.ended(LeaseState.FREED, 2.0)], 0)
+                del model[victim]
+        active = ledger.active_leases()
+        assert {x.id for x in active} == set(model)
+        held = [g.uuid for x in active for g in x.gpus]
+        assert len(held) == len(set(held))
+        ledger.close()
