@@ -83,7 +83,7 @@ class Daemon:
 
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
         allocator = self._allocator(inventory, ledger)
-        worker = SerialWorker()
+        worker = SerialWorker(ledger.unit_of_work, on_commit_failure=allocator.reload)
         socket_path = Path(self.config.socket)
         sock = bind_unix_socket(
             socket_path, mode=self.config.socket_mode, group=self.config.socket_group

@@ -66,6 +66,8 @@ class Lease:
     expires_at: float
     state: LeaseState = LeaseState.ACTIVE
     ended_at: float | None = None
+    bound: bool = False  # ends when the process `pid` (started at `pid_start_time`) exits
+    pid_start_time: int | None = None
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -90,6 +92,7 @@ class Lease:
             "expires_at": self.expires_at,
             "state": self.state.value,
             "ended_at": self.ended_at,
+            "bound_to_process": self.bound,
         }
 
 

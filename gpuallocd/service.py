@@ -127,6 +127,10 @@ class Allocator:
     def update_live(self, states: Mapping[str, LiveState]) -> None:
         self._live = dict(states)
 
+    def reload(self) -> None:
+        """Forget the in-memory view and read it again from the ledger (after a failed commit)."""
+        self._active = {lease.id: lease for lease in self._ledger.active_leases()}
+
     # Queries --------------------------------------------------------------------------------
 
     def leases(self) -> list[Lease]:

@@ -23,7 +23,7 @@ from sqlalchemy import (
 
 __all__ = ["SCHEMA_VERSION", "gpus", "history", "lease_gpus", "leases", "meta", "metadata"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -58,6 +58,8 @@ leases = Table(
     Column("expires_at", Float, nullable=False),
     Column("state", String, nullable=False),
     Column("ended_at", Float),
+    Column("bound", Boolean, nullable=False, default=False),
+    Column("pid_start_time", Integer),
     Index("leases_by_state", "state"),
 )
 

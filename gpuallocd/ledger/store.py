@@ -1,8 +1,11 @@
-"""The durable ledger: one SQLite file, written by one thread, one transaction per change.
+"""The durable ledger: one SQLite file, written by one thread, in transactions.
 
 SQLite runs in WAL mode with `synchronous=FULL`: a commit returns only after the log is
 on disk, so whatever the daemon acknowledged survives a crash of the daemon or the machine.
 Every transaction starts with `BEGIN IMMEDIATE`, taking the write lock before reading.
+
+Writes made inside `unit_of_work()` share one transaction (group commit: one fsync for
+many requests); each write is its own savepoint in it, so a refused write leaves the others.
 """
 
 from __future__ import annotations
@@ -12,12 +15,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    bindparam,
+    create_engine,
+    event,
+    insert,
+    inspect,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from gpuallocd.errors import GpuBusy, LedgerError
-from gpuallocd.leases import ENDING_EVENT, HistoryEvent, Lease, LeasedGpu, LeaseEvent, LeaseState
 from gpuallocd.ledger import schema
+from gpuallocd.ledger.migrations import migrate
+from gpuallocd.leases import ENDING_EVENT, HistoryEvent, Lease, LeasedGpu, LeaseEvent, LeaseState
 from gpuallocd.model import Gpu
 
 __all__ = ["Ledger"]
@@ -28,6 +42,27 @@ _PRAGMAS = (
     "PRAGMA foreign_keys=ON",
     "PRAGMA busy_timeout=5000",
 )
+
+# Statements built once: the hot path only binds parameters.
+_INSERT_LEASE = insert(schema.leases)
+_INSERT_LEASE_GPU = insert(schema.lease_gpus)
+_INSERT_EVENT = insert(schema.history)
+_SET_EXPIRY = (
+    update(schema.leases)
+    .where(schema.leases.c.id == bindparam("of_lease"))
+    .values(expires_at=bindparam("new_expires_at"))
+)
+_END_LEASE = (
+    update(schema.leases)
+    .where(schema.leases.c.id == bindparam("of_lease"))
+    .values(state=bindparam("new_state"), ended_at=bindparam("new_ended_at"))
+)
+_RELEASE_GPUS = (
+    update(schema.lease_gpus)
+    .where(schema.lease_gpus.c.lease_id == bindparam("of_lease"))
+    .values(active=False)
+)
+_VERSION = select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
 
 
 def _make_engine(path: Path) -> Engine:
@@ -55,43 +90,36 @@ class Ledger:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._batch: Connection | None = None
         try:
             self._engine = _make_engine(path)
-            with self._transaction() as conn:
-                schema.metadata.create_all(conn)
-                self._check_version(conn)
+            with self._engine.connect() as conn, conn.begin():
+                _prepare_schema(conn)
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot open the ledger {path}: {exc}") from None
 
     def close(self) -> None:
         self._engine.dispose()
 
-    @contextmanager
-    def _transaction(self) -> Iterator[Connection]:
-        """One transaction; the commit is durable when the block returns."""
-        with self._engine.connect() as conn, conn.begin():
-            yield conn
-
-    @staticmethod
-    def _check_version(conn: Connection) -> None:
-        row = conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version"))
-        found = row.scalar_one_or_none()
-        if found is None:
-            conn.execute(
-                insert(schema.meta).values(key="schema_version", value=str(schema.SCHEMA_VERSION))
-            )
-        elif int(found) > schema.SCHEMA_VERSION:
-            raise LedgerError(
-                f"the ledger was written by a newer gpuallocd (schema {found}, "
-                f"this one reads up to {schema.SCHEMA_VERSION})"
-            )
-
     def schema_version(self) -> int:
-        with self._engine.connect() as conn:
-            value = conn.execute(
-                select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
-            ).scalar_one()
-        return int(value)
+        with self._read() as conn:
+            return int(conn.execute(_VERSION).scalar_one())
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[None]:
+        """Every write inside commits together when the block ends (group commit)."""
+        if self._batch is not None:
+            yield
+            return
+        try:
+            with self._engine.connect() as conn, conn.begin():
+                self._batch = conn
+                try:
+                    yield
+                finally:
+                    self._batch = None
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"the ledger commit failed: {exc}") from None
 
     # GPUs -----------------------------------------------------------------------------------
 
@@ -108,9 +136,8 @@ class Ledger:
                     "last_seen": now,
                 }
                 if gpu.uuid in known:
-                    conn.execute(
-                        update(schema.gpus).where(schema.gpus.c.uuid == gpu.uuid).values(**values)
-                    )
+                    where = schema.gpus.c.uuid == gpu.uuid
+                    conn.execute(update(schema.gpus).where(where).values(**values))
                 else:
                     conn.execute(
                         insert(schema.gpus).values(uuid=gpu.uuid, first_seen=now, **values)
@@ -122,20 +149,8 @@ class Ledger:
         """Record a new active lease; GpuBusy if any of its GPUs is in another active lease."""
         try:
             with self._transaction() as conn:
-                conn.execute(insert(schema.leases).values(**_lease_row(lease)))
-                conn.execute(
-                    insert(schema.lease_gpus),
-                    [
-                        {
-                            "lease_id": lease.id,
-                            "gpu_uuid": g.uuid,
-                            "gpu_index": g.index,
-                            "position": i,
-                            "active": True,
-                        }
-                        for i, g in enumerate(lease.gpus)
-                    ],
-                )
+                conn.execute(_INSERT_LEASE, _lease_row(lease))
+                conn.execute(_INSERT_LEASE_GPU, _lease_gpu_rows(lease))
                 _record(conn, lease.id, LeaseEvent.GRANTED, actor_uid, lease.created_at, None)
         except IntegrityError:
             raise GpuBusy(
@@ -146,11 +161,7 @@ class Ledger:
 
     def renew(self, lease_id: str, expires_at: float, actor_uid: int, now: float) -> None:
         with self._write() as conn:
-            conn.execute(
-                update(schema.leases)
-                .where(schema.leases.c.id == lease_id)
-                .values(expires_at=expires_at)
-            )
+            conn.execute(_SET_EXPIRY, {"of_lease": lease_id, "new_expires_at": expires_at})
             _record(conn, lease_id, LeaseEvent.RENEWED, actor_uid, now, None)
 
     def end(self, leases: Sequence[Lease], actor_uid: int, detail: str | None = None) -> None:
@@ -160,17 +171,16 @@ class Ledger:
         with self._write() as conn:
             for lease in leases:
                 conn.execute(
-                    update(schema.leases)
-                    .where(schema.leases.c.id == lease.id)
-                    .values(state=lease.state.value, ended_at=lease.ended_at)
+                    _END_LEASE,
+                    {
+                        "of_lease": lease.id,
+                        "new_state": lease.state.value,
+                        "new_ended_at": lease.ended_at,
+                    },
                 )
-                conn.execute(
-                    update(schema.lease_gpus)
-                    .where(schema.lease_gpus.c.lease_id == lease.id)
-                    .values(active=False)
-                )
-                event_at = lease.ended_at if lease.ended_at is not None else lease.expires_at
-                _record(conn, lease.id, ENDING_EVENT[lease.state], actor_uid, event_at, detail)
+                conn.execute(_RELEASE_GPUS, {"of_lease": lease.id})
+                at = lease.ended_at if lease.ended_at is not None else lease.expires_at
+                _record(conn, lease.id, ENDING_EVENT[lease.state], actor_uid, at, detail)
 
     def active_leases(self) -> list[Lease]:
         return self._leases(schema.leases.c.state == LeaseState.ACTIVE.value)
@@ -179,29 +189,25 @@ class Ledger:
         found = self._leases(schema.leases.c.id == lease_id)
         return found[0] if found else None
 
-    def recent_ended(self, limit: int) -> list[Lease]:
-        query_filter = schema.leases.c.state != LeaseState.ACTIVE.value
-        return self._leases(query_filter, order=schema.leases.c.ended_at.desc(), limit=limit)
-
     def history(self, lease_id: str | None = None, limit: int = 100) -> list[HistoryEvent]:
         query = select(schema.history).order_by(schema.history.c.seq.desc()).limit(limit)
         if lease_id is not None:
             query = query.where(schema.history.c.lease_id == lease_id)
         with self._read() as conn:
             rows = conn.execute(query).mappings().all()
-        return [
-            HistoryEvent(
-                seq=r["seq"],
-                lease_id=r["lease_id"],
-                event=LeaseEvent(r["event"]),
-                actor_uid=r["actor_uid"],
-                at=r["at"],
-                detail=r["detail"],
-            )
-            for r in reversed(rows)
-        ]
+        return [_event_from_row(r) for r in reversed(rows)]
 
     # Internals ------------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """A savepoint in the current unit of work, else a transaction of its own."""
+        if self._batch is not None:
+            with self._batch.begin_nested():
+                yield self._batch
+            return
+        with self._engine.connect() as conn, conn.begin():
+            yield conn
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -214,26 +220,22 @@ class Ledger:
     @contextmanager
     def _read(self) -> Iterator[Connection]:
         try:
+            if self._batch is not None:
+                yield self._batch
+                return
             with self._engine.connect() as conn:
                 yield conn
         except SQLAlchemyError as exc:
             raise LedgerError(f"the ledger read failed: {exc}") from None
 
-    def _leases(self, where: Any, order: Any = None, limit: int | None = None) -> list[Lease]:
-        query = (
-            select(schema.leases)
-            .where(where)
-            .order_by(order if order is not None else schema.leases.c.created_at)
-        )
-        if limit is not None:
-            query = query.limit(limit)
+    def _leases(self, where: Any) -> list[Lease]:
+        query = select(schema.leases).where(where).order_by(schema.leases.c.created_at)
         with self._read() as conn:
             rows = conn.execute(query).mappings().all()
-            ids = [r["id"] for r in rows]
             gpu_rows = (
                 conn.execute(
                     select(schema.lease_gpus)
-                    .where(schema.lease_gpus.c.lease_id.in_(ids))
+                    .where(schema.lease_gpus.c.lease_id.in_([r["id"] for r in rows]))
                     .order_by(schema.lease_gpus.c.lease_id, schema.lease_gpus.c.position)
                 )
                 .mappings()
@@ -245,6 +247,24 @@ class Ledger:
                 LeasedGpu(g["gpu_uuid"], g["gpu_index"])
             )
         return [_lease_from_row(r, tuple(gpus_by_lease.get(r["id"], ()))) for r in rows]
+
+
+def _prepare_schema(conn: Connection) -> None:
+    """Create a new ledger, or bring an older one up to this version."""
+    if not inspect(conn).has_table("meta"):
+        schema.metadata.create_all(conn)
+        conn.execute(
+            insert(schema.meta).values(key="schema_version", value=str(schema.SCHEMA_VERSION))
+        )
+        return
+    found = int(conn.execute(_VERSION).scalar_one())
+    if found > schema.SCHEMA_VERSION:
+        raise LedgerError(
+            f"the ledger was written by a newer gpuallocd (schema {found}, "
+            f"this one reads up to {schema.SCHEMA_VERSION})"
+        )
+    migrate(conn, found, schema.SCHEMA_VERSION)
+    schema.metadata.create_all(conn)  # tables added since; existing ones are left alone
 
 
 def _lease_row(lease: Lease) -> dict[str, Any]:
@@ -259,7 +279,22 @@ def _lease_row(lease: Lease) -> dict[str, Any]:
         "expires_at": lease.expires_at,
         "state": lease.state.value,
         "ended_at": lease.ended_at,
+        "bound": lease.bound,
+        "pid_start_time": lease.pid_start_time,
     }
+
+
+def _lease_gpu_rows(lease: Lease) -> list[dict[str, Any]]:
+    return [
+        {
+            "lease_id": lease.id,
+            "gpu_uuid": g.uuid,
+            "gpu_index": g.index,
+            "position": i,
+            "active": True,
+        }
+        for i, g in enumerate(lease.gpus)
+    ]
 
 
 def _lease_from_row(row: Any, gpus: tuple[LeasedGpu, ...]) -> Lease:
@@ -275,6 +310,19 @@ def _lease_from_row(row: Any, gpus: tuple[LeasedGpu, ...]) -> Lease:
         expires_at=row["expires_at"],
         state=LeaseState(row["state"]),
         ended_at=row["ended_at"],
+        bound=bool(row["bound"]),
+        pid_start_time=row["pid_start_time"],
+    )
+
+
+def _event_from_row(row: Any) -> HistoryEvent:
+    return HistoryEvent(
+        seq=row["seq"],
+        lease_id=row["lease_id"],
+        event=LeaseEvent(row["event"]),
+        actor_uid=row["actor_uid"],
+        at=row["at"],
+        detail=row["detail"],
     )
 
 
@@ -287,7 +335,12 @@ def _record(
     detail: str | None,
 ) -> None:
     conn.execute(
-        insert(schema.history).values(
-            lease_id=lease_id, event=event_kind.value, actor_uid=actor_uid, at=at, detail=detail
-        )
+        _INSERT_EVENT,
+        {
+            "lease_id": lease_id,
+            "event": event_kind.value,
+            "actor_uid": actor_uid,
+            "at": at,
+            "detail": detail,
+        },
     )
