@@ -25,6 +25,7 @@ from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket
 from gpuallocd.config import DaemonConfig, load_config
 from gpuallocd.errors import GpuallocError
+from gpuallocd.housekeeping import Housekeeper
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.ledger import Ledger
 from gpuallocd.sdnotify import notify_ready, notify_stopping
@@ -37,7 +38,6 @@ __all__ = ["Daemon", "main"]
 
 log = logging.getLogger("gpuallocd")
 
-EXPIRY_TICK_SECONDS = 0.5
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -84,73 +84,49 @@ class Daemon:
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
         allocator = self._allocator(inventory, ledger)
         worker = SerialWorker(ledger.unit_of_work, on_commit_failure=allocator.reload)
-        socket_path = Path(self.config.socket)
-        sock = bind_unix_socket(
-            socket_path, mode=self.config.socket_mode, group=self.config.socket_group
-        )
         queue = WaitQueue(allocator, worker, self._clock)
+        housekeeper = Housekeeper(
+            allocator, worker, queue, inventory, self.config.sample_interval_seconds
+        )
         ctx = ApiContext(
             allocator,
             worker,
             queue,
+            housekeeper.watcher,
             rescan=lambda: allocator.set_topology(inventory.rescan()),
             started_at=self._clock(),
         )
+        socket_path = Path(self.config.socket)
+        sock = bind_unix_socket(
+            socket_path, mode=self.config.socket_mode, group=self.config.socket_group
+        )
         server = UnixApiServer(create_app(ctx, max_body_bytes=self.config.max_body_bytes), sock)
-        tasks: list[asyncio.Task[None]] = []
         try:
+            await housekeeper.start()
             await server.start()
-            tasks = [
-                asyncio.create_task(self._expire_forever(allocator, worker, queue)),
-                asyncio.create_task(self._sample_forever(inventory, allocator, worker, queue)),
-            ]
             with _stop_on_signals(self._stop):
-                log.info(
-                    "gpuallocd %s serving %d GPU(s) of %s on %s",
-                    __version__,
-                    len(allocator.topology.gpus),
-                    allocator.topology.name,
-                    socket_path,
-                )
-                notify_ready()
+                self._announce(allocator, socket_path)
                 await self._stop.wait()
                 notify_stopping()
                 log.info("stopping")
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await housekeeper.stop()
             await server.stop(self.config.shutdown_grace_seconds)
             worker.close()
             with contextlib.suppress(FileNotFoundError):
                 socket_path.unlink()
 
-    async def _expire_forever(
-        self, allocator: Allocator, worker: SerialWorker, queue: WaitQueue
-    ) -> None:
-        while True:
-            try:
-                expired = await worker.run(allocator.expire_due)
-                for lease in expired:
-                    log.info("lease %s of %s expired", lease.id, lease.owner_name)
-                if expired:
-                    queue.kick()
-            except GpuallocError as exc:
-                log.error("expiring leases failed: %s", exc.message)
-            await asyncio.sleep(EXPIRY_TICK_SECONDS)
-
-    async def _sample_forever(
-        self, inventory: Inventory, allocator: Allocator, worker: SerialWorker, queue: WaitQueue
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                states = await loop.run_in_executor(None, inventory.sample)
-                await worker.run(allocator.update_live, states)
-                queue.kick()  # a GPU may have come back to health
-            except Exception:
-                log.exception("sampling live GPU state failed; will retry")
-            await asyncio.sleep(self.config.sample_interval_seconds)
+    @staticmethod
+    def _announce(allocator: Allocator, socket_path: Path) -> None:
+        topology = allocator.topology
+        log.info(
+            "gpuallocd %s serving %d GPU(s) of %s on %s",
+            __version__,
+            len(topology.gpus),
+            topology.name,
+            socket_path,
+        )
+        notify_ready()
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from gpuallocd.errors import (
 )
 from gpuallocd.leases import Caller, HistoryEvent, Lease, LeasedGpu, LeaseState
 from gpuallocd.ledger import Ledger
+from gpuallocd.liveness import process_start_time
 from gpuallocd.model import HEALTHY, Gpu, LiveState, Topology
 from gpuallocd.policies import AllocationRequest, Choice, NodeSnapshot, Policy, get_policy
 
@@ -48,6 +49,7 @@ class AllocateSpec:
     ttl_seconds: float | None = None
     label: str | None = None
     min_free_memory_bytes: int | None = None
+    bind_to_process: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +102,11 @@ class Allocator:
         *,
         clock: Clock,
         settings: ServiceSettings = ServiceSettings(),
+        start_time_of: Callable[[int], int | None] = process_start_time,
     ) -> None:
         self._ledger = ledger
         self._clock = clock
+        self._start_time_of = start_time_of
         self._settings = settings
         self._policies: dict[str, Policy] = {}
         self._live: dict[str, LiveState] = {}
@@ -176,6 +180,9 @@ class Allocator:
         policy_name = spec.policy or self._settings.default_policy
         choice = self._policy(policy_name).choose(self._snapshot(reserved), request)
         self._check_choice(choice, request, reserved)
+        start_time = self._start_time_of(caller.pid) if spec.bind_to_process else None
+        if spec.bind_to_process and start_time is None:
+            raise InvalidRequest("the requesting process is gone; nothing to bind the lease to")
         now = self._clock()
         lease = Lease(
             id=_new_lease_id(),
@@ -187,6 +194,8 @@ class Allocator:
             policy=policy_name,
             created_at=now,
             expires_at=now + self._ttl(spec.ttl_seconds),
+            bound=spec.bind_to_process,
+            pid_start_time=start_time,
         )
         self._ledger.grant(lease, caller.uid)
         self._active[lease.id] = lease
@@ -209,6 +218,28 @@ class Allocator:
             raise PermissionDenied("only root may revoke leases", lease=lease_id)
         lease = self._active_lease(lease_id)
         return self._end([lease], LeaseState.REVOKED, caller.uid, reason)[0]
+
+    def end_for_exited_process(self, lease_ids: Sequence[str]) -> list[Lease]:
+        """End the bound leases whose holder process exited (those still active)."""
+        leases = [self._active[i] for i in lease_ids if i in self._active]
+        ended: list[Lease] = []
+        for lease in leases:
+            detail = f"holder process {lease.pid} exited"
+            ended += self._end([lease], LeaseState.FREED, actor_uid=0, detail=detail)
+        return ended
+
+    def reconcile_processes(self) -> list[Lease]:
+        """At start: end bound leases whose process died while the daemon was down."""
+        dead = [
+            lease.id
+            for lease in self._active.values()
+            if lease.bound
+            and (lease.pid is None or self._start_time_of(lease.pid) != lease.pid_start_time)
+        ]
+        return self.end_for_exited_process(dead)
+
+    def bound_leases(self) -> list[Lease]:
+        return [lease for lease in self._active.values() if lease.bound]
 
     def expire_due(self) -> list[Lease]:
         """End every lease whose TTL ran out; their GPUs are free again."""

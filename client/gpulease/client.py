@@ -62,11 +62,14 @@ class Client:
         min_free_memory_bytes: int | None = None,
         wait: bool = False,
         timeout: float | None = None,
+        bind_to_process: bool = False,
     ) -> Lease:
         """Lease `count` GPUs (chosen by the policy), including `gpus` where given.
 
         With `wait`, queue (first come, first served) until the GPUs are free, for at most
         `timeout` seconds (None: as long as it takes); else fail at once when they are not.
+        With `bind_to_process`, the lease ends as soon as this process exits (kill -9 too);
+        else it lives until freed, revoked or expired.
         """
         body = _drop_none(
             count=count,
@@ -77,6 +80,7 @@ class Client:
             min_free_memory_bytes=min_free_memory_bytes,
             wait=True if wait else None,
             wait_timeout_seconds=timeout if wait else None,
+            bind_to_process=True if bind_to_process else None,
         )
         http_timeout = None
         if wait:

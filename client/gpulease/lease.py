@@ -45,6 +45,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     Sets CUDA_VISIBLE_DEVICES before the body runs (enter it before CUDA initialises), renews
     the lease in a background thread, frees it on exit (on an exception too) and restores the
     environment. `as` gives the Lease: `.id` and `.gpus` (each with `.index` and `.uuid`).
+    The lease is bound to this process: if the process dies (kill -9 too), the daemon frees it.
     """
 
     def __init__(
@@ -99,7 +100,9 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         return lease
 
     def _acquire(self, client: Client) -> Lease:
-        return client.allocate(wait=self._wait, timeout=self._timeout, **self._options)
+        return client.allocate(
+            wait=self._wait, timeout=self._timeout, bind_to_process=True, **self._options
+        )
 
     def __exit__(
         self,

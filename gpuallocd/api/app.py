@@ -25,6 +25,7 @@ from gpuallocd.errors import (
     UnknownRoute,
 )
 from gpuallocd.leases import Caller
+from gpuallocd.liveness import ProcessWatcher
 from gpuallocd.policies import available_policies
 from gpuallocd.service import AllocateSpec, Allocator
 from gpuallocd.topology import topology_to_json
@@ -45,6 +46,7 @@ ALLOCATE_FIELDS = frozenset(
         "label",
         "min_free_memory_bytes",
         "wait",
+        "bind_to_process",
         "wait_timeout_seconds",
     }
 )
@@ -59,12 +61,14 @@ class ApiContext:
         allocator: Allocator,
         worker: SerialWorker,
         queue: WaitQueue,
+        watcher: ProcessWatcher,
         rescan: Callable[[], None],
         started_at: float,
     ) -> None:
         self.allocator = allocator
         self.worker = worker
         self.queue = queue
+        self.watcher = watcher
         self.rescan = rescan
         self.started_at = started_at
 
@@ -151,12 +155,15 @@ async def allocate(request: web.Request) -> web.Response:
         ttl_seconds=body.seconds("ttl_seconds"),
         label=body.text("label"),
         min_free_memory_bytes=body.integer("min_free_memory_bytes", minimum=0),
+        bind_to_process=bool(body.boolean("bind_to_process")),
     )
     if spec.count is None and not spec.gpus:
         raise InvalidRequest("give a count, or the GPUs to lease")
     wait = bool(body.boolean("wait"))
     timeout = body.seconds("wait_timeout_seconds")
-    lease = await _ctx(request).queue.allocate(caller, spec, wait=wait, timeout=timeout)
+    ctx = _ctx(request)
+    lease = await ctx.queue.allocate(caller, spec, wait=wait, timeout=timeout)
+    ctx.watcher.watch(lease)
     return _json(lease.to_json(), status=201)
 
 
