@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "gpuallocd.cli.leases",
     "gpuallocd.cli.run",
     "gpuallocd.cli.hardware",
+    "gpuallocd.cli.plan",
 )
 
 

@@ -54,7 +54,8 @@ class NodeSnapshot:
     def __post_init__(self) -> None:
         views = dict(self.views)
         for gpu in self.topology.gpus:
-            views.setdefault(gpu.uuid, GpuView(gpu=gpu, free=True))
+            if gpu.uuid not in views:
+                views[gpu.uuid] = GpuView(gpu=gpu, free=True)
         object.__setattr__(self, "views", MappingProxyType(views))
 
     @classmethod
@@ -94,11 +95,17 @@ class AllocationRequest:
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    """The GPUs a policy picked (UUIDs), its score for the set, and why."""
+    """The GPUs a policy picked (UUIDs), its score for the set, and why.
+
+    `exact` is False only when a search stopped at its work cap before proving its set
+    best; `search_nodes` counts the search's work where a policy searches.
+    """
 
     gpus: tuple[str, ...]
     score: float | None = None
     reason: str = ""
+    exact: bool = True
+    search_nodes: int | None = None
 
 
 @runtime_checkable

@@ -39,4 +39,10 @@ class BestEffortPolicy:
             f"({describe_score(found.score)}), least damage to the GPUs left free; "
             f"{search_note(found.pick, self.max_search_nodes)}"
         )
-        return Choice(gpus=found.gpus, score=float(found.score.value), reason=reason)
+        return Choice(
+            gpus=found.gpus,
+            score=float(found.score.value),
+            reason=reason,
+            exact=found.pick.exact,
+            search_nodes=found.pick.nodes,
+        )

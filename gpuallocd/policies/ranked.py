@@ -39,6 +39,8 @@ class RankedPolicy:
             gpus=found.gpus,
             score=float(found.score.value),
             reason=f"{self.preference}; ties by topology, then index; {note}",
+            exact=found.pick.exact,
+            search_nodes=found.pick.nodes,
         )
 
 

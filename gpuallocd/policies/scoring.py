@@ -103,6 +103,13 @@ class SetScore:
     def value(self) -> int:
         return self.lanes * LANE_WEIGHT + self.pcie_points * PCIE_WEIGHT + self.numa_pairs
 
+    @classmethod
+    def unpack(cls, value: int) -> SetScore:
+        """The tiers of a packed set score (exact for sets of up to 141 GPUs)."""
+        lanes, rest = divmod(value, LANE_WEIGHT)
+        pcie, numa = divmod(rest, PCIE_WEIGHT)
+        return cls(lanes=lanes, pcie_points=pcie, numa_pairs=numa)
+
     def plus(self, pair: PairScore) -> SetScore:
         return SetScore(
             lanes=self.lanes + pair.lanes,

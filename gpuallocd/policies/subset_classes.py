@@ -23,48 +23,36 @@ __all__ = ["Classes", "build_classes", "twin_groups"]
 def twin_groups(linear: Sequence[int], pair: Sequence[Sequence[int]]) -> list[list[int]]:
     """The twin classes, each in item order, ordered by their first item.
 
-    Items u and v with pair weight x between them are twins exactly when their rows,
-    each with its own diagonal replaced by x, are equal: a hashable signature per
-    (item, candidate x) finds every class in one pass.
+    Twins have the same linear term and the same multiset of pair weights, so items are
+    first bucketed by both; inside a bucket each item is compared with one member of each
+    class found so far (twinship is an equivalence), ignoring the two items' own entries.
     """
-    n = len(linear)
-    owner = list(range(n))
-    seen: dict[tuple[object, ...], int] = {}
-    for u in range(n):
-        row = tuple(pair[u])
-        for x in {row[w] for w in range(n) if w != u}:
-            signature = (linear[u], x, (*row[:u], x, *row[u + 1 :]))
-            first = seen.setdefault(signature, u)
-            if first != u:
-                _merge(owner, first, u)
-    groups: dict[int, list[int]] = {}
-    for v in range(n):
-        groups.setdefault(_root(owner, v), []).append(v)
-    return sorted(groups.values())
+    buckets: dict[tuple[int, tuple[int, ...]], list[list[int]]] = {}
+    for u in range(len(linear)):
+        classes = buckets.setdefault((linear[u], tuple(sorted(pair[u]))), [])
+        for members in classes:
+            if _twins(pair, u, members[0]):
+                members.append(u)
+                break
+        else:
+            classes.append([u])
+    return sorted(members for classes in buckets.values() for members in classes)
 
 
-def _root(owner: list[int], v: int) -> int:
-    while owner[v] != v:
-        owner[v] = owner[owner[v]]
-        v = owner[v]
-    return v
-
-
-def _merge(owner: list[int], a: int, b: int) -> None:
-    ra, rb = _root(owner, a), _root(owner, b)
-    if ra != rb:
-        owner[max(ra, rb)] = min(ra, rb)
+def _twins(pair: Sequence[Sequence[int]], u: int, v: int) -> bool:
+    row_u, row_v = list(pair[u]), list(pair[v])
+    row_u[u] = row_u[v] = row_v[u] = row_v[v] = 0
+    return row_u == row_v
 
 
 def _top_sums(values: list[tuple[int, int]], limit: int) -> list[int]:
-    """Prefix sums of the largest values of a multiset given as (value, copies)."""
-    sums = [0]
+    """Prefix sums of the `limit` largest values of a multiset given as (value, copies)."""
+    flat: list[int] = []
     for value, copies in sorted(values, reverse=True):
-        for _ in range(min(copies, limit + 1 - len(sums))):
-            sums.append(sums[-1] + value)
-        if len(sums) > limit:
+        flat += [value] * min(copies, limit - len(flat))
+        if len(flat) >= limit:
             break
-    return sums
+    return [0, *accumulate(flat)]
 
 
 @dataclass
@@ -100,6 +88,13 @@ class Classes:
             sums = self._pair_sums[key] = _top_sums(values, self.limit)
         return sums[min(count, len(sums) - 1)]
 
+    def root_bound(self, i: int) -> list[int]:
+        self.pairs_bound(i, 0, 0)
+        return self._pair_sums[(i, 0)]
+
+    def remember_root_bound(self, i: int, sums: list[int]) -> None:
+        self._pair_sums[(i, 0)] = sums
+
     def tie_bound(self, depth: int, count: int) -> int:
         """The best tie-break total of `count` members of classes >= depth."""
         sums = self._tie_sums.get(depth)
@@ -127,7 +122,7 @@ def build_classes(problem: SubsetProblem, tie: Sequence[int]) -> Classes:
         limit=problem.size,
     )
     order = sorted(range(len(groups)), key=lambda i: _promise(unordered, i, problem.size, tie))
-    return Classes(
+    ordered = Classes(
         members=[groups[i] for i in order],
         linear=[unordered.linear[i] for i in order],
         inner=[inner[i] for i in order],
@@ -135,6 +130,9 @@ def build_classes(problem: SubsetProblem, tie: Sequence[int]) -> Classes:
         ties=[unordered.ties[i] for i in order],
         limit=problem.size,
     )
+    for new, old in enumerate(order):  # bounds over all classes do not depend on the order
+        ordered.remember_root_bound(new, unordered.root_bound(old))
+    return ordered
 
 
 def _promise(classes: Classes, i: int, size: int, tie: Sequence[int]) -> tuple[int, int]:

@@ -6,13 +6,13 @@
 Among sets of equal value the lexicographically smallest sorted tuple of items wins, so
 the answer is unique and the same on every run.
 
-The search is a branch and bound, made fast by three exact reductions:
+The search is a branch and bound, made fast by exact reductions:
 
 - **Twins.** Items with equal linear terms and equal pair weights to every other item are
   interchangeable; they form a class and the search only decides how many of a class to
   take (its lowest items). An NVSwitch box collapses to a handful of classes.
-- **Complement.** Choosing `size` items is choosing `n - size` to leave out, and that is
-  again a problem of the same shape; the search always picks the smaller side.
+- **One in or one out.** Choosing one item needs no search (the best linear term wins),
+  nor does leaving one out (the item whose linear term plus pairs is smallest goes).
 - **Bound.** Each undecided class gets an optimistic gain: its linear term, its pairs to
   what is already chosen, and half of its best `r - 1` pairs to the undecided items; the best
   `r` of those gains bound any completion. A greedy set improved by swaps is the first
@@ -34,7 +34,10 @@ __all__ = ["SubsetProblem", "SubsetResult", "solve"]
 
 @dataclass(frozen=True, slots=True)
 class SubsetProblem:
-    """Items 0..n-1: a linear term each, a symmetric non-negative pair matrix, a size."""
+    """Items 0..n-1: a linear term each, a pair matrix, a size.
+
+    `pair` is symmetric, non-negative and zero on its diagonal.
+    """
 
     linear: Sequence[int]
     pair: Sequence[Sequence[int]]
@@ -55,13 +58,6 @@ def _value(problem: SubsetProblem, items: Sequence[int]) -> int:
     return total + sum(pair[a][b] for i, a in enumerate(items) for b in items[i + 1 :])
 
 
-def _complement(problem: SubsetProblem) -> SubsetProblem:
-    """Leaving X out of all items: the same shape of problem over X, up to a constant."""
-    n = len(problem.linear)
-    linear = tuple(-problem.linear[v] - sum(problem.pair[v]) for v in range(n))
-    return SubsetProblem(linear=linear, pair=problem.pair, size=n - problem.size)
-
-
 def solve(problem: SubsetProblem, *, max_nodes: int | None = None) -> SubsetResult:
     """The best set of `problem.size` items (see the module docstring)."""
     n, size = len(problem.linear), problem.size
@@ -70,13 +66,24 @@ def solve(problem: SubsetProblem, *, max_nodes: int | None = None) -> SubsetResu
     if size in (0, n):
         items = tuple(range(size))
         return SubsetResult(items=items, value=_value(problem, items), exact=True, nodes=0)
-    leave_out = size > n - size
-    inner = _complement(problem) if leave_out else problem
-    # Ties go to the smallest items kept: when leaving out, prefer to leave out large items.
-    tie = [-(1 << (n - 1 - v)) if leave_out else 1 << (n - 1 - v) for v in range(n)]
-    found, exact, nodes = _BranchAndBound(inner, tie, max_nodes).run()
-    items = tuple(sorted(set(range(n)) - set(found))) if leave_out else tuple(sorted(found))
+    if 1 in (size, n - size):
+        return _best_single(problem)
+    tie = [1 << (n - 1 - v) for v in range(n)]  # the smallest items win ties
+    found, exact, nodes = _BranchAndBound(problem, tie, max_nodes).run()
+    items = tuple(sorted(found))
     return SubsetResult(items=items, value=_value(problem, items), exact=exact, nodes=nodes)
+
+
+def _best_single(problem: SubsetProblem) -> SubsetResult:
+    """Choosing one item, or leaving one out: the best linear term decides, no search."""
+    n = len(problem.linear)
+    if problem.size == 1:
+        best = max(range(n), key=lambda v: (problem.linear[v], -v))
+        items: tuple[int, ...] = (best,)
+    else:  # leaving v out loses linear[v] and every pair of v; the largest item loses ties
+        out = min(range(n), key=lambda v: (problem.linear[v] + sum(problem.pair[v]), -v))
+        items = tuple(v for v in range(n) if v != out)
+    return SubsetResult(items=items, value=_value(problem, items), exact=True, nodes=1)
 
 
 def _greedy(problem: SubsetProblem, tie: Sequence[int]) -> list[int]:

@@ -50,14 +50,13 @@ class Pick:
 
 
 def _problem(weights: Sequence[Sequence[int]], ask: PickRequest) -> SubsetProblem:
-    pool, free = ask.selectable, ask.selectable + ask.others
-    damage_cap = 1 + sum(weights[v][w] for v in pool + ask.required for w in free)
-    near_required = [sum(weights[v][r] for r in ask.required) for v in pool]
-    linear = tuple(
-        (damage_cap + 1) * near_required[i] - sum(weights[v][w] for w in free)
-        for i, v in enumerate(pool)
-    )
-    pair = tuple(tuple((damage_cap + 2) * weights[v][w] for w in pool) for v in pool)
+    pool, required, free = ask.selectable, ask.required, ask.selectable + ask.others
+    to_free = [sum(map(weights[v].__getitem__, free)) for v in pool]
+    to_required = [sum(map(weights[v].__getitem__, required)) for v in pool]
+    damage_cap = 1 + sum(to_free) + sum(sum(map(weights[r].__getitem__, free)) for r in required)
+    linear = tuple((damage_cap + 1) * near - cut for near, cut in zip(to_required, to_free))
+    scale = damage_cap + 2
+    pair = tuple(tuple(scale * w for w in map(weights[v].__getitem__, pool)) for v in pool)
     return SubsetProblem(linear=linear, pair=pair, size=ask.count)
 
 

@@ -1,0 +1,256 @@
+"""Offline commands, no daemon needed: plan, simulate, policy-bench."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import IO, Any
+
+import click
+
+from gpuallocd.cli.output import echo_json, table
+from gpuallocd.errors import GpuallocError
+from gpuallocd.model import Topology
+from gpuallocd.planning import Plan, make_plan, parse_gpu_list, read_trace, simulate
+from gpuallocd.planning.bench import BenchRow, bench_policy, random_topology
+from gpuallocd.planning.simulate import Summary
+from gpuallocd.planning.trace import TraceError
+from gpuallocd.policies import Policy, get_policy
+from gpuallocd.topology import load_topology
+
+__all__ = ["COMMANDS", "plan", "policy_bench", "simulate_command"]
+
+DEFAULT_BENCH_TOPOLOGIES = ("example:dgx1-volta", "example:dgx2", "example:synthetic-32gpu")
+
+_topology_option = click.option(
+    "--topology",
+    "topology_spec",
+    required=True,
+    metavar="FILE",
+    help="A topology file (`nvidia-smi topo -m` text or gpuallocd JSON), or example:NAME.",
+)
+_policy_option = click.option(
+    "--policy", "policy_name", default="best-effort", show_default=True, help="Policy name."
+)
+_options_option = click.option(
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A policy option, e.g. seed=7; VALUE is read as JSON, else as text. Repeatable.",
+)
+_json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")
+
+
+def _wants_json(ctx: click.Context, local: bool) -> bool:
+    return local or bool(getattr(ctx.obj, "json", False))
+
+
+def _parse_options(options: tuple[str, ...]) -> dict[str, Any]:
+    parsed: dict[str, Any] = {}
+    for item in options:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--option")
+        try:
+            parsed[key.replace("-", "_")] = json.loads(text)
+        except json.JSONDecodeError:
+            parsed[key.replace("-", "_")] = text
+    return parsed
+
+
+def _load(spec: str) -> Topology:
+    try:
+        return load_topology(spec)
+    except GpuallocError as exc:
+        raise click.ClickException(exc.message) from None
+
+
+def _policy(name: str, options: tuple[str, ...]) -> Policy:
+    try:
+        return get_policy(name, **_parse_options(options))
+    except GpuallocError as exc:
+        raise click.ClickException(exc.message) from None
+    except TypeError as exc:
+        raise click.ClickException(f"policy {name}: {exc}") from None
+
+
+# plan -----------------------------------------------------------------------------------------
+
+
+def _print_plan(result: Plan) -> None:
+    gpus = ", ".join(str(i) for i in result.gpus)
+    click.echo(f"{result.policy} on {result.topology}: GPU {gpus}")
+    click.echo(
+        f"score {result.score} ({result.lanes} NVLink/XGMI lanes, {result.pcie_points} PCIe "
+        f"points, {result.numa_pairs} same-NUMA pairs)"
+    )
+    click.echo(f"why: {result.reason}")
+    if result.pairs:
+        rows = [
+            (f"{p.gpus[0]}-{p.gpus[1]}", p.link, p.pcie, "yes" if p.same_numa else "no", p.score)
+            for p in result.pairs
+        ]
+        click.echo(table(("PAIR", "LINK", "PCIE", "SAME NUMA", "SCORE"), rows))
+
+
+@click.command()
+@_topology_option
+@_policy_option
+@click.option("-n", "--count", type=click.IntRange(min=1), required=True, help="How many GPUs.")
+@click.option("--busy", metavar="LIST", default="", help="Leased GPUs: indices or UUIDs, a,b,c.")
+@click.option("--require", metavar="LIST", default="", help="GPUs the set must hold: a,b,c.")
+@_options_option
+@_json_option
+@click.pass_context
+def plan(
+    ctx: click.Context,
+    topology_spec: str,
+    policy_name: str,
+    count: int,
+    busy: str,
+    require: str,
+    options: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Which GPUs a policy would pick on a topology, and why (score, links)."""
+    topology = _load(topology_spec)
+    policy = _policy(policy_name, options)
+    try:
+        busy_gpus = parse_gpu_list(topology, busy)
+        required = parse_gpu_list(topology, require)
+        result = make_plan(topology, policy, count, busy=busy_gpus, required=required)
+    except GpuallocError as exc:
+        raise click.ClickException(exc.message) from None
+    if _wants_json(ctx, as_json):
+        echo_json(result.to_json())
+    else:
+        _print_plan(result)
+
+
+# simulate -------------------------------------------------------------------------------------
+
+
+def _print_summary(summary: Summary, seconds: float) -> None:
+    click.echo(f"{summary.policy} on {summary.topology}: {summary.steps} steps in {seconds:.2f} s")
+    rows: list[tuple[str, Any]] = [
+        ("grants", summary.grants),
+        ("refusals", summary.refusals),
+        ("frees", summary.frees),
+        ("free errors", summary.free_errors),
+        ("mean set score", None if summary.mean_score is None else f"{summary.mean_score:.0f}"),
+        ("fragmentation (mean)", f"{summary.fragmentation:.4f}"),
+        ("fragmentation (max)", f"{summary.fragmentation_max:.4f}"),
+        ("fragmentation (end)", f"{summary.fragmentation_final:.4f}"),
+        ("active leases at end", summary.active_leases),
+    ]
+    if summary.mean_tiers is not None:
+        tiers = summary.mean_tiers
+        rows.insert(5, ("mean lanes per grant", f"{tiers['lanes']:.3f}"))
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        click.echo(f"{label.ljust(width)}  {'-' if value is None else value}")
+
+
+@click.command(name="simulate")
+@_topology_option
+@_policy_option
+@click.option(
+    "--trace",
+    "trace_file",
+    type=click.File("r", encoding="utf-8"),
+    required=True,
+    help="JSON Lines of allocate and free operations ('-' reads stdin).",
+)
+@_options_option
+@_json_option
+@click.pass_context
+def simulate_command(
+    ctx: click.Context,
+    topology_spec: str,
+    policy_name: str,
+    trace_file: IO[str],
+    options: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Replay a trace of requests and report grants, refusals, scores and fragmentation."""
+    topology = _load(topology_spec)
+    policy = _policy(policy_name, options)
+    start = time.perf_counter()
+    try:
+        result = simulate(topology, policy, read_trace(trace_file))
+    except TraceError as exc:
+        raise click.ClickException(str(exc)) from None
+    if _wants_json(ctx, as_json):
+        echo_json(result.to_json())
+    else:
+        _print_summary(result.summary, time.perf_counter() - start)
+
+
+# policy-bench ---------------------------------------------------------------------------------
+
+
+def _bench_table(rows: list[BenchRow]) -> str:
+    body = [
+        (
+            r.topology,
+            r.gpus,
+            r.state,
+            r.count,
+            f"{r.median_ms:.2f}",
+            f"{r.max_ms:.2f}",
+            r.search_nodes,
+            "yes" if r.exact else "NO",
+        )
+        for r in rows
+    ]
+    headers = ("TOPOLOGY", "GPUS", "STATE", "N", "MEDIAN MS", "MAX MS", "NODES", "EXACT")
+    return table(headers, body)
+
+
+@click.command(name="policy-bench")
+@click.option(
+    "--topology",
+    "topology_specs",
+    multiple=True,
+    metavar="FILE",
+    help="Topologies to time (repeatable; default: DGX-1 Volta, DGX-2, synthetic 32-GPU).",
+)
+@click.option(
+    "--random-topology",
+    "random_sizes",
+    multiple=True,
+    type=click.IntRange(min=2, max=64),
+    metavar="N",
+    help="Also time a random N-GPU topology with no structure (the search's worst case).",
+)
+@click.option("--seed", default=0, show_default=True, help="Seed of the random topologies.")
+@_policy_option
+@click.option("--repeat", default=3, show_default=True, type=click.IntRange(min=1))
+@_options_option
+@_json_option
+@click.pass_context
+def policy_bench(
+    ctx: click.Context,
+    topology_specs: tuple[str, ...],
+    random_sizes: tuple[int, ...],
+    seed: int,
+    policy_name: str,
+    repeat: int,
+    options: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Time a policy for every request size, on an idle and on a half-busy node."""
+    specs = topology_specs or (() if random_sizes else DEFAULT_BENCH_TOPOLOGIES)
+    topologies = [_load(s) for s in specs] + [random_topology(n, seed) for n in random_sizes]
+    _policy(policy_name, options)  # fail early on a bad name or option
+    rows: list[BenchRow] = []
+    for topology in topologies:
+        rows += bench_policy(topology, lambda: _policy(policy_name, options), repeat=repeat)
+    if _wants_json(ctx, as_json):
+        echo_json({"policy": policy_name, "rows": [r.to_json() for r in rows]})
+    else:
+        click.echo(_bench_table(rows))
+
+
+COMMANDS = (plan, simulate_command, policy_bench)
