@@ -22,7 +22,9 @@ from tests.test_policy_support import (
 PROPERTY = settings(max_examples=150, deadline=None)
 
 
-def pick(name: str, count: int, busy: tuple[int, ...] = (), required: tuple[int, ...] = ()):
+def pick(
+    name: str, count: int, busy: tuple[int, ...] = (), required: tuple[int, ...] = ()
+) -> list[int]:
     topology = node(name)
     by_index = topology.by_index()
     request = AllocationRequest(count=count, required=tuple(by_index[i].uuid for i in required))

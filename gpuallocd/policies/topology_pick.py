@@ -54,7 +54,9 @@ def _problem(weights: Sequence[Sequence[int]], ask: PickRequest) -> SubsetProble
     to_free = [sum(map(weights[v].__getitem__, free)) for v in pool]
     to_required = [sum(map(weights[v].__getitem__, required)) for v in pool]
     damage_cap = 1 + sum(to_free) + sum(sum(map(weights[r].__getitem__, free)) for r in required)
-    linear = tuple((damage_cap + 1) * near - cut for near, cut in zip(to_required, to_free))
+    linear = tuple(
+        (damage_cap + 1) * near - cut for near, cut in zip(to_required, to_free, strict=True)
+    )
     scale = damage_cap + 2
     pair = tuple(tuple(scale * w for w in map(weights[v].__getitem__, pool)) for v in pool)
     return SubsetProblem(linear=linear, pair=pair, size=ask.count)

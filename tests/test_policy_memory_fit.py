@@ -1,0 +1,81 @@
+"""best-fit, worst-fit and random: placement by free memory; random is pure and seedable."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuallocd.errors import GpusUnavailable
+from gpuallocd.model import LiveState, Topology
+from gpuallocd.policies.base import AllocationRequest, NodeSnapshot
+from gpuallocd.policies.memory_fit import BestFitPolicy, RandomPolicy, WorstFitPolicy
+from tests.test_policy_support import indices, node
+
+GIB = 2**30
+
+
+def with_free_memory(topology: Topology, free_gib: dict[int, int]) -> NodeSnapshot:
+    """GPUs at these indices have exactly this much memory free (GiB)."""
+    live = {}
+    for i, free in free_gib.items():
+        gpu = topology.gpus[i]
+        total = gpu.memory_total_bytes or 0
+        live[gpu.uuid] = LiveState(memory_used_bytes=total - free * GIB)
+    return NodeSnapshot.from_busy(topology, live=live)
+
+
+@pytest.fixture
+def h100() -> Topology:
+    return node("dgx-h100")
+
+
+def test_best_fit_takes_the_tightest_fit(h100: Topology) -> None:
+    """Needing 10 GiB, best-fit takes the GPU with 12 GiB free, not 11 or less."""
+    state = with_free_memory(h100, {0: 5, 1: 12, 2: 30, 3: 9})
+    request = AllocationRequest(count=1, min_free_memory_bytes=10 * GIB)
+    assert indices(h100, BestFitPolicy().choose(state, request).gpus) == [1]
+
+
+def test_an_exact_fit_fits(h100: Topology) -> None:
+    """A GPU with exactly the needed memory free is a candidate, and the best fit."""
+    state = with_free_memory(h100, {4: 10, 5: 11})
+    request = AllocationRequest(count=1, min_free_memory_bytes=10 * GIB)
+    assert indices(h100, BestFitPolicy().choose(state, request).gpus) == [4]
+
+
+def test_worst_fit_takes_the_most_free_memory(h100: Topology) -> None:
+    """worst-fit takes the emptiest GPUs; among equally empty ones the topology decides."""
+    state = with_free_memory(h100, {0: 5, 1: 12, 2: 30, 3: 9, 4: 70, 5: 70, 6: 70, 7: 1})
+    request = AllocationRequest(count=2, min_free_memory_bytes=10 * GIB)
+    assert indices(h100, WorstFitPolicy().choose(state, request).gpus) == [4, 5]
+
+
+def test_no_fit_is_gpus_unavailable(h100: Topology) -> None:
+    """When too few GPUs have the memory, the request is refused."""
+    state = with_free_memory(h100, dict.fromkeys(range(8), 3))
+    request = AllocationRequest(count=1, min_free_memory_bytes=10 * GIB)
+    with pytest.raises(GpusUnavailable):
+        BestFitPolicy().choose(state, request)
+
+
+def test_random_is_reproducible_for_a_seed(h100: Topology) -> None:
+    """The same seed, snapshot and request give the same GPUs, from any instance."""
+    state = with_free_memory(h100, {})
+    request = AllocationRequest(count=3)
+    first = RandomPolicy(seed=7).choose(state, request)
+    assert RandomPolicy(seed=7).choose(state, request) == first
+
+
+def test_random_depends_on_the_seed(h100: Topology) -> None:
+    """Different seeds draw different sets (across a handful of seeds)."""
+    state = with_free_memory(h100, {})
+    request = AllocationRequest(count=3)
+    drawn = {RandomPolicy(seed=s).choose(state, request).gpus for s in range(8)}
+    assert len(drawn) > 1
+
+
+def test_random_only_draws_fitting_gpus(h100: Topology) -> None:
+    """Needing 10 GiB, random never takes a GPU with less free."""
+    state = with_free_memory(h100, {0: 5, 1: 12, 2: 30, 3: 9, 4: 70, 5: 1, 6: 2, 7: 3})
+    request = AllocationRequest(count=3, min_free_memory_bytes=10 * GIB)
+    for seed in range(20):
+        assert indices(h100, RandomPolicy(seed=seed).choose(state, request).gpus) == [1, 2, 4]
