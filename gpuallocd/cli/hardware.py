@@ -39,13 +39,24 @@ def _print(document: dict[str, Any], as_json: bool) -> None:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True,
-              help="The project's JSON topology document, for replay with plan and simulate.")
-@click.option("--local", is_flag=True,
-              help="Read this node's NVIDIA GPUs through NVML directly, without the daemon.")
-@click.option("--inventory", "spec", metavar="SPEC",
-              help="Read any inventory here, without the daemon: nvml, amdsmi, "
-                   "nvml-recording:NAME, amd-recording:NAME, example:NAME or a file.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="The project's JSON topology document, for replay with plan and simulate.",
+)
+@click.option(
+    "--local",
+    is_flag=True,
+    help="Read this node's NVIDIA GPUs through NVML directly, without the daemon.",
+)
+@click.option(
+    "--inventory",
+    "spec",
+    metavar="SPEC",
+    help="Read any inventory here, without the daemon: nvml, amdsmi, "
+    "nvml-recording:NAME, amd-recording:NAME, example:NAME or a file.",
+)
 @click.pass_context
 def topology(ctx: click.Context, as_json: bool, local: bool, spec: str | None) -> None:
     """The node's GPUs and links, as `nvidia-smi topo -m` prints them.

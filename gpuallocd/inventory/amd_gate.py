@@ -100,8 +100,9 @@ class AmdGate:
             return getattr(self._lib, name)(*args)
         except self._lib.AmdSmiException as exc:
             code = _status(exc)
-            raise InventoryError(f"amdsmi {name} failed: {exc}", amdsmi_code=code,
-                                 amdsmi_call=name) from None
+            raise InventoryError(
+                f"amdsmi {name} failed: {exc}", amdsmi_code=code, amdsmi_call=name
+            ) from None
 
     def vram(self) -> object:
         """The VRAM memory type argument of the memory queries."""

@@ -54,8 +54,11 @@ class NvmlInventory:
 
     def _watch(self, discovery: Discovery) -> XidWatcher:
         watcher = XidWatcher(
-            self._api, discovery.handles, self._health,
-            critical=self._critical, wait_ms=self._xid_wait_ms,
+            self._api,
+            discovery.handles,
+            self._health,
+            critical=self._critical,
+            wait_ms=self._xid_wait_ms,
         )
         watcher.start()
         return watcher

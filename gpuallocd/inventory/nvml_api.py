@@ -19,10 +19,15 @@ __all__ = ["MemoryInfo", "NvmlApi", "XidEvent", "handle_key", "optional"]
 T = TypeVar("T")
 
 # Answers that mean "this GPU or driver cannot tell", not "this GPU is in trouble".
-ABSENT = frozenset({
-    NvmlCode.NOT_SUPPORTED, NvmlCode.NO_PERMISSION, NvmlCode.NOT_FOUND,
-    NvmlCode.FUNCTION_NOT_FOUND, NvmlCode.INVALID_ARGUMENT,
-})
+ABSENT = frozenset(
+    {
+        NvmlCode.NOT_SUPPORTED,
+        NvmlCode.NO_PERMISSION,
+        NvmlCode.NOT_FOUND,
+        NvmlCode.FUNCTION_NOT_FOUND,
+        NvmlCode.INVALID_ARGUMENT,
+    }
+)
 
 # Room for 1024 CPUs and 256 NUMA nodes, in 64-bit words; NVML fills what the node has.
 CPU_SET_WORDS = 16

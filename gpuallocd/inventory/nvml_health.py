@@ -122,8 +122,12 @@ class XidWatcher:
         if uuid is None:
             log.warning("Xid %d from a GPU this daemon does not know", xid)
         elif xid in self._critical:
-            log.error("GPU %s: Xid %d (%s); no new lease gets it", uuid, xid,
-                      CRITICAL_XIDS.get(xid, "critical error"))
+            log.error(
+                "GPU %s: Xid %d (%s); no new lease gets it",
+                uuid,
+                xid,
+                CRITICAL_XIDS.get(xid, "critical error"),
+            )
             self._table.mark(uuid, xid)
         else:
             log.info("GPU %s: Xid %d (not one that takes the GPU out of service)", uuid, xid)

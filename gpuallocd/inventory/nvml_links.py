@@ -73,10 +73,12 @@ def read_nvlinks(api: NvmlApi, handle: object) -> tuple[NvLinkEnd, ...]:
             raise
         if active:
             bus_id = optional(api.nvlink_remote_bus_id, handle, link)
-            ends.append(NvLinkEnd(
-                remote_bus_id=None if bus_id is None else normalize_bus_id(bus_id),
-                remote_type=optional(api.nvlink_remote_type, handle, link),
-            ))
+            ends.append(
+                NvLinkEnd(
+                    remote_bus_id=None if bus_id is None else normalize_bus_id(bus_id),
+                    remote_type=optional(api.nvlink_remote_type, handle, link),
+                )
+            )
     return tuple(ends)
 
 

@@ -1,10 +1,10 @@
 """Choosing the inventory backend from the `--inventory` option.
 
-    nvml                        the NVIDIA GPUs of this node, through NVML
-    amdsmi                      the AMD GPUs of this node, through amdsmi (extra `amd`)
-    nvml-recording:NAME|PATH    NVML replayed from a recorded machine (gpuallocd.testing)
-    amd-recording:NAME|PATH     amdsmi replayed from a recorded machine
-    example:NAME | PATH         a topology file (`nvidia-smi topo -m` text or our JSON)
+nvml                        the NVIDIA GPUs of this node, through NVML
+amdsmi                      the AMD GPUs of this node, through amdsmi (extra `amd`)
+nvml-recording:NAME|PATH    NVML replayed from a recorded machine (gpuallocd.testing)
+amd-recording:NAME|PATH     amdsmi replayed from a recorded machine
+example:NAME | PATH         a topology file (`nvidia-smi topo -m` text or our JSON)
 """
 
 from __future__ import annotations

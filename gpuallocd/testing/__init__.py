@@ -14,9 +14,14 @@ real node with `python -m gpuallocd.testing.capture > machine.json` (docs/hardwa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from gpuallocd.testing.fake_amdsmi import FakeAmdSmi
 from gpuallocd.testing.fake_nvml import FakeHandle, FakeNvml
 from gpuallocd.testing.recording import AMD_FORMAT, NVML_FORMAT, load_recording, recording_names
+
+if TYPE_CHECKING:
+    from gpuallocd.inventory.nvml import NvmlInventory
 
 __all__ = [
     "AMD_FORMAT",
@@ -25,5 +30,17 @@ __all__ = [
     "FakeHandle",
     "FakeNvml",
     "load_recording",
+    "nvml_inventory",
     "recording_names",
 ]
+
+
+def nvml_inventory(recording: str, **options: Any) -> tuple[NvmlInventory, FakeNvml]:
+    """The real NVML inventory over a fake of a recording, and the fake to drive it.
+
+    Close the inventory when done: it runs an Xid watcher thread.
+    """
+    from gpuallocd.inventory.nvml import NvmlInventory
+
+    fake = FakeNvml.from_recording(recording)
+    return NvmlInventory(nvml=fake, name=fake.name, **options), fake

@@ -25,8 +25,14 @@ from gpuallocd.testing.recording import NVML_FORMAT
 
 __all__ = ["capture", "main"]
 
-_LEVEL_NAMES = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE",
-                50: "SYSTEM"}
+_LEVEL_NAMES = {
+    0: "INTERNAL",
+    10: "SINGLE",
+    20: "MULTIPLE",
+    30: "HOSTBRIDGE",
+    40: "NODE",
+    50: "SYSTEM",
+}
 
 
 def _error_name(error: NvmlError) -> str:
@@ -90,7 +96,10 @@ def _mig_device(api: NvmlApi, parent: object, slot: int) -> dict[str, Any] | Non
     if _is_error(mig):
         return None
     return {
-        "slot": slot, "uuid": _ask(api.uuid, mig), "name": _ask(api.name, mig), **_memory(api, mig),
+        "slot": slot,
+        "uuid": _ask(api.uuid, mig),
+        "name": _ask(api.name, mig),
+        **_memory(api, mig),
         "gpu_instance_id": _ask(api.gpu_instance_id, mig),
         "compute_instance_id": _ask(api.compute_instance_id, mig),
     }
@@ -159,8 +168,10 @@ def _ancestors(api: NvmlApi, handles: list[object | None]) -> list[list[Any]]:
         answer = _ask(api.common_ancestor, a, b)
         return answer if _is_error(answer) else _LEVEL_NAMES.get(answer, "SYSTEM")
 
-    return [[None if i == j else level(a, b) for j, b in enumerate(handles)]
-            for i, a in enumerate(handles)]
+    return [
+        [None if i == j else level(a, b) for j, b in enumerate(handles)]
+        for i, a in enumerate(handles)
+    ]
 
 
 def capture(
@@ -191,8 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         description="Record this node's GPUs, as NVML sees them, for replay by the fake NVML.",
     )
     parser.add_argument("--name", help="the recording's name (default: the host name)")
-    parser.add_argument("--no-processes", action="store_true",
-                        help="leave out the running compute processes (pids, memory)")
+    parser.add_argument(
+        "--no-processes",
+        action="store_true",
+        help="leave out the running compute processes (pids, memory)",
+    )
     args = parser.parse_args(argv)
     try:
         recording = capture(name=args.name, with_processes=not args.no_processes)

@@ -21,9 +21,21 @@ __all__ = ["AmdSmiException", "AmdSmiLibraryException", "FakeAmdSmi"]
 
 # amdsmi_status_t values by name (amdsmi.h), for `{"error": NAME}` in recordings.
 STATUS = {
-    "INVAL": 1, "NOT_SUPPORTED": 2, "FAIL_LOAD_MODULE": 4, "DRM_ERROR": 6, "API_FAILED": 7,
-    "TIMEOUT": 8, "NO_PERM": 10, "IO": 12, "FILE_ERROR": 14, "INIT_ERROR": 18, "BUSY": 30,
-    "NOT_FOUND": 31, "NOT_INIT": 32, "DRIVER_NOT_LOADED": 34, "NO_DATA": 40,
+    "INVAL": 1,
+    "NOT_SUPPORTED": 2,
+    "FAIL_LOAD_MODULE": 4,
+    "DRM_ERROR": 6,
+    "API_FAILED": 7,
+    "TIMEOUT": 8,
+    "NO_PERM": 10,
+    "IO": 12,
+    "FILE_ERROR": 14,
+    "INIT_ERROR": 18,
+    "BUSY": 30,
+    "NOT_FOUND": 31,
+    "NOT_INIT": 32,
+    "DRIVER_NOT_LOADED": 34,
+    "NO_DATA": 40,
     "UNKNOWN_ERROR": 0xFFFFFFFF,
 }
 
@@ -208,7 +220,9 @@ class FakeAmdSmi:
         found = _answer(self._device(processor_handle).get("processes", []))
         return [
             {
-                "name": "N/A", "pid": int(p["pid"]), "mem": int(p["vram_bytes"]),
+                "name": "N/A",
+                "pid": int(p["pid"]),
+                "mem": int(p["vram_bytes"]),
                 "engine_usage": {"gfx": 0, "enc": 0},
                 "memory_usage": {"gtt_mem": 0, "cpu_mem": 0, "vram_mem": int(p["vram_bytes"])},
                 "cu_occupancy": "N/A",

@@ -1,0 +1,100 @@
+"""The fake NVML stays honest: it has exactly what the backend calls, as real pynvml has it."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pynvml
+import pytest
+
+import gpuallocd.inventory.nvml_api as nvml_api
+import gpuallocd.inventory.nvml_gate as nvml_gate
+from gpuallocd.testing import FakeNvml
+from gpuallocd.testing.fake_nvml import FakeHandle
+
+_USES = re.compile(r'(?:call|constant)\(\s*"(\w+)"|_lib\.(\w+)')
+
+
+def used_names() -> set[str]:
+    """Every pynvml attribute the gate and the typed API reach."""
+    names: set[str] = set()
+    for module in (nvml_gate, nvml_api):
+        source = Path(inspect.getfile(module)).read_text()
+        names.update(a or b for a, b in _USES.findall(source))
+    return names
+
+
+def _parameters(function: object) -> list[tuple[str, bool]]:
+    """(name, has a default) of each parameter."""
+    signature = inspect.signature(function)  # type: ignore[arg-type]
+    return [(p.name, p.default is not p.empty) for p in signature.parameters.values()]
+
+
+def test_the_backend_uses_the_expected_nvml_surface() -> None:
+    """The scan finds the calls (guards the scan itself against silently finding nothing)."""
+    names = used_names()
+    assert {
+        "nvmlInit",
+        "nvmlShutdown",
+        "nvmlDeviceGetNvLinkRemoteDeviceType",
+        "nvmlEventSetWait",
+        "NVML_NVLINK_MAX_LINKS",
+        "NVMLError",
+    } <= names
+    assert len(names) > 25
+
+
+@pytest.mark.parametrize("name", sorted(used_names()))
+def test_real_pynvml_and_the_fake_both_have_it(name: str) -> None:
+    """Each name exists in pynvml and in the fake; functions take the same parameters."""
+    real = getattr(pynvml, name)
+    fake = getattr(FakeNvml.from_recording("h200-single"), name)
+    if inspect.isfunction(real):
+        assert _parameters(fake) == _parameters(real)
+    elif isinstance(real, int):
+        assert fake == real
+    else:
+        assert fake is real  # the exception class is pynvml's own
+
+
+def test_the_fake_has_no_nvml_function_the_backend_does_not_use() -> None:
+    """Nothing in the fake goes untested by the backend's own use of it."""
+    fake_functions = {n for n in dir(FakeNvml) if n.startswith("nvml") and n[4].isupper()}
+    assert fake_functions == {n for n in used_names() if n.startswith("nvml") and n[4].isupper()}
+
+
+def test_the_fake_raises_pynvml_errors_with_the_right_codes() -> None:
+    """Errors are pynvml.NVMLError subclasses carrying NVML's codes."""
+    fake = FakeNvml.from_recording("lost-gpu")
+    fake.nvmlInit()
+    with pytest.raises(pynvml.NVMLError_GpuIsLost) as lost:
+        fake.nvmlDeviceGetHandleByIndex(2)
+    assert lost.value.value == pynvml.NVML_ERROR_GPU_IS_LOST
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlDeviceGetHandleByIndex(9)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        fake.nvmlDeviceGetNvLinkState(fake.nvmlDeviceGetHandleByIndex(0), 0)
+
+
+def test_the_fake_needs_nvml_started_like_the_real_one() -> None:
+    """Calls before nvmlInit fail with UNINITIALIZED, as NVML's do."""
+    fake = FakeNvml.from_recording("h200-single")
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        fake.nvmlDeviceGetCount()
+
+
+def test_the_fake_answers_in_pynvml_shapes() -> None:
+    """Structs have pynvml's field names; affinity is a word array of the asked size."""
+    fake = FakeNvml.from_recording("dgx-a100-mig")
+    fake.nvmlInit()
+    handle = fake.nvmlDeviceGetHandleByIndex(0)
+    assert isinstance(handle, FakeHandle)
+    assert fake.nvmlDeviceGetPciInfo(handle).busId == "00000000:07:00.0"
+    memory = fake.nvmlDeviceGetMemoryInfo(handle)
+    assert memory.total == memory.used + memory.free
+    sixteen_cpus_from_48 = 0xFFFF << 48  # CPUs 48-63 of word 0, 176-191 of word 2
+    assert fake.nvmlDeviceGetCpuAffinity(handle, 4) == [sixteen_cpus_from_48, 0] * 2
+    (process,) = fake.nvmlDeviceGetComputeRunningProcesses(handle)
+    assert (process.pid, process.usedGpuMemory) == (4242, 10240 * 2**20)
