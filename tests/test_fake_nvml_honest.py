@@ -98,3 +98,18 @@ def test_the_fake_answers_in_pynvml_shapes() -> None:
     assert fake.nvmlDeviceGetCpuAffinity(handle, 4) == [sixteen_cpus_from_48, 0] * 2
     (process,) = fake.nvmlDeviceGetComputeRunningProcesses(handle)
     assert (process.pid, process.usedGpuMemory) == (4242, 10240 * 2**20)
+
+
+def test_testing_module_exports_every_public_name() -> None:
+    """gpuallocd.testing lists in __all__ every class and function it offers third parties."""
+    import gpuallocd.testing as testing
+
+    public = {
+        name
+        for name, value in vars(testing).items()
+        if not name.startswith("_")
+        and (inspect.isclass(value) or inspect.isfunction(value))
+        and value.__module__.startswith("gpuallocd.")
+    }
+    assert public <= set(testing.__all__)
+    assert all(hasattr(testing, name) for name in testing.__all__)
