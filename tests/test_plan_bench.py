@@ -35,3 +35,11 @@ def test_cli_policy_bench_json() -> None:
     rows = json.loads(result.output)["rows"]
     assert {r["topology"] for r in rows} == {"workstation-4gpu-nvbridge", "random-5gpu-seed0"}
     assert all(r["exact"] for r in rows)
+
+
+def test_refused_sizes_are_rows_with_the_reason() -> None:
+    """static-dgx1 cannot serve 3 GPUs: that row carries the refusal, not a crash."""
+    rows = bench_policy(node("dgx1-volta"), lambda: get_policy("static-dgx1"), repeat=1)
+    refused = {r.count: r.error for r in rows if r.state == "idle" and r.error}
+    assert sorted(refused) == [3, 5, 6, 7]
+    assert "not 3" in (refused[3] or "")

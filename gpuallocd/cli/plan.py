@@ -190,22 +190,17 @@ def simulate_command(
 # policy-bench ---------------------------------------------------------------------------------
 
 
+def _bench_cells(row: BenchRow) -> tuple[object, ...]:
+    if row.error is not None:
+        return (row.topology, row.gpus, row.state, row.count, None, None, None, row.error)
+    exact = "yes" if row.exact else "NO"
+    median, slowest = f"{row.median_ms:.2f}", f"{row.max_ms:.2f}"
+    return (row.topology, row.gpus, row.state, row.count, median, slowest, row.search_nodes, exact)
+
+
 def _bench_table(rows: list[BenchRow]) -> str:
-    body = [
-        (
-            r.topology,
-            r.gpus,
-            r.state,
-            r.count,
-            f"{r.median_ms:.2f}",
-            f"{r.max_ms:.2f}",
-            r.search_nodes,
-            "yes" if r.exact else "NO",
-        )
-        for r in rows
-    ]
     headers = ("TOPOLOGY", "GPUS", "STATE", "N", "MEDIAN MS", "MAX MS", "NODES", "EXACT")
-    return table(headers, body)
+    return table(headers, [_bench_cells(r) for r in rows])
 
 
 @click.command(name="policy-bench")

@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gpuallocd.errors import GpuallocError
 from gpuallocd.model import Gpu, Link, PcieLevel, Topology, pair_key
-from gpuallocd.policies.base import AllocationRequest, NodeSnapshot, Policy
+from gpuallocd.policies.base import AllocationRequest, Choice, NodeSnapshot, Policy
 from gpuallocd.topology.smi_text import synthetic_uuid
 
 __all__ = ["BenchRow", "bench_policy", "random_topology"]
@@ -32,6 +33,7 @@ class BenchRow:
     max_ms: float
     search_nodes: int | None
     exact: bool
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -43,6 +45,7 @@ class BenchRow:
             "max_ms": round(self.max_ms, 3),
             "search_nodes": self.search_nodes,
             "exact": self.exact,
+            "error": self.error,
         }
 
 
@@ -51,34 +54,54 @@ def _states(topology: Topology) -> Iterator[tuple[str, frozenset[str]]]:
     yield "half busy", frozenset(g.uuid for g in topology.gpus[1::2])
 
 
-def _time_one(make: PolicyMaker, snapshot: NodeSnapshot, count: int) -> tuple[float, Any]:
+def _time_one(make: PolicyMaker, snapshot: NodeSnapshot, count: int) -> tuple[float, Choice]:
     policy = make()
     start = time.perf_counter()
     choice = policy.choose(snapshot, AllocationRequest(count=count))
     return (time.perf_counter() - start) * 1000, choice
 
 
+def _row(topology: Topology, state: str, count: int, runs: list[tuple[float, Choice]]) -> BenchRow:
+    times = [ms for ms, _ in runs]
+    choice = runs[-1][1]
+    return BenchRow(
+        topology=topology.name,
+        gpus=len(topology.gpus),
+        state=state,
+        count=count,
+        median_ms=statistics.median(times),
+        max_ms=max(times),
+        search_nodes=choice.search_nodes,
+        exact=choice.exact,
+    )
+
+
+def _refused(topology: Topology, state: str, count: int, error: GpuallocError) -> BenchRow:
+    return BenchRow(
+        topology=topology.name,
+        gpus=len(topology.gpus),
+        state=state,
+        count=count,
+        median_ms=0.0,
+        max_ms=0.0,
+        search_nodes=None,
+        exact=True,
+        error=error.message,
+    )
+
+
 def bench_policy(topology: Topology, make: PolicyMaker, *, repeat: int = 3) -> list[BenchRow]:
-    """One row per (state, request size) that the free GPUs can serve."""
+    """One row per (state, request size) that the free GPUs can hold; refusals say why."""
     rows = []
     for state, busy in _states(topology):
         snapshot = NodeSnapshot.from_busy(topology, busy=busy)
         for count in range(1, len(snapshot.available()) + 1):
-            runs = [_time_one(make, snapshot, count) for _ in range(repeat)]
-            choice = runs[-1][1]
-            times = [ms for ms, _ in runs]
-            rows.append(
-                BenchRow(
-                    topology=topology.name,
-                    gpus=len(topology.gpus),
-                    state=state,
-                    count=count,
-                    median_ms=statistics.median(times),
-                    max_ms=max(times),
-                    search_nodes=getattr(choice, "search_nodes", None),
-                    exact=getattr(choice, "exact", True),
-                )
-            )
+            try:
+                runs = [_time_one(make, snapshot, count) for _ in range(repeat)]
+            except GpuallocError as exc:
+                rows.append(_refused(topology, state, count, exc))
+            else:
+                rows.append(_row(topology, state, count, runs))
     return rows
 
 
