@@ -35,6 +35,7 @@ class DaemonConfig:
     max_ttl_seconds: float = 7 * 24 * 3600.0
     sample_interval_seconds: float = 2.0
     max_body_bytes: int = 64 * 1024
+    ledger_sync: str = "full"
     shutdown_grace_seconds: float = 5.0
     log_level: str = "INFO"
 
@@ -47,20 +48,27 @@ class DaemonConfig:
         return Path(self.state_dir) / "gpuallocd.lock"
 
 
-_TYPES: dict[str, type | tuple[type, ...]] = {
-    "socket": str,
-    "socket_mode": int,
-    "socket_group": str,
-    "state_dir": str,
-    "inventory": str,
-    "default_policy": str,
-    "default_ttl_seconds": (int, float),
-    "max_ttl_seconds": (int, float),
-    "sample_interval_seconds": (int, float),
-    "max_body_bytes": int,
-    "shutdown_grace_seconds": (int, float),
-    "log_level": str,
+_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "str | None": (str,),
+    "int": (int,),
+    "float": (int, float),
 }
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "ledger_sync": ("full", "normal"),
+    "log_level": ("DEBUG", "INFO", "WARNING", "ERROR"),
+}
+
+
+def _check_setting(path: Path, key: str, value: Any) -> None:
+    known = {f.name: str(f.type) for f in fields(DaemonConfig)}
+    if key not in known:
+        raise InvalidRequest(f"config file {path}: unknown setting {key!r}")
+    if isinstance(value, bool) or not isinstance(value, _PYTHON_TYPES[known[key]]):
+        raise InvalidRequest(f"config file {path}: {key} has the wrong type")
+    if key in _CHOICES and value not in _CHOICES[key]:
+        allowed = ", ".join(_CHOICES[key])
+        raise InvalidRequest(f"config file {path}: {key} must be one of {allowed}")
 
 
 def _from_file(path: Path) -> dict[str, Any]:
@@ -71,12 +79,8 @@ def _from_file(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise InvalidRequest(f"config file {path}: {exc}") from None
     section = data.get("gpuallocd", data)
-    known = {f.name for f in fields(DaemonConfig)}
     for key, value in section.items():
-        if key not in known:
-            raise InvalidRequest(f"config file {path}: unknown setting {key!r}")
-        if isinstance(value, bool) or not isinstance(value, _TYPES[key]):
-            raise InvalidRequest(f"config file {path}: {key} has the wrong type")
+        _check_setting(path, key, value)
     return dict(section)
 
 

@@ -65,7 +65,7 @@ class Daemon:
     async def _run_locked(self) -> None:
         inventory = open_inventory(self.config.inventory)
         try:
-            ledger = Ledger(self.config.ledger_path)
+            ledger = Ledger(self.config.ledger_path, sync=self.config.ledger_sync)
             try:
                 await self._serve(inventory, ledger)
             finally:
@@ -93,14 +93,15 @@ class Daemon:
             worker,
             queue,
             housekeeper.watcher,
-            rescan=lambda: allocator.set_topology(inventory.rescan()),
+            discover=inventory.rescan,
             started_at=self._clock(),
         )
         socket_path = Path(self.config.socket)
         sock = bind_unix_socket(
             socket_path, mode=self.config.socket_mode, group=self.config.socket_group
         )
-        server = UnixApiServer(create_app(ctx, max_body_bytes=self.config.max_body_bytes), sock)
+        app = create_app(ctx, max_body_bytes=self.config.max_body_bytes)
+        server = UnixApiServer(app, sock, grace_seconds=self.config.shutdown_grace_seconds)
         try:
             await housekeeper.start()
             await server.start()
@@ -111,7 +112,7 @@ class Daemon:
                 log.info("stopping")
         finally:
             await housekeeper.stop()
-            await server.stop(self.config.shutdown_grace_seconds)
+            await server.stop()
             worker.close()
             with contextlib.suppress(FileNotFoundError):
                 socket_path.unlink()

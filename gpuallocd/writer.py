@@ -1,8 +1,9 @@
-"""The single writer thread: every call on the allocator runs here, one at a time.
+"""The ledger's one writer: every allocator call runs here, one at a time, in order.
 
-Calls that queue up while the thread is busy run back to back inside one ledger unit of
-work and commit together: one fsync for the lot (group commit). Their callers are answered
-only after that commit. If the commit fails, every call of the batch fails with a
+Calls run on the event loop thread itself (no thread hop on the hot path). Calls that
+arrive in the same turn of the loop (concurrent requests) run back to back inside one ledger
+unit of work and commit together: one fsync for the lot (group commit). Their callers are
+answered only after that commit. If the commit fails, every call of the batch fails with a
 LedgerError and the allocator reloads its view from the ledger.
 """
 
@@ -11,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import queue
-import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -33,81 +32,71 @@ MAX_BATCH = 64
 class _Job:
     call: Callable[[], Any]
     future: asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop
     ok: bool = True
     value: Any = None
 
-
-def _settle(job: _Job) -> None:
-    if job.future.done():
-        return
-    if job.ok:
-        job.future.set_result(job.value)
-    else:
-        job.future.set_exception(job.value)
+    def settle(self) -> None:
+        if self.future.done():
+            return  # the caller went away
+        if self.ok:
+            self.future.set_result(self.value)
+        else:
+            self.future.set_exception(self.value)
 
 
 class SerialWorker:
-    """Runs blocking calls on one dedicated thread, in the order they were submitted."""
+    """Runs allocator calls one at a time, batching the writes of concurrent ones."""
 
     def __init__(
         self,
         unit_of_work: Callable[[], AbstractContextManager[Any]] = nullcontext,
         on_commit_failure: Callable[[], None] = lambda: None,
-        name: str = "gpuallocd-writer",
     ) -> None:
         self._unit_of_work = unit_of_work
         self._on_commit_failure = on_commit_failure
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
+        self._pending: list[_Job] = []
+        self._flush_scheduled = False
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(functools.partial(fn, *args, **kwargs), future, loop))
+        self._pending.append(_Job(functools.partial(fn, *args, **kwargs), future))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
         return await future
 
     def close(self) -> None:
-        self._jobs.put(None)
-        self._thread.join()
+        if self._pending:
+            self._flush()
 
-    def _next_batch(self) -> tuple[list[_Job], bool]:
-        first = self._jobs.get()
-        if first is None:
-            return [], True
-        batch = [first]
-        while len(batch) < MAX_BATCH:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job is None:
-                return batch, True
-            batch.append(job)
-        return batch, False
-
-    def _serve(self) -> None:
-        stopping = False
-        while not stopping:
-            batch, stopping = self._next_batch()
-            if batch:
-                self._run_batch(batch)
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        while self._pending:
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            self._run_batch(batch)
+            for job in batch:
+                job.settle()
 
     def _run_batch(self, batch: list[_Job]) -> None:
+        if len(batch) == 1:  # alone: its own ledger transaction is enough
+            self._run_jobs(batch)
+            return
         try:
             with self._unit_of_work():
-                for job in batch:
-                    try:
-                        job.value = job.call()
-                    except BaseException as exc:
-                        job.ok, job.value = False, exc
-                        if not isinstance(exc, GpuallocError):
-                            log.exception("unexpected error on the writer thread")
+                self._run_jobs(batch)
         except Exception as exc:
             log.error("ledger commit failed: %s", exc)
             self._on_commit_failure()
             for job in batch:
                 job.ok, job.value = False, LedgerError(f"the ledger commit failed: {exc}")
+
+    @staticmethod
+    def _run_jobs(batch: list[_Job]) -> None:
         for job in batch:
-            job.loop.call_soon_threadsafe(_settle, job)
+            try:
+                job.value = job.call()
+            except Exception as exc:
+                job.ok, job.value = False, exc
+                if not isinstance(exc, GpuallocError):
+                    log.exception("unexpected error in an allocator call")

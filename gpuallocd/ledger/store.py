@@ -1,7 +1,9 @@
 """The durable ledger: one SQLite file, written by one thread, in transactions.
 
-SQLite runs in WAL mode with `synchronous=FULL`: a commit returns only after the log is
-on disk, so whatever the daemon acknowledged survives a crash of the daemon or the machine.
+SQLite runs in WAL mode with `synchronous=FULL` by default: a commit returns only after the
+log is on disk, so whatever the daemon acknowledged survives a crash of the daemon or of the
+machine. `sync="normal"` skips that fsync: acknowledged changes still survive a crash of the
+daemon (kill -9), but the last ones may be lost when the machine itself loses power.
 Every transaction starts with `BEGIN IMMEDIATE`, taking the write lock before reading.
 
 Writes made inside `unit_of_work()` share one transaction (group commit: one fsync for
@@ -29,19 +31,19 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from gpuallocd.errors import GpuBusy, LedgerError
+from gpuallocd.leases import ENDING_EVENT, HistoryEvent, Lease, LeasedGpu, LeaseEvent, LeaseState
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.migrations import migrate
-from gpuallocd.leases import ENDING_EVENT, HistoryEvent, Lease, LeasedGpu, LeaseEvent, LeaseState
 from gpuallocd.model import Gpu
 
 __all__ = ["Ledger"]
 
 _PRAGMAS = (
     "PRAGMA journal_mode=WAL",
-    "PRAGMA synchronous=FULL",
     "PRAGMA foreign_keys=ON",
     "PRAGMA busy_timeout=5000",
 )
+SYNC_MODES = ("full", "normal")
 
 # Statements built once: the hot path only binds parameters.
 _INSERT_LEASE = insert(schema.leases)
@@ -65,7 +67,7 @@ _RELEASE_GPUS = (
 _VERSION = select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
 
 
-def _make_engine(path: Path) -> Engine:
+def _make_engine(path: Path, sync: str) -> Engine:
     engine = create_engine(
         f"sqlite:///{path}",
         connect_args={"check_same_thread": False, "isolation_level": None},
@@ -76,6 +78,7 @@ def _make_engine(path: Path) -> Engine:
         cursor = dbapi_connection.cursor()
         for pragma in _PRAGMAS:
             cursor.execute(pragma)
+        cursor.execute(f"PRAGMA synchronous={sync.upper()}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -88,17 +91,22 @@ def _make_engine(path: Path) -> Engine:
 class Ledger:
     """GPUs, leases and their history, in one SQLite file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, sync: str = "full") -> None:
+        if sync not in SYNC_MODES:
+            raise LedgerError(f"ledger_sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
         self.path = path
         self._batch: Connection | None = None
         try:
-            self._engine = _make_engine(path)
-            with self._engine.connect() as conn, conn.begin():
-                _prepare_schema(conn)
+            self._engine = _make_engine(path, sync)
+            # One writer, one connection: kept open for the ledger's whole life.
+            self._conn = self._engine.connect()
+            with self._conn.begin():
+                _prepare_schema(self._conn)
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot open the ledger {path}: {exc}") from None
 
     def close(self) -> None:
+        self._conn.close()
         self._engine.dispose()
 
     def schema_version(self) -> int:
@@ -112,8 +120,8 @@ class Ledger:
             yield
             return
         try:
-            with self._engine.connect() as conn, conn.begin():
-                self._batch = conn
+            with self._conn.begin():
+                self._batch = self._conn
                 try:
                     yield
                 finally:
@@ -206,8 +214,8 @@ class Ledger:
             with self._batch.begin_nested():
                 yield self._batch
             return
-        with self._engine.connect() as conn, conn.begin():
-            yield conn
+        with self._conn.begin():
+            yield self._conn
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -220,13 +228,12 @@ class Ledger:
     @contextmanager
     def _read(self) -> Iterator[Connection]:
         try:
-            if self._batch is not None:
-                yield self._batch
-                return
-            with self._engine.connect() as conn:
-                yield conn
+            yield self._conn
         except SQLAlchemyError as exc:
             raise LedgerError(f"the ledger read failed: {exc}") from None
+        finally:
+            if self._batch is None and self._conn.in_transaction():
+                self._conn.rollback()  # end the read's implicit transaction
 
     def _leases(self, where: Any) -> list[Lease]:
         query = select(schema.leases).where(where).order_by(schema.leases.c.created_at)

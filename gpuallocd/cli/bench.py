@@ -1,0 +1,70 @@
+"""`gpuallocctl bench`: allocate+free throughput and latency against a running daemon."""
+
+from __future__ import annotations
+
+import click
+
+from gpuallocd.cli.output import echo_json
+
+__all__ = ["COMMANDS"]
+
+
+@click.command()
+@click.option(
+    "--clients",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Client processes running at once.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(0.1, 3600),
+    default=5.0,
+    show_default=True,
+    help="How long to drive the daemon.",
+)
+@click.option(
+    "--gpus",
+    "count",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="GPUs per allocation.",
+)
+@click.option("--policy", help="Allocation policy (default: the daemon's).")
+@click.option("--json", "local_json", is_flag=True, help="JSON output (as the global --json).")
+@click.pass_context
+def bench(
+    ctx: click.Context,
+    clients: int,
+    seconds: float,
+    count: int,
+    policy: str | None,
+    local_json: bool,
+) -> None:
+    """Measure allocate+free pairs per second and their latency (p50/p90/p99)."""
+    from gpulease import Client, GpuallocError
+
+    from gpuallocd.bench import run_bench
+
+    socket = Client(ctx.obj.socket).socket_path
+    try:
+        with Client(socket) as client:
+            client.health()
+    except GpuallocError as exc:
+        raise click.ClickException(f"{exc.message} [{exc.code}]") from None
+    result = run_bench(socket, clients=clients, seconds=seconds, count=count, policy=policy)
+    if ctx.obj.json or local_json:
+        echo_json(result.to_json())
+        return
+    click.echo(
+        f"{result.clients} client(s), {result.seconds:g} s: {result.pairs} allocate+free pairs "
+        f"({result.pairs_per_second:.0f}/s), {result.refused} refused, {result.errors} errors\n"
+        f"pair latency ms: p50 {result.p50_ms:.2f}  p90 {result.p90_ms:.2f}  "
+        f"p99 {result.p99_ms:.2f}  max {result.max_ms:.2f}\n"
+        f"allocate p50 {result.allocate_p50_ms:.2f} ms, free p50 {result.free_p50_ms:.2f} ms"
+    )
+
+
+COMMANDS = (bench,)
