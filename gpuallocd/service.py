@@ -8,6 +8,7 @@ then update the in-memory view and answer.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,8 @@ from gpuallocd.ledger import Ledger
 from gpuallocd.liveness import process_start_time
 from gpuallocd.model import HEALTHY, Gpu, LiveState, Topology
 from gpuallocd.policies import AllocationRequest, Choice, NodeSnapshot, Policy, get_policy
+
+log = logging.getLogger(__name__)
 
 __all__ = ["AllocateSpec", "Allocator", "GpuStatus", "ServiceSettings"]
 
@@ -180,6 +183,10 @@ class Allocator:
         policy_name = spec.policy or self._settings.default_policy
         choice = self._policy(policy_name).choose(self._snapshot(reserved), request)
         self._check_choice(choice, request, reserved)
+        if not choice.exact:
+            log.warning(
+                "policy %s gave a set it could not prove best: %s", policy_name, choice.reason
+            )
         start_time = self._start_time_of(caller.pid) if spec.bind_to_process else None
         if spec.bind_to_process and start_time is None:
             raise InvalidRequest("the requesting process is gone; nothing to bind the lease to")
@@ -348,7 +355,8 @@ class Allocator:
 
     def usable_gpus(self, spec: AllocateSpec) -> frozenset[str]:
         """Every GPU that could serve this request: the named ones, or any when it has a count."""
-        required = frozenset(self._known_uuid(ref) for ref in spec.gpus) - {None}
+        known = (self._known_uuid(ref) for ref in spec.gpus)
+        required = frozenset(uuid for uuid in known if uuid is not None)
         if spec.count is None or spec.count <= len(required):
             return required
         return frozenset(self._by_uuid)

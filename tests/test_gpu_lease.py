@@ -66,9 +66,12 @@ def test_specific_gpus(daemon: ThreadDaemon) -> None:
 
 def test_no_free_gpus_raises_without_wait(daemon: ThreadDaemon) -> None:
     """Without wait, a full node raises GpusUnavailable at once."""
-    with gpu_lease(4, socket=daemon.paths.socket), pytest.raises(GpusUnavailable):
-        with gpu_lease(1, socket=daemon.paths.socket):
-            pass
+    with (
+        gpu_lease(4, socket=daemon.paths.socket),
+        pytest.raises(GpusUnavailable),
+        gpu_lease(1, socket=daemon.paths.socket),
+    ):
+        pass
 
 
 def test_background_thread_renews_the_lease(daemon: ThreadDaemon) -> None:
@@ -101,9 +104,7 @@ def test_revocation_raises_in_the_main_thread(daemon: ThreadDaemon) -> None:
     """on_revoke='raise' interrupts the body with LeaseRevoked."""
     with (
         pytest.raises(LeaseRevoked),
-        gpu_lease(  # noqa: PT012
-            1, ttl=0.9, socket=daemon.paths.socket, on_revoke="raise"
-        ) as lease,
+        gpu_lease(1, ttl=0.9, socket=daemon.paths.socket, on_revoke="raise") as lease,
     ):
         with daemon.client() as client:
             client.revoke(lease.id)

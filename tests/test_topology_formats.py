@@ -145,7 +145,7 @@ def test_rendered_matrix_reads_back(tmp_path: Path) -> None:
 
 def test_missing_file_and_unknown_example_name_the_problem(tmp_path: Path) -> None:
     """A missing path or example name is a clear InventoryError."""
-    with pytest.raises(InventoryError, match="missing.txt"):
+    with pytest.raises(InventoryError, match=r"missing\.txt"):
         load_topology(tmp_path / "missing.txt")
     with pytest.raises(InventoryError, match="known"):
         load_topology("example:no-such-machine")

@@ -6,6 +6,7 @@ the single writer thread and answers with JSON. Errors leave as one envelope (er
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,6 +27,7 @@ from gpuallocd.errors import (
 )
 from gpuallocd.leases import Caller
 from gpuallocd.liveness import ProcessWatcher
+from gpuallocd.model import Topology
 from gpuallocd.policies import available_policies
 from gpuallocd.service import AllocateSpec, Allocator
 from gpuallocd.topology import topology_to_json
@@ -54,7 +56,8 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024
 
 
 class ApiContext:
-    """What the handlers need: the allocator, its writer thread, the queue, how to rescan."""
+    """What the handlers need: the allocator, its writer, the queue, the process watcher, and
+    how to rediscover the node."""
 
     def __init__(
         self,
@@ -62,14 +65,14 @@ class ApiContext:
         worker: SerialWorker,
         queue: WaitQueue,
         watcher: ProcessWatcher,
-        rescan: Callable[[], None],
+        discover: Callable[[], Topology],
         started_at: float,
     ) -> None:
         self.allocator = allocator
         self.worker = worker
         self.queue = queue
         self.watcher = watcher
-        self.rescan = rescan
+        self.discover = discover
         self.started_at = started_at
 
 
@@ -223,7 +226,9 @@ async def rescan(request: web.Request) -> web.Response:
     if not _caller(request).is_root:
         raise PermissionDenied("only root may rescan the node")
     ctx = _ctx(request)
-    await ctx.worker.run(ctx.rescan)
+    # Discovery may take seconds on a real node: off the event loop, then adopted in order.
+    topology = await asyncio.get_running_loop().run_in_executor(None, ctx.discover)
+    await ctx.worker.run(ctx.allocator.set_topology, topology)
     ctx.queue.kick()
     return _json(topology_to_json(ctx.allocator.topology))
 

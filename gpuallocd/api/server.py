@@ -83,8 +83,10 @@ class _EnvelopeRequestHandler(RequestHandler):
 class UnixApiServer:
     """The aiohttp application served on an already bound Unix socket."""
 
-    def __init__(self, app: web.Application, sock: socket.socket) -> None:
-        self._runner = web.AppRunner(app, **_RUNNER_OPTIONS)
+    def __init__(
+        self, app: web.Application, sock: socket.socket, *, grace_seconds: float = 5.0
+    ) -> None:
+        self._runner = web.AppRunner(app, shutdown_timeout=grace_seconds, **_RUNNER_OPTIONS)
         self._sock = sock
         self._server: asyncio.AbstractServer | None = None
 
@@ -98,10 +100,14 @@ class UnixApiServer:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(self._protocol, sock=self._sock)
 
-    async def stop(self, grace_seconds: float = 5.0) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), grace_seconds)
+    async def stop(self, grace_seconds: float = 1.0) -> None:
+        """Stop accepting, let requests in flight finish (within the grace), close the rest."""
+        if self._server is None:
+            self._sock.close()  # never served: the listening socket is still ours
+            await self._runner.cleanup()
+            return
+        self._server.close()
         await self._runner.shutdown()
         await self._runner.cleanup()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), grace_seconds)

@@ -14,6 +14,7 @@ __all__ = ["CliContext", "cli", "main"]
 COMMAND_MODULES = (
     "gpuallocd.cli.leases",
     "gpuallocd.cli.run",
+    "gpuallocd.cli.bench",
     "gpuallocd.cli.hardware",
     "gpuallocd.cli.plan",
 )

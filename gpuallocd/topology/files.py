@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuallocd.errors import InventoryError
 from gpuallocd.model import Topology
 from gpuallocd.topology.json_format import topology_from_json
 from gpuallocd.topology.smi_text import parse_smi_topo
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
 
 __all__ = ["EXAMPLE_PREFIX", "example_names", "load_topology", "parse_topology"]
 
@@ -17,7 +21,7 @@ EXAMPLE_PREFIX = "example:"
 _SUFFIXES = (".json", ".txt")
 
 
-def _examples() -> resources.abc.Traversable:
+def _examples() -> Traversable:
     return resources.files("gpuallocd") / "examples"
 
 

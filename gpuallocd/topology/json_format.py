@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuallocd.errors import InventoryError
-from gpuallocd.model import Gpu, Link, PcieLevel, Topology, pair_key
+from gpuallocd.model import Gpu, Link, MigDevice, PcieLevel, Topology, pair_key
 from gpuallocd.topology.smi_text import synthetic_uuid
 
 __all__ = ["FORMAT", "topology_from_json", "topology_to_json"]
@@ -33,7 +33,9 @@ _GPU_FIELDS = (
     "cpu_affinity",
     "vendor",
     "compute_capability",
+    "compute_partition",
 )
+_MIG_FIELDS = ("uuid", "gpu_instance_id", "compute_instance_id", "profile", "memory_total_bytes")
 
 
 def _require(condition: bool, message: str) -> None:
@@ -48,7 +50,21 @@ def _gpu_from_json(item: Any) -> Gpu:
     uuid = item.get("uuid") or synthetic_uuid(index)
     _require(isinstance(uuid, str), f"GPU {index}: 'uuid' must be a string")
     fields = {k: item[k] for k in _GPU_FIELDS if item.get(k) is not None}
-    return Gpu(uuid=uuid, index=index, **fields)
+    return Gpu(
+        uuid=uuid,
+        index=index,
+        mig_mode=bool(item.get("mig_mode", False)),
+        mig_devices=tuple(_mig_from_json(index, m) for m in item.get("mig_devices", [])),
+        **fields,
+    )
+
+
+def _mig_from_json(index: int, item: Any) -> MigDevice:
+    _require(
+        isinstance(item, dict) and isinstance(item.get("uuid"), str),
+        f"GPU {index}: each MIG device needs a 'uuid'",
+    )
+    return MigDevice(**{k: item[k] for k in _MIG_FIELDS if item.get(k) is not None})
 
 
 def _resolver(gpus: tuple[Gpu, ...]) -> Mapping[int | str, str]:
@@ -127,6 +143,13 @@ def topology_from_json(data: Any, *, name: str = "topology") -> Topology:
 def _gpu_to_json(gpu: Gpu) -> dict[str, Any]:
     out: dict[str, Any] = {"index": gpu.index, "uuid": gpu.uuid}
     out.update({k: getattr(gpu, k) for k in _GPU_FIELDS if getattr(gpu, k) is not None})
+    if gpu.mig_mode:
+        out["mig_mode"] = True
+    if gpu.mig_devices:
+        out["mig_devices"] = [
+            {k: getattr(m, k) for k in _MIG_FIELDS if getattr(m, k) is not None}
+            for m in gpu.mig_devices
+        ]
     return out
 
 
