@@ -15,6 +15,25 @@ import pytest
 from tests.harness import DaemonPaths, ProcessDaemon
 
 
+def run_daemon_once(short_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Start `python -m gpuallocd ARGS` expecting it to refuse to start; its exit and output."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuallocd",
+            *args,
+            "--socket",
+            str(short_dir / "s.sock"),
+            "--state-dir",
+            str(short_dir / "state"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_sigterm_stops_cleanly_and_removes_the_socket(
     process_daemon: Callable[..., ProcessDaemon],
 ) -> None:
@@ -82,22 +101,7 @@ def test_kill_9_loses_no_acknowledged_lease(
 
 def test_nvml_without_a_gpu_fails_with_one_clear_line(short_dir: Path) -> None:
     """--inventory nvml on a machine without NVML: exit 1, one line, how to run instead."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuallocd",
-            "--inventory",
-            "nvml",
-            "--socket",
-            str(short_dir / "s.sock"),
-            "--state-dir",
-            str(short_dir / "state"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_daemon_once(short_dir, "--inventory", "nvml")
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -106,22 +110,7 @@ def test_nvml_without_a_gpu_fails_with_one_clear_line(short_dir: Path) -> None:
 
 def test_unknown_topology_file_is_a_clear_error(short_dir: Path) -> None:
     """A missing topology file: exit 1 with the path in the message."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuallocd",
-            "--inventory",
-            str(short_dir / "missing.txt"),
-            "--socket",
-            str(short_dir / "s.sock"),
-            "--state-dir",
-            str(short_dir / "state"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_daemon_once(short_dir, "--inventory", str(short_dir / "missing.txt"))
     assert proc.returncode == 1 and "missing.txt" in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -146,22 +135,5 @@ def test_bad_config_file_is_refused(short_dir: Path, bad: str) -> None:
     """A config file with a wrong type, an unknown key or bad TOML is a one-line error."""
     config = short_dir / "bad.toml"
     config.write_text(bad + "\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuallocd",
-            "--config",
-            str(config),
-            "--inventory",
-            "example:dgx1-volta",
-            "--socket",
-            str(short_dir / "s.sock"),
-            "--state-dir",
-            str(short_dir / "state"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_daemon_once(short_dir, "--config", str(config), "--inventory", "example:dgx1-volta")
     assert proc.returncode == 1 and "config file" in proc.stderr
