@@ -143,3 +143,42 @@ def test_no_gpu_is_ever_in_two_active_leases(ops: list[tuple[str, object]]) -> N
         held = [g.uuid for x in active for g in x.gpus]
         assert len(held) == len(set(held))
         ledger.close()
+
+
+SCHEMA_V1 = """
+CREATE TABLE meta (key VARCHAR NOT NULL PRIMARY KEY, value VARCHAR NOT NULL);
+CREATE TABLE gpus (uuid VARCHAR NOT NULL PRIMARY KEY, gpu_index INTEGER NOT NULL,
+    name VARCHAR NOT NULL, present BOOLEAN NOT NULL, first_seen FLOAT NOT NULL,
+    last_seen FLOAT NOT NULL);
+CREATE TABLE leases (id VARCHAR NOT NULL PRIMARY KEY, owner_uid INTEGER NOT NULL,
+    owner_name VARCHAR NOT NULL, pid INTEGER, label VARCHAR, policy VARCHAR NOT NULL,
+    created_at FLOAT NOT NULL, expires_at FLOAT NOT NULL, state VARCHAR NOT NULL,
+    ended_at FLOAT);
+CREATE INDEX leases_by_state ON leases (state);
+CREATE TABLE lease_gpus (lease_id VARCHAR NOT NULL REFERENCES leases (id),
+    gpu_uuid VARCHAR NOT NULL REFERENCES gpus (uuid), gpu_index INTEGER NOT NULL,
+    position INTEGER NOT NULL, active BOOLEAN NOT NULL, PRIMARY KEY (lease_id, gpu_uuid));
+CREATE UNIQUE INDEX one_active_lease_per_gpu ON lease_gpus (gpu_uuid) WHERE active = 1;
+CREATE TABLE history (seq INTEGER NOT NULL PRIMARY KEY, lease_id VARCHAR NOT NULL
+    REFERENCES leases (id), event VARCHAR NOT NULL, actor_uid INTEGER NOT NULL,
+    at FLOAT NOT NULL, detail TEXT);
+INSERT INTO meta VALUES ('schema_version', '1');
+INSERT INTO gpus VALUES ('GPU-0', 0, 'GPU 0', 1, 0.0, 0.0);
+INSERT INTO leases VALUES ('old', 1000, 'ana', 42, 'v1', 'simple', 1.0, 99.0, 'active', NULL);
+INSERT INTO lease_gpus VALUES ('old', 'GPU-0', 0, 0, 1);
+INSERT INTO history VALUES (1, 'old', 'granted', 1000, 1.0, NULL);
+"""
+
+
+def test_ledger_of_schema_1_opens_and_is_upgraded(tmp_path: Path) -> None:
+    """A ledger written by the first schema opens: upgraded, its leases and history intact."""
+    with sqlite3.connect(tmp_path / "v1.db") as conn:
+        conn.executescript(SCHEMA_V1)
+    ledger = Ledger(tmp_path / "v1.db")
+    assert ledger.schema_version() == schema.SCHEMA_VERSION
+    (lease,) = ledger.active_leases()
+    assert (lease.id, lease.label, lease.bound, lease.pid_start_time) == ("old", "v1", False, None)
+    assert [e.event.value for e in ledger.history("old")] == ["granted"]
+    with pytest.raises(GpuBusy):
+        ledger.grant(make_lease("new", [0]), 0)  # the old lease still holds GPU-0
+    ledger.close()
