@@ -4,15 +4,43 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 if TYPE_CHECKING:
     from gpulease import Client
 
-__all__ = ["daemon_client", "format_expiry", "parse_gpu_ref"]
+__all__ = ["daemon_client", "format_expiry", "lease_request_options", "parse_gpu_ref"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def lease_request_options(ttl_help: str, label_help: str) -> Callable[[F], F]:
+    """The options of a lease request, shared by `allocate` and `run`."""
+    options = (
+        click.option("-n", "--count", type=click.IntRange(min=1), help="How many GPUs."),
+        click.option(
+            "--gpu", "gpus", multiple=True, help="A GPU to lease, by index or UUID (repeatable)."
+        ),
+        click.option("--policy", help="Allocation policy (default: the daemon's)."),
+        click.option("--ttl", type=click.FloatRange(min=0, min_open=True), help=ttl_help),
+        click.option("--label", help=label_help),
+        click.option("--wait", is_flag=True, help="Queue until the GPUs are free."),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            help="Wait at most this long.",
+        ),
+    )
+
+    def apply(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
 
 
 @contextlib.contextmanager

@@ -6,7 +6,12 @@ from typing import Any
 
 import click
 
-from gpuallocd.cli.common import daemon_client, format_expiry, parse_gpu_ref
+from gpuallocd.cli.common import (
+    daemon_client,
+    format_expiry,
+    lease_request_options,
+    parse_gpu_ref,
+)
 from gpuallocd.cli.output import echo_json, format_bytes, table
 
 __all__ = ["COMMANDS"]
@@ -77,15 +82,7 @@ def list_leases(ctx: click.Context) -> None:
 
 
 @click.command()
-@click.option("-n", "--count", type=click.IntRange(min=1), help="How many GPUs.")
-@click.option("--gpu", "gpus", multiple=True, help="A GPU to lease, by index or UUID (repeatable).")
-@click.option("--policy", help="Allocation policy (default: the daemon's).")
-@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), help="Lifetime in seconds.")
-@click.option("--label", help="A note shown in `leases`.")
-@click.option("--wait", is_flag=True, help="Queue until the GPUs are free.")
-@click.option(
-    "--timeout", type=click.FloatRange(min=0, min_open=True), help="Wait at most this long."
-)
+@lease_request_options(ttl_help="Lifetime in seconds.", label_help="A note shown in `leases`.")
 @click.pass_context
 def allocate(
     ctx: click.Context,

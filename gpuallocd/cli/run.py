@@ -12,7 +12,7 @@ from types import FrameType
 
 import click
 
-from gpuallocd.cli.common import parse_gpu_ref
+from gpuallocd.cli.common import lease_request_options, parse_gpu_ref
 
 __all__ = ["COMMANDS", "FORWARDED_SIGNALS"]
 
@@ -53,18 +53,9 @@ def run_command(command: Sequence[str]) -> int:
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
-@click.option("-n", "--count", type=click.IntRange(min=1), help="How many GPUs.")
-@click.option("--gpu", "gpus", multiple=True, help="A GPU to lease, by index or UUID (repeatable).")
-@click.option("--policy", help="Allocation policy (default: the daemon's).")
-@click.option(
-    "--ttl",
-    type=click.FloatRange(min=0, min_open=True),
-    help="Lease lifetime between renewals, in seconds.",
-)
-@click.option("--label", help="A note shown in `leases` (default: the command).")
-@click.option("--wait", is_flag=True, help="Queue until the GPUs are free.")
-@click.option(
-    "--timeout", type=click.FloatRange(min=0, min_open=True), help="Wait at most this long."
+@lease_request_options(
+    ttl_help="Lease lifetime between renewals, in seconds.",
+    label_help="A note shown in `leases` (default: the command).",
 )
 @click.option(
     "--visible",
