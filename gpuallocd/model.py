@@ -7,7 +7,7 @@ Everything here is immutable. A GPU is identified by its UUID; the index is only
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -108,15 +108,6 @@ class Topology:
 
     def uuids(self) -> tuple[str, ...]:
         return tuple(g.uuid for g in self.gpus)
-
-    def restricted_to(self, uuids: Iterable[str]) -> Topology:
-        """The same node seen through a subset of its GPUs."""
-        keep = set(uuids)
-        return Topology(
-            name=self.name,
-            gpus=tuple(g for g in self.gpus if g.uuid in keep),
-            links={k: v for k, v in self.links.items() if k[0] in keep and k[1] in keep},
-        )
 
 
 @dataclass(frozen=True, slots=True)

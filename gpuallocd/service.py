@@ -181,8 +181,9 @@ class Allocator:
         self.expire_due()
         request = self._request(spec)
         policy_name = spec.policy or self._settings.default_policy
-        choice = self._policy(policy_name).choose(self._snapshot(reserved), request)
-        self._check_choice(choice, request, reserved)
+        snapshot = self._snapshot(reserved)
+        choice = self._policy(policy_name).choose(snapshot, request)
+        _check_choice(choice, request, snapshot)
         if not choice.exact:
             log.warning(
                 "policy %s gave a set it could not prove best: %s", policy_name, choice.reason
@@ -253,9 +254,6 @@ class Allocator:
         now = self._clock()
         due = [lease for lease in self._active.values() if lease.expires_at <= now]
         return self._end(due, LeaseState.EXPIRED, actor_uid=0)
-
-    def next_expiry(self) -> float | None:
-        return min((lease.expires_at for lease in self._active.values()), default=None)
 
     # Internals ------------------------------------------------------------------------------
 
@@ -368,17 +366,15 @@ class Allocator:
             self._topology, busy=frozenset(holders) | reserved, live=self._live, foreign=foreign
         )
 
-    def _check_choice(
-        self, choice: Choice, request: AllocationRequest, reserved: frozenset[str]
-    ) -> None:
-        """A policy is code we may not own: never record a choice that breaks the rules."""
-        picked = choice.gpus
-        busy = self._holders().keys() | reserved
-        broken = (
-            len(picked) != request.count
-            or len(set(picked)) != len(picked)
-            or not set(request.required) <= set(picked)
-            or any(u not in self._by_uuid or u in busy for u in picked)
-        )
-        if broken:
-            raise InternalError("the policy returned an invalid choice", gpus=list(picked))
+
+def _check_choice(choice: Choice, request: AllocationRequest, snapshot: NodeSnapshot) -> None:
+    """A policy is code we may not own: never record a choice that breaks the rules."""
+    picked = choice.gpus
+    broken = (
+        len(picked) != request.count
+        or len(set(picked)) != len(picked)
+        or not set(request.required) <= set(picked)
+        or any(u not in snapshot.views or not snapshot.views[u].free for u in picked)
+    )
+    if broken:
+        raise InternalError("the policy returned an invalid choice", gpus=list(picked))
