@@ -7,13 +7,12 @@ at import time. Its errors come back as InventoryError with the amdsmi status co
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib
-import threading
 from typing import Any
 
 from gpuallocd.errors import InventoryError
+from gpuallocd.inventory.gate import LibraryGate
 from gpuallocd.inventory.select import NVML_HINT
 
 __all__ = ["AMDSMI_NOT_SUPPORTED", "AmdGate", "amdsmi_code"]
@@ -53,26 +52,14 @@ def _status(exc: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
-class AmdGate:
+class AmdGate(LibraryGate):
     """Starts amdsmi on first use, routes every call, and shuts it down once."""
 
     def __init__(self, amdsmi: Any | None = None) -> None:
-        self._lib: Any = amdsmi
-        self._lock = threading.Lock()
-        self._started = False
-        self._closed = False
+        super().__init__(amdsmi)
 
-    def start(self) -> None:
-        if self._started:
-            return
-        with self._lock:
-            if self._closed:
-                raise InventoryError("the amdsmi backend is closed")
-            if not self._started:
-                self._load()
-                self._init()
-                self._started = True
-                atexit.register(self.shutdown)
+    def _closed_error(self) -> InventoryError:
+        return InventoryError("the amdsmi backend is closed")
 
     def _load(self) -> None:
         if self._lib is not None:
@@ -110,11 +97,6 @@ class AmdGate:
         vram: object = self._lib.AmdSmiMemoryType.VRAM
         return vram
 
-    def shutdown(self) -> None:
-        with self._lock:
-            started, self._started, self._closed = self._started, False, True
-        if not started:
-            return
-        atexit.unregister(self.shutdown)
+    def _stop(self) -> None:
         with contextlib.suppress(self._lib.AmdSmiException):  # shutting down anyway
             self._lib.amdsmi_shut_down()

@@ -12,14 +12,13 @@ real pynvml has each with a compatible signature.
 
 from __future__ import annotations
 
-import atexit
 import enum
 import importlib
 import logging
-import threading
 from typing import Any
 
 from gpuallocd.errors import NvmlError
+from gpuallocd.inventory.gate import LibraryGate
 from gpuallocd.inventory.select import NVML_HINT
 
 __all__ = ["NvmlCode", "NvmlGate", "nvml_code"]
@@ -99,7 +98,7 @@ def _describe(exc: BaseException) -> str:
         return repr(exc)
 
 
-class NvmlGate:
+class NvmlGate(LibraryGate):
     """Starts NVML on first use, routes every call, and shuts NVML down once.
 
     `nvml` is the pynvml module, or an object with the same functions (the fake in
@@ -107,23 +106,10 @@ class NvmlGate:
     """
 
     def __init__(self, nvml: Any | None = None) -> None:
-        self._lib: Any = nvml
-        self._lock = threading.Lock()
-        self._started = False
-        self._closed = False
+        super().__init__(nvml)
 
-    def start(self) -> None:
-        """Load and initialise NVML if not done yet; raise NvmlError with what to do."""
-        if self._started:
-            return
-        with self._lock:
-            if self._closed:
-                raise NvmlError("the NVML backend is closed")
-            if not self._started:
-                self._load()
-                self._init()
-                self._started = True
-                atexit.register(self.shutdown)
+    def _closed_error(self) -> NvmlError:
+        return NvmlError("the NVML backend is closed")
 
     def _load(self) -> None:
         if self._lib is not None:
@@ -178,13 +164,7 @@ class NvmlGate:
         message = f"NVML {name} failed: {reason or _describe(exc)}"
         return NvmlError(message, nvml_code=code, nvml_call=name)
 
-    def shutdown(self) -> None:
-        """Shut NVML down if this gate started it; safe to call more than once."""
-        with self._lock:
-            started, self._started, self._closed = self._started, False, True
-        if not started:
-            return
-        atexit.unregister(self.shutdown)
+    def _stop(self) -> None:
         try:
             self._lib.nvmlShutdown()
         except self._error_classes() as exc:
