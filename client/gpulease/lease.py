@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from contextlib import ContextDecorator
@@ -144,8 +145,6 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
 
 
 def _warn_unfreed(lease: Lease, error: GpuallocError) -> None:
-    import sys
-
     print(
         f"gpulease: could not free lease {lease.id} ({error.message}); it ends when it expires",
         file=sys.stderr,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
@@ -168,8 +169,6 @@ def queue(ctx: click.Context) -> None:
 @click.pass_context
 def history(ctx: click.Context, lease_id: str | None, limit: int) -> None:
     """The ledger's record of lease transitions, oldest first."""
-    import time
-
     with daemon_client(ctx) as client:
         events = client.history(lease_id, limit)
     if ctx.obj.json:
