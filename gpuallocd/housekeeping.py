@@ -74,6 +74,8 @@ class Housekeeper:
         except GpuallocError as exc:
             log.error("ending leases of an exited process failed: %s", exc.message)
             return
+        for lease in ended:  # leases freed before their process exited are not listed
+            log.info("lease %s ended: its process %s exited", lease.id, lease.pid)
         self._released(ended)
 
     def _released(self, leases: Sequence[Lease]) -> None:

@@ -116,7 +116,7 @@ class ProcessWatcher:
             return
         lease_ids = sorted(process.leases)
         self._forget(key)
-        log.info("process %d exited; ending its lease(s) %s", process.pid, ", ".join(lease_ids))
+        log.debug("process %d exited; its lease(s): %s", process.pid, ", ".join(lease_ids))
         self._on_exit(lease_ids)
 
     def _forget(self, key: tuple[int, int]) -> None:
