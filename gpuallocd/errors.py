@@ -24,8 +24,21 @@
         ├── LedgerError           503   ledger_error
         └── InternalError         500   internal_error
 
+    LocalError                          never on the wire: raised and handled on this machine
+    ├── StartupError              exit  the daemon cannot start; exit codes: docs/configuration.md
+    │   ├── ConfigError            78   a setting in the file, the environment or an option is wrong
+    │   ├── AlreadyRunning         75   another daemon holds the state directory or the socket
+    │   ├── HardwareUnavailable    69   the GPU backend or topology file cannot be opened
+    │   └── StateUnusable          73   the state directory, ledger or socket cannot be used
+    └── InputFileError                  a file named on the command line cannot be used
+        └── TraceError                  a `simulate` trace line that cannot be replayed
+
 Codes are part of the API: they are never renamed. The client package maps each code back
-to an exception class of the same name.
+to an exception class of the same name, under the same parents. Each code carries the same
+detail keys wherever it is raised: `detail_keys` lists them, and raising with another key is a
+bug that the constructor reports at once. Foreign errors (SQLAlchemy, NVML, amdsmi) are
+translated at one boundary per dependency and chained (`raise ... from exc`), so the daemon's
+log keeps their cause.
 """
 
 from __future__ import annotations
@@ -33,25 +46,33 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "AlreadyRunning",
     "BackendError",
     "BodyTooLarge",
     "CallerError",
     "CapacityError",
+    "ConfigError",
     "CountExceedsNode",
     "GpuBusy",
     "GpuallocError",
     "GpusUnavailable",
+    "HardwareUnavailable",
+    "InputFileError",
     "InternalError",
     "InvalidRequest",
     "InventoryError",
     "LeaseNotActive",
     "LedgerError",
+    "LocalError",
     "MalformedHttp",
     "MalformedJson",
     "MethodNotAllowed",
     "NvmlError",
     "PermissionDenied",
     "PolicyNotApplicable",
+    "StartupError",
+    "StateUnusable",
+    "TraceError",
     "UnknownGpu",
     "UnknownLease",
     "UnknownPolicy",
@@ -65,8 +86,12 @@ class GpuallocError(Exception):
 
     code: ClassVar[str] = "internal_error"
     http_status: ClassVar[int] = 500
+    detail_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, message: str, **details: Any) -> None:
+        unknown = set(details) - self.detail_keys
+        if unknown:
+            raise TypeError(f"{type(self).__name__} takes no detail {', '.join(sorted(unknown))}")
         super().__init__(message)
         self.message = message
         self.details = details
@@ -89,6 +114,7 @@ class CallerError(GpuallocError):
 class InvalidRequest(CallerError):
     code = "invalid_request"
     http_status = 400
+    detail_keys = frozenset({"field", "fields", "value"})
 
 
 class MalformedJson(InvalidRequest):
@@ -106,21 +132,25 @@ class BodyTooLarge(InvalidRequest):
 
 class CountExceedsNode(InvalidRequest):
     code = "count_exceeds_node"
+    detail_keys = frozenset({"count", "node_gpus"})
 
 
 class UnknownGpu(CallerError):
     code = "unknown_gpu"
     http_status = 404
+    detail_keys = frozenset({"gpu"})
 
 
 class UnknownLease(CallerError):
     code = "unknown_lease"
     http_status = 404
+    detail_keys = frozenset({"lease"})
 
 
 class UnknownPolicy(CallerError):
     code = "unknown_policy"
     http_status = 400
+    detail_keys = frozenset({"policy"})
 
 
 class UnknownRoute(CallerError):
@@ -136,16 +166,19 @@ class MethodNotAllowed(CallerError):
 class PermissionDenied(CallerError):
     code = "permission_denied"
     http_status = 403
+    detail_keys = frozenset({"lease"})
 
 
 class LeaseNotActive(CallerError):
     code = "lease_not_active"
     http_status = 409
+    detail_keys = frozenset({"lease", "state"})
 
 
 class PolicyNotApplicable(CallerError):
     code = "policy_not_applicable"
     http_status = 422
+    detail_keys = frozenset({"policy", "count"})
 
 
 class CapacityError(GpuallocError):
@@ -157,10 +190,12 @@ class CapacityError(GpuallocError):
 
 class GpusUnavailable(CapacityError):
     code = "gpus_unavailable"
+    detail_keys = frozenset({"count", "available", "waited_seconds"})
 
 
 class GpuBusy(CapacityError):
     code = "gpu_busy"
+    detail_keys = frozenset({"gpus"})
 
 
 class BackendError(GpuallocError):
@@ -173,11 +208,13 @@ class BackendError(GpuallocError):
 class NvmlError(BackendError):
     code = "nvml_error"
     http_status = 503
+    detail_keys = frozenset({"nvml_code", "nvml_call"})
 
 
 class InventoryError(BackendError):
     code = "inventory_error"
     http_status = 503
+    detail_keys = frozenset({"amdsmi_code", "amdsmi_call", "path", "line"})
 
 
 class LedgerError(BackendError):
@@ -188,20 +225,67 @@ class LedgerError(BackendError):
 class InternalError(BackendError):
     code = "internal_error"
     http_status = 500
+    detail_keys = frozenset({"gpus"})
+
+
+class LocalError(GpuallocError):
+    """Raised and handled on this machine; never sent on the wire."""
+
+
+class StartupError(LocalError):
+    """The daemon cannot start. `exit_code` is what `gpuallocd` exits with."""
+
+    exit_code: ClassVar[int] = 1
+
+
+class ConfigError(StartupError):
+    """A setting in the config file, the environment or an option is wrong."""
+
+    exit_code = 78  # EX_CONFIG
+
+
+class AlreadyRunning(StartupError):
+    """Another daemon holds the state directory, or serves on the socket."""
+
+    exit_code = 75  # EX_TEMPFAIL: systemd may try again once the other one is gone
+
+
+class HardwareUnavailable(StartupError):
+    """The GPU backend (NVML, amdsmi) or the topology file cannot be opened."""
+
+    exit_code = 69  # EX_UNAVAILABLE
+
+
+class StateUnusable(StartupError):
+    """The state directory, the ledger or the socket's directory cannot be used."""
+
+    exit_code = 73  # EX_CANTCREAT
+
+
+class InputFileError(LocalError):
+    """A file named on the command line cannot be used."""
+
+
+class TraceError(InputFileError):
+    """A `simulate` trace line that cannot be replayed; `line` is its number (from 1)."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(f"trace line {line}: {message}")
+        self.line = line
+
+
+_ABSTRACT = frozenset({"GpuallocError", "CallerError", "CapacityError", "BackendError"})
 
 
 def error_classes() -> dict[str, type[GpuallocError]]:
-    """Every concrete error class by its wire code (the most specific class per code)."""
+    """Every concrete error class that travels on the wire, by its code."""
     found: dict[str, type[GpuallocError]] = {}
     pending: list[type[GpuallocError]] = [GpuallocError]
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        if cls.__module__ == __name__ and cls.__name__ not in {
-            "GpuallocError",
-            "CallerError",
-            "CapacityError",
-            "BackendError",
-        }:
+        if issubclass(cls, LocalError):
+            continue
+        if cls.__module__ == __name__ and cls.__name__ not in _ABSTRACT:
             found[cls.code] = cls
     return found

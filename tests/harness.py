@@ -20,8 +20,9 @@ from typing import Any
 
 from gpulease import Client, DaemonUnavailable
 
-from gpuallocd.config import load_config
 from gpuallocd.daemon import Daemon
+from gpuallocd.daemon.config import load_config
+from gpuallocd.inventory import Inventory, open_inventory
 
 DEFAULT_INVENTORY = "example:workstation-4gpu-nvbridge"
 
@@ -33,6 +34,15 @@ def write_config(path: Path, settings: dict[str, Any]) -> Path:
         lines.append(f"{key} = {rendered}")
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> None:
+    """Return once `condition()` holds; fail after `timeout` seconds (an upper bound only)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout:g} s")
+        time.sleep(interval)
 
 
 def wait_until_serving(socket_path: Path, timeout: float = 20.0) -> None:
@@ -67,9 +77,11 @@ class ThreadDaemon:
         paths: DaemonPaths,
         inventory: str = DEFAULT_INVENTORY,
         clock: Callable[[], float] = time.time,
+        inventory_opener: Callable[[str], Inventory] = open_inventory,
         **settings: Any,
     ) -> None:
         self.paths = paths
+        self._inventory_opener = inventory_opener
         self.config = load_config(
             None,
             socket=str(paths.socket),
@@ -88,7 +100,9 @@ class ThreadDaemon:
 
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
-            self._daemon = Daemon(self.config, clock=self._clock)
+            self._daemon = Daemon(
+                self.config, clock=self._clock, inventory_opener=self._inventory_opener
+            )
             started.set()
             await self._daemon.run()
 

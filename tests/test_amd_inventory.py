@@ -13,8 +13,8 @@ import pytest
 
 from gpuallocd.errors import InventoryError
 from gpuallocd.inventory import open_inventory
-from gpuallocd.inventory.amd import AmdInventory
-from gpuallocd.inventory.select import NVML_HINT
+from gpuallocd.inventory.amd.backend import AmdInventory
+from gpuallocd.inventory.base import NO_GPU_HINT
 from gpuallocd.model import PcieLevel
 from gpuallocd.testing import AMD_FORMAT, FakeAmdSmi, load_recording, recording_names
 
@@ -163,7 +163,7 @@ def test_amd_start_failures_say_what_to_do(error: str, advice: str) -> None:
     recording["init_error"] = error
     with pytest.raises(InventoryError) as caught:
         AmdInventory(amdsmi=FakeAmdSmi(recording))
-    assert advice in caught.value.message and NVML_HINT in caught.value.message
+    assert advice in caught.value.message and NO_GPU_HINT in caught.value.message
 
 
 def test_amdsmi_spec_without_amdsmi_installed_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuallocd.errors import AlreadyRunning, ConfigError, HardwareUnavailable
 from tests.harness import DaemonPaths, ProcessDaemon
 
 
@@ -56,13 +57,13 @@ def test_sigint_stops_cleanly(process_daemon: Callable[..., ProcessDaemon]) -> N
 def test_second_daemon_on_the_same_state_dir_is_refused(
     paths: DaemonPaths, process_daemon: Callable[..., ProcessDaemon]
 ) -> None:
-    """One daemon per state dir: the second exits 1 naming the holder's pid."""
+    """One daemon per state dir: the second exits 75 (AlreadyRunning) naming the holder's pid."""
     first = process_daemon()
     assert first.process is not None
     second = ProcessDaemon(DaemonPaths(paths.root), default_policy="simple")
     second.paths.socket = paths.root / "other.sock"
     second.start(wait=False)
-    assert second.process is not None and second.process.wait(30) == 1
+    assert second.process is not None and second.process.wait(30) == AlreadyRunning.exit_code
     err = second.stderr()
     assert f"pid {first.process.pid}" in err and "gpuallocd.lock" in err
     assert len(err.strip().splitlines()) == 1
@@ -100,18 +101,18 @@ def test_kill_9_loses_no_acknowledged_lease(
 
 
 def test_nvml_without_a_gpu_fails_with_one_clear_line(short_dir: Path) -> None:
-    """--inventory nvml on a machine without NVML: exit 1, one line, how to run instead."""
+    """--inventory nvml on a machine without NVML: exit 69, one line, how to run instead."""
     proc = run_daemon_once(short_dir, "--inventory", "nvml")
-    assert proc.returncode == 1
+    assert proc.returncode == HardwareUnavailable.exit_code == 69
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert "NVML" in lines[0] and "--inventory" in lines[0]
 
 
 def test_unknown_topology_file_is_a_clear_error(short_dir: Path) -> None:
-    """A missing topology file: exit 1 with the path in the message."""
+    """A missing topology file: exit 69 (hardware unavailable) with the path in the message."""
     proc = run_daemon_once(short_dir, "--inventory", str(short_dir / "missing.txt"))
-    assert proc.returncode == 1 and "missing.txt" in proc.stderr
+    assert proc.returncode == HardwareUnavailable.exit_code and "missing.txt" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -124,7 +125,7 @@ def test_refuses_a_socket_another_daemon_serves(
     other.root.mkdir()
     other.socket = first.paths.socket
     second = ProcessDaemon(other, default_policy="simple").start(wait=False)
-    assert second.process is not None and second.process.wait(30) == 1
+    assert second.process is not None and second.process.wait(30) == AlreadyRunning.exit_code
     assert "already serving" in second.stderr()
     with first.client() as client:
         assert len(client.status()) == 4
@@ -132,8 +133,9 @@ def test_refuses_a_socket_another_daemon_serves(
 
 @pytest.mark.parametrize("bad", ['socket_mode = "rw"', "no_such_key = 1", "not toml ["])
 def test_bad_config_file_is_refused(short_dir: Path, bad: str) -> None:
-    """A config file with a wrong type, an unknown key or bad TOML is a one-line error."""
+    """A config file with a wrong type, an unknown key or bad TOML is a one-line error, exit 78."""
     config = short_dir / "bad.toml"
     config.write_text(bad + "\n")
     proc = run_daemon_once(short_dir, "--config", str(config), "--inventory", "example:dgx1-volta")
-    assert proc.returncode == 1 and "config file" in proc.stderr
+    assert proc.returncode == ConfigError.exit_code == 78 and "config file" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -12,7 +12,9 @@ import pytest
 
 from gpuallocd import errors
 from gpuallocd.cli import cli
-from gpuallocd.config import DaemonConfig
+from gpuallocd.cli import errors as cli_errors
+from gpuallocd.daemon.config import load_config
+from gpuallocd.daemon.settings import DaemonConfig, render_markdown, render_toml
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -60,3 +62,32 @@ def test_example_config_file_lists_every_setting() -> None:
     text = (DOCS.parent / "systemd" / "gpuallocd.toml").read_text()
     missing = [f.name for f in dataclasses.fields(DaemonConfig) if f.name not in text]
     assert missing == []
+
+
+def test_the_settings_table_in_the_docs_is_generated_from_the_code() -> None:
+    """docs/configuration.md holds exactly the table the settings declare."""
+    text = (DOCS / "configuration.md").read_text()
+    assert render_markdown() in text
+
+
+def test_the_example_config_file_is_generated_from_the_code() -> None:
+    """systemd/gpuallocd.toml is what `gpuallocd --print-config toml` prints, and it loads."""
+    path = DOCS.parent / "systemd" / "gpuallocd.toml"
+    assert path.read_text() == render_toml()
+    assert load_config(path, environ={}) == DaemonConfig()
+
+
+def test_every_daemon_exit_code_is_documented() -> None:
+    """docs/configuration.md gives each startup error's exit code."""
+    text = (DOCS / "configuration.md").read_text()
+    for cls in (errors.ConfigError, errors.AlreadyRunning, errors.HardwareUnavailable):
+        assert f"| {cls.exit_code} | `{cls.__name__}` |" in text
+    assert f"| {errors.StateUnusable.exit_code} | `StateUnusable` |" in text
+
+
+def test_every_cli_exit_code_is_documented() -> None:
+    """docs/cli.md gives each exit code gpuallocctl uses."""
+    text = (DOCS / "cli.md").read_text()
+    for name in cli_errors.__all__:
+        if name.startswith("EXIT_"):
+            assert f"| {getattr(cli_errors, name)} |" in text, name

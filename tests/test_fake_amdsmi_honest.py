@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import gpuallocd.inventory.amd as amd
-import gpuallocd.inventory.amd_gate as amd_gate
+import gpuallocd.inventory.amd.backend as amd
+import gpuallocd.inventory.amd.gate as amd_gate
 from gpuallocd.testing import FakeAmdSmi
 from gpuallocd.testing.fake_amdsmi import AmdSmiLibraryException
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-import gpuallocd.inventory.nvml_api as nvml_api
-import gpuallocd.inventory.nvml_gate as nvml_gate
+import gpuallocd.inventory.nvml.api as nvml_api
+import gpuallocd.inventory.nvml.gate as nvml_gate
 from gpuallocd.testing import FakeNvml
 from gpuallocd.testing.fake_nvml import FakeHandle
 

@@ -11,9 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuallocd.errors import GpuBusy, LedgerError
-from gpuallocd.leases import Lease, LeasedGpu, LeaseState
 from gpuallocd.ledger import Ledger, schema
-from gpuallocd.model import Gpu
+from gpuallocd.model import Gpu, Lease, LeasedGpu, LeaseState
 
 GPUS = [Gpu(uuid=f"GPU-{i}", index=i) for i in range(6)]
 

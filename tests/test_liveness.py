@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from gpulease import Client, gpu_lease
 
-from gpuallocd.liveness import process_start_time
-from tests.harness import ProcessDaemon, ThreadDaemon
+from gpuallocd.allocator.watcher import process_start_time
+from tests.harness import ProcessDaemon, ThreadDaemon, wait_for
 
 HOLDER = """
 import sys, time
@@ -156,19 +156,26 @@ def test_leases_of_processes_that_died_while_the_daemon_was_down_are_freed(
 def test_renewals_survive_a_daemon_restart(
     process_daemon: Callable[..., ProcessDaemon],
 ) -> None:
-    """The renew thread rides out a restart: the lease is still active and renewed after."""
+    """The renew thread rides out a restart: the lease is still active and renewed after.
+
+    No step races a deadline: the TTL (30 s, renewed every 10 s, retried every second while
+    the daemon is down) outlasts a restart many times over, and the test waits for the
+    renewal it expects rather than sleeping for a guessed time.
+    """
     daemon = process_daemon()
-    with gpu_lease(1, ttl=3, socket=daemon.paths.socket) as lease:
+    with gpu_lease(1, ttl=30, socket=daemon.paths.socket) as lease:
         daemon.stop()
-        time.sleep(1.0)
         restarted = process_daemon()
-        time.sleep(2.5)
         with restarted.client() as client:
+            renewed_before = _renewals(client, lease.id)
+            wait_for(lambda: _renewals(client, lease.id) > renewed_before, timeout=60)
             assert client.lease(lease.id).state == "active"
-            events = [e["event"] for e in client.history(lease.id)]
-    assert "renewed" in events
     with restarted.client() as client:
         assert client.lease(lease.id).state == "freed"
+
+
+def _renewals(client: Client, lease_id: str) -> int:
+    return sum(1 for event in client.history(lease_id) if event["event"] == "renewed")
 
 
 @pytest.mark.parametrize("visible", ["uuid", "index"])

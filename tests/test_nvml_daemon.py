@@ -11,9 +11,8 @@ import pytest
 from click.testing import CliRunner
 from gpulease import Client, GpuBusy, PermissionDenied
 
-import gpuallocd.daemon
 from gpuallocd.cli import cli
-from gpuallocd.inventory.nvml import NvmlInventory
+from gpuallocd.inventory.nvml.backend import NvmlInventory
 from gpuallocd.testing import FakeNvml, nvml_inventory
 from gpuallocd.topology import topology_to_json
 from tests.harness import ProcessDaemon, ThreadDaemon
@@ -23,7 +22,7 @@ SAMPLE_SECONDS = 0.05
 
 @pytest.fixture
 def dgx(
-    monkeypatch: pytest.MonkeyPatch, start_daemon: Callable[..., ThreadDaemon]
+    start_daemon: Callable[..., ThreadDaemon],
 ) -> Iterator[tuple[ThreadDaemon, FakeNvml]]:
     """A daemon serving the recorded DGX A100, with the fake at hand to change the machine."""
     inventory, fake = nvml_inventory("dgx-a100-mig", xid_wait_ms=20)
@@ -33,9 +32,10 @@ def dgx(
         opened.append(spec)
         return inventory
 
-    monkeypatch.setattr(gpuallocd.daemon, "open_inventory", open_recorded)
     daemon = start_daemon(
-        inventory="nvml-recording:dgx-a100-mig", sample_interval_seconds=SAMPLE_SECONDS
+        inventory="nvml-recording:dgx-a100-mig",
+        inventory_opener=open_recorded,
+        sample_interval_seconds=SAMPLE_SECONDS,
     )
     assert opened == ["nvml-recording:dgx-a100-mig"]
     yield daemon, fake

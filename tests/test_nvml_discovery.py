@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from gpuallocd.inventory.nvml import NvmlInventory
-from gpuallocd.inventory.nvml_discovery import format_cpus
-from gpuallocd.inventory.nvml_links import normalize_bus_id
+from gpuallocd.inventory.nvml.backend import NvmlInventory
+from gpuallocd.inventory.nvml.discovery import format_cpus
+from gpuallocd.inventory.nvml.links import normalize_bus_id
 from gpuallocd.model import PcieLevel, Topology
 from gpuallocd.testing import FakeNvml, load_recording
 from gpuallocd.topology import load_topology

@@ -9,9 +9,9 @@ import pytest
 
 from gpuallocd.errors import BackendError, NvmlError
 from gpuallocd.inventory import open_inventory
-from gpuallocd.inventory.nvml import NvmlInventory
-from gpuallocd.inventory.nvml_gate import NvmlCode, NvmlGate, nvml_code
-from gpuallocd.inventory.select import NVML_HINT
+from gpuallocd.inventory.base import NO_GPU_HINT
+from gpuallocd.inventory.nvml.backend import NvmlInventory
+from gpuallocd.inventory.nvml.gate import NvmlCode, NvmlGate, nvml_code
 from gpuallocd.testing import FakeNvml
 
 
@@ -36,7 +36,7 @@ def test_start_failures_say_what_to_do(error: str, advice: str) -> None:
     with pytest.raises(NvmlError) as caught:
         NvmlInventory(nvml=fake)
     message = caught.value.message
-    assert advice in message and NVML_HINT in message
+    assert advice in message and NO_GPU_HINT in message
     assert "\n" not in message
     assert nvml_code(caught.value) == getattr(pynvml, f"NVML_ERROR_{error}")
 
@@ -47,7 +47,7 @@ def test_real_binding_without_driver_library_is_explained(monkeypatch: pytest.Mo
     monkeypatch.setattr(pynvml, "CDLL", _no_driver_library)
     with pytest.raises(NvmlError, match=r"libnvidia-ml\.so\.1 was not found") as caught:
         open_inventory("nvml")
-    assert NVML_HINT in caught.value.message
+    assert NO_GPU_HINT in caught.value.message
     assert isinstance(caught.value, BackendError) and caught.value.code == "nvml_error"
 
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gpuallocd.inventory.nvml import NvmlInventory
-from gpuallocd.inventory.nvml_health import CRITICAL_XIDS, HealthTable, XidMark, xid_reason
+from gpuallocd.inventory.nvml.backend import NvmlInventory
+from gpuallocd.inventory.nvml.health import CRITICAL_XIDS, HealthTable, XidMark, xid_reason
 from gpuallocd.model import LiveState
 from gpuallocd.testing import FakeNvml, load_recording, nvml_inventory
 

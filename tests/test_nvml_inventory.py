@@ -10,8 +10,8 @@ import pytest
 
 from gpuallocd.errors import InventoryError, NvmlError
 from gpuallocd.inventory import FileInventory, open_inventory
-from gpuallocd.inventory.amd import AmdInventory
-from gpuallocd.inventory.nvml import NvmlInventory
+from gpuallocd.inventory.amd.backend import AmdInventory
+from gpuallocd.inventory.nvml.backend import NvmlInventory
 from gpuallocd.testing import FakeNvml, load_recording, nvml_inventory
 
 
@@ -57,7 +57,7 @@ def test_amd_recording_spec() -> None:
 @pytest.mark.parametrize("spec", ["nvml-recording:", "amd-recording:"])
 def test_recording_spec_without_a_name_is_refused(spec: str) -> None:
     """An empty recording name says what is missing."""
-    with pytest.raises(InventoryError, match="needs a recording name or path"):
+    with pytest.raises(InventoryError, match="needs a name or path"):
         open_inventory(spec)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuallocd.inventory.nvml import NvmlInventory
+from gpuallocd.inventory.nvml.backend import NvmlInventory
 from gpuallocd.inventory.procs import process_uid
 from gpuallocd.testing import FakeNvml, nvml_inventory
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuallocd.policies.subset_classes import twin_groups
-from gpuallocd.policies.subset_search import SubsetProblem, solve
+from gpuallocd.policies.search.classes import twin_groups
+from gpuallocd.policies.search.engine import SubsetProblem, solve
 
 PROPERTY = settings(max_examples=300, deadline=None)
 

@@ -12,10 +12,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from gpuallocd.allocator import AllocateSpec, AllocatorSettings, LeaseLifecycle
 from gpuallocd.errors import CapacityError, GpuallocError
-from gpuallocd.leases import Caller, Lease
 from gpuallocd.ledger import Ledger
-from gpuallocd.service import AllocateSpec, Allocator, ServiceSettings
+from gpuallocd.model import Caller, Lease
 from gpuallocd.topology import load_topology
 
 TOPOLOGY = load_topology("example:dgx1-volta")
@@ -34,11 +34,11 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     def open(self) -> None:
         self.ledger = Ledger(self.dir / "ledger.sqlite3")
-        self.allocator = Allocator(
+        self.allocator = LeaseLifecycle(
             self.ledger,
             TOPOLOGY,
             clock=lambda: self.now,
-            settings=ServiceSettings(default_policy="simple", default_ttl_seconds=100),
+            settings=AllocatorSettings(default_policy="simple", default_ttl_seconds=100),
             start_time_of=self.processes.get,
         )
         for lease in self.allocator.reconcile_processes():

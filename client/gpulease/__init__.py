@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from gpulease.client import Client, GpuRef
 from gpulease.errors import (
+    BackendError,
     BodyTooLarge,
+    CallerError,
+    CapacityError,
     CountExceedsNode,
     DaemonUnavailable,
     GpuallocError,
@@ -42,7 +45,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_SOCKET",
+    "BackendError",
     "BodyTooLarge",
+    "CallerError",
+    "CapacityError",
     "Client",
     "CountExceedsNode",
     "DaemonUnavailable",

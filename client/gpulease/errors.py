@@ -4,7 +4,12 @@ GpuallocError
 ├── DaemonUnavailable   daemon_unavailable: no daemon answers on the socket
 ├── ProtocolError       protocol_error: the answer is not what the API promises
 ├── LeaseRevoked        lease_revoked: raised in the main thread by on_revoke="raise"
-└── one class per server code (InvalidRequest, GpusUnavailable, UnknownLease, ...)
+├── CallerError         the request is wrong (InvalidRequest, UnknownLease, PermissionDenied, ...)
+├── CapacityError       nothing fits now, may later (GpusUnavailable, GpuBusy)
+└── BackendError        the node or the daemon failed (NvmlError, LedgerError, ...)
+
+Below CallerError, CapacityError and BackendError the tree is the daemon's own
+(`gpuallocd.errors`): the same class names, codes and parents, which a test holds.
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "BackendError",
     "BodyTooLarge",
+    "CallerError",
+    "CapacityError",
     "CountExceedsNode",
     "DaemonUnavailable",
     "GpuBusy",
@@ -74,7 +82,25 @@ class LeaseRevoked(GpuallocError):
         super().__init__(message, status=status, details=details)
 
 
-class InvalidRequest(GpuallocError):
+class CallerError(GpuallocError):
+    """The request is wrong; the caller must change it."""
+
+    code = "invalid_request"
+
+
+class CapacityError(GpuallocError):
+    """Nothing fits right now; the same request may succeed later."""
+
+    code = "gpus_unavailable"
+
+
+class BackendError(GpuallocError):
+    """The node or the daemon failed, not the caller."""
+
+    code = "internal_error"
+
+
+class InvalidRequest(CallerError):
     code = "invalid_request"
 
 
@@ -94,60 +120,63 @@ class CountExceedsNode(InvalidRequest):
     code = "count_exceeds_node"
 
 
-class UnknownGpu(GpuallocError):
+class UnknownGpu(CallerError):
     code = "unknown_gpu"
 
 
-class UnknownLease(GpuallocError):
+class UnknownLease(CallerError):
     code = "unknown_lease"
 
 
-class UnknownPolicy(GpuallocError):
+class UnknownPolicy(CallerError):
     code = "unknown_policy"
 
 
-class UnknownRoute(GpuallocError):
+class UnknownRoute(CallerError):
     code = "unknown_route"
 
 
-class MethodNotAllowed(GpuallocError):
+class MethodNotAllowed(CallerError):
     code = "method_not_allowed"
 
 
-class PermissionDenied(GpuallocError):
+class PermissionDenied(CallerError):
     code = "permission_denied"
 
 
-class LeaseNotActive(GpuallocError):
+class LeaseNotActive(CallerError):
     code = "lease_not_active"
 
 
-class PolicyNotApplicable(GpuallocError):
+class PolicyNotApplicable(CallerError):
     code = "policy_not_applicable"
 
 
-class GpusUnavailable(GpuallocError):
+class GpusUnavailable(CapacityError):
     code = "gpus_unavailable"
 
 
-class GpuBusy(GpusUnavailable):
+class GpuBusy(CapacityError):
     code = "gpu_busy"
 
 
-class NvmlError(GpuallocError):
+class NvmlError(BackendError):
     code = "nvml_error"
 
 
-class InventoryError(GpuallocError):
+class InventoryError(BackendError):
     code = "inventory_error"
 
 
-class LedgerError(GpuallocError):
+class LedgerError(BackendError):
     code = "ledger_error"
 
 
-class InternalError(GpuallocError):
+class InternalError(BackendError):
     code = "internal_error"
+
+
+_GROUPS = (GpuallocError, CallerError, CapacityError, BackendError)
 
 
 def _all_classes() -> dict[str, type[GpuallocError]]:
@@ -156,7 +185,7 @@ def _all_classes() -> dict[str, type[GpuallocError]]:
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        if cls is not GpuallocError:
+        if cls not in _GROUPS:
             found[cls.code] = cls
     return found
 

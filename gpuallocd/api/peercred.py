@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import Any
 
 from gpuallocd.errors import PermissionDenied
-from gpuallocd.leases import Caller
+from gpuallocd.model import Caller
 
 __all__ = ["peer_caller", "user_name"]
 

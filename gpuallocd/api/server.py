@@ -14,7 +14,14 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from gpuallocd.errors import GpuallocError, InternalError, MalformedHttp
+from gpuallocd.errors import (
+    AlreadyRunning,
+    ConfigError,
+    GpuallocError,
+    InternalError,
+    MalformedHttp,
+    StateUnusable,
+)
 
 __all__ = ["UnixApiServer", "bind_unix_socket"]
 
@@ -32,15 +39,27 @@ def _refuse_if_served(path: Path) -> None:
         return  # a stale socket left by a daemon that died
     finally:
         probe.close()
-    raise GpuallocError(f"another daemon is already serving on {path}")
+    raise AlreadyRunning(f"another daemon is already serving on {path}")
+
+
+def _group_id(name: str) -> int:
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise ConfigError(f"socket_group {name!r} is not a group on this machine") from None
 
 
 def bind_unix_socket(path: Path, *, mode: int, group: str | None = None) -> socket.socket:
     """Bind and listen on `path`, then set its mode (and group) before accepting anyone."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StateUnusable(
+            f"cannot create the socket's directory {path.parent}: {exc.strerror}"
+        ) from exc
     if path.exists() or path.is_symlink():
         if not stat.S_ISSOCK(path.lstat().st_mode):
-            raise GpuallocError(f"{path} exists and is not a socket")
+            raise StateUnusable(f"{path} exists and is not a socket")
         _refuse_if_served(path)
         path.unlink()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -48,8 +67,11 @@ def bind_unix_socket(path: Path, *, mode: int, group: str | None = None) -> sock
         sock.bind(str(path))
         os.chmod(path, mode)
         if group is not None:
-            os.chown(path, -1, grp.getgrnam(group).gr_gid)
+            os.chown(path, -1, _group_id(group))
         sock.listen(512)
+    except OSError as exc:
+        sock.close()
+        raise StateUnusable(f"cannot serve on {path}: {exc.strerror}") from exc
     except BaseException:
         sock.close()
         raise

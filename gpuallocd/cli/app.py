@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import click
 
+from gpuallocd.cli.errors import GuardedGroup
+
 __all__ = ["CliContext", "cli", "main"]
 
 # Each module defines click commands and a `COMMANDS` tuple of them.
@@ -26,7 +28,7 @@ class CliContext:
     json: bool
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=GuardedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--socket",
     envvar="GPUALLOCD_SOCKET",

@@ -44,16 +44,13 @@ def bench(
     local_json: bool,
 ) -> None:
     """Measure allocate+free pairs per second and their latency (p50/p90/p99)."""
-    from gpulease import Client, GpuallocError
+    from gpulease import Client
 
-    from gpuallocd.bench import run_bench
+    from gpuallocd.cli.load import run_bench
 
     socket = Client(ctx.obj.socket).socket_path
-    try:
-        with Client(socket) as client:
-            client.health()
-    except GpuallocError as exc:
-        raise click.ClickException(f"{exc.message} [{exc.code}]") from None
+    with Client(socket) as client:
+        client.health()
     result = run_bench(socket, clients=clients, seconds=seconds, count=count, policy=policy)
     if ctx.obj.json or local_json:
         echo_json(result.to_json())

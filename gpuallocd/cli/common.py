@@ -12,7 +12,7 @@ import click
 if TYPE_CHECKING:
     from gpulease import Client
 
-__all__ = ["daemon_client", "format_expiry", "lease_request_options", "parse_gpu_ref"]
+__all__ = ["daemon_client", "format_expiry", "lease_request_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,14 +45,11 @@ def lease_request_options(ttl_help: str, label_help: str) -> Callable[[F], F]:
 
 @contextlib.contextmanager
 def daemon_client(ctx: click.Context) -> Iterator[Client]:
-    """A client on the group's socket; daemon errors become one-line CLI errors."""
-    from gpulease import Client, GpuallocError
+    """A client on the group's socket (its errors become CLI errors in `cli.errors`)."""
+    from gpulease import Client
 
-    try:
-        with Client(ctx.obj.socket) as client:
-            yield client
-    except GpuallocError as exc:
-        raise click.ClickException(f"{exc.message} [{exc.code}]") from None
+    with Client(ctx.obj.socket) as client:
+        yield client
 
 
 def format_expiry(expires_at: float | None, now: float | None = None) -> str | None:
@@ -67,8 +64,3 @@ def format_expiry(expires_at: float | None, now: float | None = None) -> str | N
     if hours:
         return f"in {hours}h {minutes:02d}m"
     return f"in {minutes}m {seconds:02d}s" if minutes else f"in {seconds}s"
-
-
-def parse_gpu_ref(text: str) -> str | int:
-    """A GPU named on the command line: an index if it is a number, else a UUID."""
-    return int(text) if text.isdigit() else text

@@ -8,7 +8,6 @@ import click
 
 from gpuallocd.cli.common import daemon_client
 from gpuallocd.cli.output import echo_json
-from gpuallocd.errors import GpuallocError
 from gpuallocd.topology import render_smi_topo, topology_from_json, topology_to_json
 
 __all__ = ["COMMANDS"]
@@ -18,10 +17,7 @@ def _read_locally(spec: str) -> dict[str, Any]:
     """The topology document of an inventory opened here, without a daemon."""
     from gpuallocd.inventory import open_inventory
 
-    try:
-        inventory = open_inventory(spec)
-    except GpuallocError as exc:
-        raise click.ClickException(exc.message) from None
+    inventory = open_inventory(spec)
     try:
         return topology_to_json(inventory.topology())  # GPUs it cannot read are logged
     finally:
@@ -32,10 +28,7 @@ def _print(document: dict[str, Any], as_json: bool) -> None:
     if as_json:
         echo_json(document)
         return
-    try:
-        click.echo(render_smi_topo(topology_from_json(document)), nl=False)
-    except GpuallocError as exc:
-        raise click.ClickException(exc.message) from None
+    click.echo(render_smi_topo(topology_from_json(document)), nl=False)
 
 
 @click.command()

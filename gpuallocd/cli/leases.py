@@ -11,7 +11,6 @@ from gpuallocd.cli.common import (
     daemon_client,
     format_expiry,
     lease_request_options,
-    parse_gpu_ref,
 )
 from gpuallocd.cli.output import echo_json, format_bytes, table
 
@@ -101,7 +100,7 @@ def allocate(
     with daemon_client(ctx) as client:
         lease = client.allocate(
             count,
-            gpus=[parse_gpu_ref(g) for g in gpus] or None,
+            gpus=list(gpus) or None,
             policy=policy,
             ttl=ttl,
             label=label,

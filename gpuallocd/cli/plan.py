@@ -9,12 +9,11 @@ from typing import IO, Any
 import click
 
 from gpuallocd.cli.output import echo_json, table
-from gpuallocd.errors import GpuallocError
+from gpuallocd.errors import InvalidRequest
 from gpuallocd.model import Topology
 from gpuallocd.planning import Plan, make_plan, parse_gpu_list, read_trace, simulate
 from gpuallocd.planning.bench import BenchRow, bench_policy, random_topology
 from gpuallocd.planning.simulate import Summary
-from gpuallocd.planning.trace import TraceError
 from gpuallocd.policies import Policy, get_policy
 from gpuallocd.topology import load_topology
 
@@ -60,19 +59,14 @@ def _parse_options(options: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _load(spec: str) -> Topology:
-    try:
-        return load_topology(spec)
-    except GpuallocError as exc:
-        raise click.ClickException(exc.message) from None
+    return load_topology(spec)
 
 
 def _policy(name: str, options: tuple[str, ...]) -> Policy:
     try:
         return get_policy(name, **_parse_options(options))
-    except GpuallocError as exc:
-        raise click.ClickException(exc.message) from None
-    except TypeError as exc:
-        raise click.ClickException(f"policy {name}: {exc}") from None
+    except TypeError as exc:  # an option the policy does not take
+        raise InvalidRequest(f"policy {name}: {exc}", field="option") from exc
 
 
 # plan -----------------------------------------------------------------------------------------
@@ -116,12 +110,9 @@ def plan(
     """Which GPUs a policy would pick on a topology, and why (score, links)."""
     topology = _load(topology_spec)
     policy = _policy(policy_name, options)
-    try:
-        busy_gpus = parse_gpu_list(topology, busy)
-        required = parse_gpu_list(topology, require)
-        result = make_plan(topology, policy, count, busy=busy_gpus, required=required)
-    except GpuallocError as exc:
-        raise click.ClickException(exc.message) from None
+    busy_gpus = parse_gpu_list(topology, busy)
+    required = parse_gpu_list(topology, require)
+    result = make_plan(topology, policy, count, busy=busy_gpus, required=required)
     if _wants_json(ctx, as_json):
         echo_json(result.to_json())
     else:
@@ -177,10 +168,7 @@ def simulate_command(
     topology = _load(topology_spec)
     policy = _policy(policy_name, options)
     start = time.perf_counter()
-    try:
-        result = simulate(topology, policy, read_trace(trace_file))
-    except TraceError as exc:
-        raise click.ClickException(str(exc)) from None
+    result = simulate(topology, policy, read_trace(trace_file))
     if _wants_json(ctx, as_json):
         echo_json(result.to_json())
     else:

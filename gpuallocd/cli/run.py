@@ -12,7 +12,7 @@ from types import FrameType
 
 import click
 
-from gpuallocd.cli.common import lease_request_options, parse_gpu_ref
+from gpuallocd.cli.common import lease_request_options
 
 __all__ = ["COMMANDS", "FORWARDED_SIGNALS"]
 
@@ -82,13 +82,13 @@ def run(
 
     Exits with the command's exit code. Example: gpuallocctl run -n 2 -- python train.py
     """
-    from gpulease import GpuallocError, gpu_lease
+    from gpulease import gpu_lease
 
     if count is None and not gpus:
         count = 1
     lease = gpu_lease(
         count or 1,
-        gpus=[parse_gpu_ref(g) for g in gpus] or None,
+        gpus=list(gpus) or None,
         policy=policy,
         ttl=ttl,
         wait=wait,
@@ -97,14 +97,11 @@ def run(
         socket=ctx.obj.socket,
         visible=visible,
     )
-    try:
-        with lease as granted:
-            if not ctx.obj.json:
-                gpu_list = ",".join(str(g.index) for g in granted.gpus)
-                click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
-            code = run_command(command)
-    except GpuallocError as exc:
-        raise click.ClickException(f"{exc.message} [{exc.code}]") from None
+    with lease as granted:
+        if not ctx.obj.json:
+            gpu_list = ",".join(str(g.index) for g in granted.gpus)
+            click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
+        code = run_command(command)
     sys.exit(code)
 
 

@@ -7,7 +7,12 @@ from typing import Protocol
 
 from gpuallocd.model import LiveState, Topology
 
-__all__ = ["Inventory"]
+__all__ = ["NO_GPU_HINT", "Inventory"]
+
+NO_GPU_HINT = (
+    "to run without a GPU, start on a topology file instead, "
+    "e.g. `gpuallocd --inventory example:workstation-4gpu-nvbridge`"
+)
 
 
 class Inventory(Protocol):

@@ -2,59 +2,54 @@
 
 nvml                        the NVIDIA GPUs of this node, through NVML
 amdsmi                      the AMD GPUs of this node, through amdsmi (extra `amd`)
-nvml-recording:NAME|PATH    NVML replayed from a recorded machine (gpuallocd.testing)
-amd-recording:NAME|PATH     amdsmi replayed from a recorded machine
+KIND:ARGUMENT               a backend registered under the `gpuallocd.inventories`
+                            entry-point group as KIND; gpuallocd.testing registers
+                            `nvml-recording:NAME|PATH` and `amd-recording:NAME|PATH`
 example:NAME | PATH         a topology file (`nvidia-smi topo -m` text or our JSON)
+
+Registered backends are found by name, the way policies are: this module imports none of
+them, so the daemon never depends on the test fakes, and a third party can add its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from importlib.metadata import entry_points
+
 from gpuallocd.errors import InventoryError, NvmlError
-from gpuallocd.inventory.base import Inventory
+from gpuallocd.inventory.base import NO_GPU_HINT, Inventory
 from gpuallocd.inventory.file import FileInventory
 
-__all__ = ["AMD_RECORDING_PREFIX", "NVML_HINT", "NVML_RECORDING_PREFIX", "open_inventory"]
+__all__ = ["ENTRY_POINT_GROUP", "open_inventory", "registered_kinds"]
 
-NVML_HINT = (
-    "to run without a GPU, start on a topology file instead, "
-    "e.g. `gpuallocd --inventory example:workstation-4gpu-nvbridge`"
-)
-NVML_RECORDING_PREFIX = "nvml-recording:"
-AMD_RECORDING_PREFIX = "amd-recording:"
+ENTRY_POINT_GROUP = "gpuallocd.inventories"
+Opener = Callable[[str], Inventory]
 
 
 def _open_nvml() -> Inventory:
     try:
-        from gpuallocd.inventory.nvml import NvmlInventory
+        from gpuallocd.inventory.nvml.backend import NvmlInventory
     except ImportError as exc:  # the NVML backend module is optional at this layer
-        raise NvmlError(f"NVML is not available ({exc}); {NVML_HINT}") from None
+        raise NvmlError(f"NVML is not available ({exc}); {NO_GPU_HINT}") from exc
     return NvmlInventory()
 
 
-def _open_nvml_recording(spec: str) -> Inventory:
-    from gpuallocd.inventory.nvml import NvmlInventory
-    from gpuallocd.testing import FakeNvml
+def _open_amd() -> Inventory:
+    from gpuallocd.inventory.amd.backend import AmdInventory
 
-    fake = FakeNvml.from_recording(spec)
-    return NvmlInventory(nvml=fake, name=fake.name)
+    return AmdInventory()
 
 
-def _open_amd(spec: str | None) -> Inventory:
-    from gpuallocd.inventory.amd import AmdInventory
-
-    if spec is None:
-        return AmdInventory()
-    from gpuallocd.testing import FakeAmdSmi
-
-    fake = FakeAmdSmi.from_recording(spec)
-    return AmdInventory(amdsmi=fake, name=fake.name)
+def registered_kinds() -> dict[str, Opener]:
+    """Backends registered by installed packages, by the kind before the colon."""
+    return {ep.name: ep.load() for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def _after(prefix: str, spec: str) -> str:
-    rest = spec[len(prefix) :]
-    if not rest:
-        raise InventoryError(f"`--inventory {spec}` needs a recording name or path after the colon")
-    return rest
+def _registered(kind: str) -> Opener | None:
+    for ep in entry_points(group=ENTRY_POINT_GROUP, name=kind):
+        opener: Opener = ep.load()
+        return opener
+    return None
 
 
 def open_inventory(spec: str) -> Inventory:
@@ -62,9 +57,11 @@ def open_inventory(spec: str) -> Inventory:
     if spec == "nvml":
         return _open_nvml()
     if spec == "amdsmi":
-        return _open_amd(None)
-    if spec.startswith(NVML_RECORDING_PREFIX):
-        return _open_nvml_recording(_after(NVML_RECORDING_PREFIX, spec))
-    if spec.startswith(AMD_RECORDING_PREFIX):
-        return _open_amd(_after(AMD_RECORDING_PREFIX, spec))
-    return FileInventory(spec)
+        return _open_amd()
+    kind, colon, argument = spec.partition(":")
+    opener = _registered(kind) if colon else None
+    if opener is None:
+        return FileInventory(spec)
+    if not argument:
+        raise InventoryError(f"`--inventory {spec}` needs a name or path after the colon")
+    return opener(argument)

@@ -31,10 +31,17 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from gpuallocd.errors import GpuBusy, LedgerError
-from gpuallocd.leases import ENDING_EVENT, HistoryEvent, Lease, LeasedGpu, LeaseEvent, LeaseState
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.model import Gpu
+from gpuallocd.model.lease import (
+    ENDING_EVENT,
+    HistoryEvent,
+    Lease,
+    LeasedGpu,
+    LeaseEvent,
+    LeaseState,
+)
 
 __all__ = ["Ledger"]
 
@@ -103,7 +110,7 @@ class Ledger:
             with self._conn.begin():
                 _prepare_schema(self._conn)
         except SQLAlchemyError as exc:
-            raise LedgerError(f"cannot open the ledger {path}: {exc}") from None
+            raise LedgerError(f"cannot open the ledger {path}: {exc}") from exc
 
     def close(self) -> None:
         self._conn.close()
@@ -127,7 +134,7 @@ class Ledger:
                 finally:
                     self._batch = None
         except SQLAlchemyError as exc:
-            raise LedgerError(f"the ledger commit failed: {exc}") from None
+            raise LedgerError(f"the ledger commit failed: {exc}") from exc
 
     # GPUs -----------------------------------------------------------------------------------
 
@@ -160,12 +167,12 @@ class Ledger:
                 conn.execute(_INSERT_LEASE, _lease_row(lease))
                 conn.execute(_INSERT_LEASE_GPU, _lease_gpu_rows(lease))
                 _record(conn, lease.id, LeaseEvent.GRANTED, actor_uid, lease.created_at, None)
-        except IntegrityError:
+        except IntegrityError as exc:
             raise GpuBusy(
                 "a GPU of this request is already leased", gpus=list(lease.uuids)
-            ) from None
+            ) from exc
         except SQLAlchemyError as exc:
-            raise LedgerError(f"the ledger refused the grant: {exc}") from None
+            raise LedgerError(f"the ledger refused the grant: {exc}") from exc
 
     def renew(self, lease_id: str, expires_at: float, actor_uid: int, now: float) -> None:
         with self._write() as conn:
@@ -223,14 +230,14 @@ class Ledger:
             with self._transaction() as conn:
                 yield conn
         except SQLAlchemyError as exc:
-            raise LedgerError(f"the ledger write failed: {exc}") from None
+            raise LedgerError(f"the ledger write failed: {exc}") from exc
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
         try:
             yield self._conn
         except SQLAlchemyError as exc:
-            raise LedgerError(f"the ledger read failed: {exc}") from None
+            raise LedgerError(f"the ledger read failed: {exc}") from exc
         finally:
             if self._batch is None and self._conn.in_transaction():
                 self._conn.rollback()  # end the read's implicit transaction

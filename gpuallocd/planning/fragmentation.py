@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuallocd.policies.scoring import WeightMatrix
-from gpuallocd.policies.topology_pick import PickRequest, pick
+from gpuallocd.policies.search.picker import PickRequest, pick
 
 __all__ = ["FreeSetQuality"]
 

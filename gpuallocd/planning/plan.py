@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuallocd.model import Link, Topology
-from gpuallocd.planning.gpus import resolve_gpus
-from gpuallocd.policies.base import AllocationRequest, NodeSnapshot, Policy
+from gpuallocd.policies.base import NodeSnapshot, Policy
+from gpuallocd.policies.rules import check_choice, request_for
 from gpuallocd.policies.scoring import pair_breakdown, set_breakdown
 
 __all__ = ["Plan", "PlannedPair", "link_label", "make_plan", "parse_gpu_list"]
@@ -18,7 +18,7 @@ def parse_gpu_list(topology: Topology, text: str | None) -> tuple[str, ...]:
     """GPUs from a comma-separated list of indices or UUIDs ('' or None: none)."""
     if not text:
         return ()
-    return resolve_gpus(topology, [part for part in text.split(",") if part.strip()])
+    return topology.resolve_all(part for part in text.split(",") if part.strip())
 
 
 def link_label(link: Link) -> str:
@@ -111,10 +111,12 @@ def make_plan(
     busy: Iterable[str] = (),
     required: Iterable[str] = (),
 ) -> Plan:
-    """Ask `policy` for `count` GPUs with `busy` leased; raises what the policy raises."""
+    """Ask `policy` for `count` GPUs with `busy` leased, under the daemon's rules."""
     busy_set = frozenset(busy)
     snapshot = NodeSnapshot.from_busy(topology, busy=busy_set)
-    choice = policy.choose(snapshot, AllocationRequest(count=count, required=tuple(required)))
+    request = request_for(topology, count, tuple(required))
+    choice = policy.choose(snapshot, request)
+    check_choice(policy.name, choice, request, snapshot)
     by_uuid = topology.by_uuid()
     uuids = tuple(sorted(choice.gpus, key=lambda u: by_uuid[u].index))
     tiers = set_breakdown(topology, uuids)

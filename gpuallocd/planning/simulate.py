@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuallocd.errors import GpuallocError, InternalError, InvalidRequest
+from gpuallocd.errors import GpuallocError, InvalidRequest
 from gpuallocd.model import Topology
 from gpuallocd.planning.fragmentation import FreeSetQuality
-from gpuallocd.planning.gpus import resolve_gpus
 from gpuallocd.planning.trace import TraceOp
-from gpuallocd.policies.base import AllocationRequest, GpuView, NodeSnapshot, Policy
+from gpuallocd.policies.base import GpuView, NodeSnapshot, Policy
+from gpuallocd.policies.rules import check_choice, request_for
 from gpuallocd.policies.scoring import SetScore, weight_matrix
 
 __all__ = ["Simulation", "Step", "Summary", "simulate"]
@@ -114,10 +114,10 @@ class _Replay:
     def _grant(self, op: TraceOp) -> tuple[str, ...]:
         if op.id in self.leases:
             raise InvalidRequest(f"lease {op.id} is active already")
-        required = resolve_gpus(self.topology, op.gpus or ())
-        request = AllocationRequest(count=op.total, required=required)
-        choice = self.policy.choose(self._snapshot(), request)
-        self._check(choice.gpus, request)
+        request = request_for(self.topology, op.total, op.gpus or ())
+        snapshot = self._snapshot()
+        choice = self.policy.choose(snapshot, request)
+        check_choice(self.policy.name, choice, request, snapshot)
         uuids = tuple(sorted(choice.gpus, key=self.index.__getitem__))
         self.leases[op.id] = uuids
         self.busy.update(uuids)
@@ -129,17 +129,6 @@ class _Replay:
         return NodeSnapshot(
             topology=self.topology, views={u: views[u in busy][u] for u in self.index}
         )
-
-    def _check(self, picked: tuple[str, ...], request: AllocationRequest) -> None:
-        """The same rules the daemon holds any policy to."""
-        broken = (
-            len(picked) != request.count
-            or len(set(picked)) != len(picked)
-            or not set(request.required) <= set(picked)
-            or any(u not in self.index or u in self.busy for u in picked)
-        )
-        if broken:
-            raise InternalError(f"policy {self.policy.name} returned an invalid choice")
 
     def _free(self, op: TraceOp) -> Step:
         uuids = self.leases.pop(op.id, None)

@@ -16,15 +16,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gpuallocd.errors import TraceError
+
 __all__ = ["TraceError", "TraceOp", "parse_op", "read_trace"]
-
-
-class TraceError(ValueError):
-    """A trace line that cannot be replayed."""
-
-    def __init__(self, line: int, message: str) -> None:
-        super().__init__(f"trace line {line}: {message}")
-        self.line = line
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +60,7 @@ def parse_op(line: int, text: str) -> TraceOp:
     try:
         item = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TraceError(line, f"not JSON: {exc.msg}") from None
+        raise TraceError(line, f"not JSON: {exc.msg}") from exc
     if not isinstance(item, dict):
         raise TraceError(line, "each line must be a JSON object")
     lease = item.get("id")

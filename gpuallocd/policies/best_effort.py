@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from gpuallocd.policies.base import AllocationRequest, Choice, NodeSnapshot
 from gpuallocd.policies.common import candidates
+from gpuallocd.policies.search.picker import Picker
 from gpuallocd.policies.topology_choice import describe_score, pick_by_topology, search_note
-from gpuallocd.policies.topology_pick import Picker
 
 __all__ = ["DEFAULT_MAX_SEARCH_NODES", "BestEffortPolicy"]
 

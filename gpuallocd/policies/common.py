@@ -1,33 +1,12 @@
-"""Checks every policy makes before it picks: required GPUs usable, enough candidates."""
+"""What every policy does before it picks: check the request, the required GPUs and the pool."""
 
 from __future__ import annotations
 
-from gpuallocd.errors import CountExceedsNode, GpuBusy, GpusUnavailable, InvalidRequest, UnknownGpu
+from gpuallocd.errors import GpuBusy, GpusUnavailable
 from gpuallocd.policies.base import AllocationRequest, GpuView, NodeSnapshot
+from gpuallocd.policies.rules import check_request
 
-__all__ = ["candidates", "check_request", "check_required", "fits_memory"]
-
-
-def check_request(snapshot: NodeSnapshot, request: AllocationRequest) -> None:
-    """The request makes sense for this node: a count >= 1 that covers distinct known GPUs."""
-    if request.count < 1:
-        raise InvalidRequest(f"count must be at least 1, not {request.count}")
-    if len(set(request.required)) != len(request.required):
-        raise InvalidRequest("a required GPU is named twice")
-    for uuid in request.required:
-        if uuid not in snapshot.views:
-            raise UnknownGpu(f"no GPU {uuid} on this node", gpu=uuid)
-    if request.count < len(request.required):
-        raise InvalidRequest(
-            f"count {request.count} is less than the {len(request.required)} required GPU(s)"
-        )
-    size = len(snapshot.topology.gpus)
-    if request.count > size:
-        raise CountExceedsNode(
-            f"{request.count} GPU(s) asked for, the node has {size}",
-            requested=request.count,
-            gpus=size,
-        )
+__all__ = ["candidates", "check_required", "fits_memory"]
 
 
 def fits_memory(view: GpuView, request: AllocationRequest) -> bool:
@@ -48,9 +27,9 @@ def check_required(snapshot: NodeSnapshot, request: AllocationRequest) -> tuple[
             why = (
                 "unhealthy" if not view.live.healthy else "in use" if view.foreign_use else "leased"
             )
-            raise GpuBusy(f"GPU {view.gpu.index} ({uuid}) is {why}", gpu=uuid)
+            raise GpuBusy(f"GPU {view.gpu.index} ({uuid}) is {why}", gpus=[uuid])
         if not fits_memory(view, request):
-            raise GpuBusy(f"GPU {view.gpu.index} ({uuid}) has too little free memory", gpu=uuid)
+            raise GpuBusy(f"GPU {view.gpu.index} ({uuid}) has too little free memory", gpus=[uuid])
         views.append(view)
     return tuple(views)
 
@@ -60,7 +39,7 @@ def candidates(snapshot: NodeSnapshot, request: AllocationRequest) -> tuple[GpuV
 
     Raises GpusUnavailable when there are too few of them for the request.
     """
-    check_request(snapshot, request)
+    check_request(snapshot.topology, request)
     check_required(snapshot, request)
     required = set(request.required)
     pool = tuple(
@@ -70,7 +49,7 @@ def candidates(snapshot: NodeSnapshot, request: AllocationRequest) -> tuple[GpuV
     if missing > len(pool):
         raise GpusUnavailable(
             f"{request.count} GPU(s) asked for, {len(pool) + len(required)} available",
-            requested=request.count,
+            count=request.count,
             available=len(pool) + len(required),
         )
     return pool

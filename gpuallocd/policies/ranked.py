@@ -11,8 +11,8 @@ from typing import Any
 
 from gpuallocd.policies.base import AllocationRequest, Choice, GpuView, NodeSnapshot
 from gpuallocd.policies.common import candidates
+from gpuallocd.policies.search.picker import Picker
 from gpuallocd.policies.topology_choice import TopologyChoice, pick_by_topology, search_note
-from gpuallocd.policies.topology_pick import Picker
 
 __all__ = ["RankedPolicy", "choose_ranked"]
 

@@ -16,7 +16,7 @@ from gpuallocd.model import Topology
 from gpuallocd.policies.base import AllocationRequest, Choice, NodeSnapshot
 from gpuallocd.policies.common import candidates
 from gpuallocd.policies.scoring import WeightMatrix, set_score
-from gpuallocd.policies.topology_pick import Picker
+from gpuallocd.policies.search.picker import Picker
 
 __all__ = ["DGX1_SETS", "DGX2_SETS", "StaticDgx1Policy", "StaticDgx2Policy"]
 
@@ -108,7 +108,7 @@ def choose_static(
             f"no free {label} set of {request.count} GPU(s) holds the required GPUs"
             if needed
             else f"no free {label} set of {request.count} GPU(s)",
-            requested=request.count,
+            count=request.count,
             available=len(usable),
         )
     matrix = picker.matrix(snapshot.topology)

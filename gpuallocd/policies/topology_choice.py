@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gpuallocd.policies.base import AllocationRequest, GpuView, NodeSnapshot
 from gpuallocd.policies.scoring import SetScore, set_breakdown
-from gpuallocd.policies.topology_pick import Pick, Picker, PickRequest
+from gpuallocd.policies.search.picker import Pick, Picker, PickRequest
 
 __all__ = ["TopologyChoice", "describe_score", "pick_by_topology", "search_note"]
 

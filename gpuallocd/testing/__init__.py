@@ -1,6 +1,6 @@
 """Hardware fakes for tests, loaded from recorded machines; usable by third parties.
 
-    from gpuallocd.inventory.nvml import NvmlInventory
+    from gpuallocd.inventory.nvml.backend import NvmlInventory
     from gpuallocd.testing import FakeNvml
 
     fake = FakeNvml.from_recording("dgx-a100-mig")
@@ -21,7 +21,7 @@ from gpuallocd.testing.fake_nvml import FakeHandle, FakeNvml
 from gpuallocd.testing.recording import AMD_FORMAT, NVML_FORMAT, load_recording, recording_names
 
 if TYPE_CHECKING:
-    from gpuallocd.inventory.nvml import NvmlInventory
+    from gpuallocd.inventory.nvml.backend import NvmlInventory
 
 __all__ = [
     "AMD_FORMAT",
@@ -40,7 +40,7 @@ def nvml_inventory(recording: str, **options: Any) -> tuple[NvmlInventory, FakeN
 
     Close the inventory when done: it runs an Xid watcher thread.
     """
-    from gpuallocd.inventory.nvml import NvmlInventory
+    from gpuallocd.inventory.nvml.backend import NvmlInventory
 
     fake = FakeNvml.from_recording(recording)
     return NvmlInventory(nvml=fake, name=fake.name, **options), fake

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuallocd.errors import NvmlError
-from gpuallocd.inventory.nvml_api import NvmlApi
-from gpuallocd.inventory.nvml_discovery import format_cpus
-from gpuallocd.inventory.nvml_gate import NvmlCode, NvmlGate, nvml_code
+from gpuallocd.inventory.nvml.api import NvmlApi
+from gpuallocd.inventory.nvml.discovery import format_cpus
+from gpuallocd.inventory.nvml.gate import NvmlCode, NvmlGate, nvml_code
 from gpuallocd.testing.recording import NVML_FORMAT
 
 __all__ = ["capture", "main"]

@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from gpuallocd.model import Topology
 from gpuallocd.policies.scoring import WeightMatrix, weight_matrix
-from gpuallocd.policies.subset_search import SubsetProblem, solve
+from gpuallocd.policies.search.engine import SubsetProblem, solve
 
 __all__ = ["Pick", "PickRequest", "Picker", "pick"]
 

@@ -7,9 +7,11 @@ Everything here is immutable. A GPU is identified by its UUID; the index is only
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+from gpuallocd.errors import UnknownGpu
 
 __all__ = [
     "Gpu",
@@ -108,6 +110,26 @@ class Topology:
 
     def uuids(self) -> tuple[str, ...]:
         return tuple(g.uuid for g in self.gpus)
+
+    def resolve(self, ref: int | str) -> str:
+        """The UUID of a GPU named by its UUID or by its index (an int, or a string of digits).
+
+        The one place a GPU reference is resolved: the daemon, `plan`, `simulate` and the CLI
+        all name GPUs this way. Raises UnknownGpu, listing the indices this node has.
+        """
+        text = str(ref).strip()
+        if text.isascii() and text.isdigit():
+            gpu = self.by_index().get(int(text))
+            if gpu is not None:
+                return gpu.uuid
+        elif text in self.by_uuid():
+            return text
+        known = ", ".join(str(g.index) for g in self.gpus)
+        raise UnknownGpu(f"no GPU {text!r} on {self.name} (indices {known})", gpu=text)
+
+    def resolve_all(self, refs: Iterable[int | str]) -> tuple[str, ...]:
+        """`resolve` for each reference, in order."""
+        return tuple(self.resolve(ref) for ref in refs)
 
 
 @dataclass(frozen=True, slots=True)

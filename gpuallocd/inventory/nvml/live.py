@@ -8,7 +8,7 @@ that cannot be read comes back unhealthy with the reason; sampling never raises 
 from __future__ import annotations
 
 from gpuallocd.errors import NvmlError
-from gpuallocd.inventory.nvml_api import NvmlApi, optional
+from gpuallocd.inventory.nvml.api import NvmlApi, optional
 from gpuallocd.inventory.procs import process_uid
 from gpuallocd.model import GpuProcess, LiveState
 

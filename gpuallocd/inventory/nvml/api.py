@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gpuallocd.errors import NvmlError
-from gpuallocd.inventory.nvml_gate import NvmlCode, NvmlGate, nvml_code
+from gpuallocd.inventory.nvml.gate import NvmlCode, NvmlGate, nvml_code
 
 __all__ = ["MemoryInfo", "NvmlApi", "XidEvent", "handle_key", "optional"]
 

@@ -1,9 +1,10 @@
-"""`gpuallocd`: the daemon's lifecycle. Start up, serve until signalled, shut down.
+"""The daemon's lifecycle: start up, serve until signalled, shut down.
 
 Start: take the state lock, open the inventory and the ledger, build the allocator, bind
 the socket and serve. Background tasks expire leases and sample live GPU state. SIGTERM
 and SIGINT stop it: the socket stops accepting, requests in flight finish within the grace
-period, then everything is closed in reverse order.
+period, then everything is closed in reverse order. Everything runs on one event loop
+thread; only blocking inventory calls (sampling, rediscovery) go to a thread pool.
 """
 
 from __future__ import annotations
@@ -12,29 +13,30 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import click
-
 from gpuallocd import __version__
+from gpuallocd.allocator import AllocatorFacade, AllocatorSettings, LeaseLifecycle
 from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket
-from gpuallocd.config import DaemonConfig, load_config
-from gpuallocd.errors import GpuallocError
-from gpuallocd.housekeeping import Housekeeper
+from gpuallocd.daemon.housekeeping import Housekeeper
+from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping
+from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.daemon.statelock import StateLock
+from gpuallocd.errors import (
+    HardwareUnavailable,
+    InventoryError,
+    LedgerError,
+    NvmlError,
+    StateUnusable,
+)
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.ledger import Ledger
-from gpuallocd.sdnotify import notify_ready, notify_stopping
-from gpuallocd.service import Allocator, ServiceSettings
-from gpuallocd.statelock import StateLock
-from gpuallocd.waitqueue import WaitQueue
-from gpuallocd.writer import SerialWorker
 
-__all__ = ["Daemon", "main"]
+__all__ = ["Daemon"]
 
 log = logging.getLogger("gpuallocd")
 
@@ -44,9 +46,17 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class Daemon:
     """One running gpuallocd."""
 
-    def __init__(self, config: DaemonConfig, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: DaemonConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        inventory_opener: Callable[[str], Inventory] = open_inventory,
+    ) -> None:
+        """`inventory_opener` turns the `inventory` setting into a backend (tests pass a fake's)."""
         self.config = config
         self._clock = clock
+        self._open_inventory = inventory_opener
         self._stop = asyncio.Event()
 
     def request_stop(self) -> None:
@@ -54,7 +64,12 @@ class Daemon:
 
     async def run(self) -> None:
         state_dir = Path(self.config.state_dir)
-        state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateUnusable(
+                f"cannot create the state directory {state_dir}: {exc.strerror}"
+            ) from exc
         lock = StateLock(self.config.lock_path)
         lock.acquire(self.config.socket)
         try:
@@ -63,9 +78,9 @@ class Daemon:
             lock.release()
 
     async def _run_locked(self) -> None:
-        inventory = open_inventory(self.config.inventory)
+        inventory = self._inventory()
         try:
-            ledger = Ledger(self.config.ledger_path, sync=self.config.ledger_sync)
+            ledger = _open_ledger(self.config)
             try:
                 await self._serve(inventory, ledger)
             finally:
@@ -73,29 +88,27 @@ class Daemon:
         finally:
             inventory.close()
 
-    def _allocator(self, inventory: Inventory, ledger: Ledger) -> Allocator:
-        settings = ServiceSettings(
+    def _inventory(self) -> Inventory:
+        try:
+            return self._open_inventory(self.config.inventory)
+        except (NvmlError, InventoryError) as exc:
+            raise HardwareUnavailable(exc.message) from exc
+
+    def _facade(self, inventory: Inventory, ledger: Ledger) -> AllocatorFacade:
+        settings = AllocatorSettings(
             default_policy=self.config.default_policy,
             default_ttl_seconds=self.config.default_ttl_seconds,
             max_ttl_seconds=self.config.max_ttl_seconds,
         )
-        return Allocator(ledger, inventory.topology(), clock=self._clock, settings=settings)
+        lifecycle = LeaseLifecycle(
+            ledger, inventory.topology(), clock=self._clock, settings=settings
+        )
+        return AllocatorFacade(lifecycle, ledger, clock=self._clock)
 
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
-        allocator = self._allocator(inventory, ledger)
-        worker = SerialWorker(ledger.unit_of_work, on_commit_failure=allocator.reload)
-        queue = WaitQueue(allocator, worker, self._clock)
-        housekeeper = Housekeeper(
-            allocator, worker, queue, inventory, self.config.sample_interval_seconds
-        )
-        ctx = ApiContext(
-            allocator,
-            worker,
-            queue,
-            housekeeper.watcher,
-            discover=inventory.rescan,
-            started_at=self._clock(),
-        )
+        facade = self._facade(inventory, ledger)
+        housekeeper = Housekeeper(facade, inventory, self.config.sample_interval_seconds)
+        ctx = ApiContext(facade, discover=inventory.rescan, started_at=self._clock())
         socket_path = Path(self.config.socket)
         sock = bind_unix_socket(
             socket_path, mode=self.config.socket_mode, group=self.config.socket_group
@@ -106,20 +119,20 @@ class Daemon:
             await housekeeper.start()
             await server.start()
             with _stop_on_signals(self._stop):
-                self._announce(allocator, socket_path)
+                self._announce(facade, socket_path)
                 await self._stop.wait()
                 notify_stopping()
                 log.info("stopping")
         finally:
             await housekeeper.stop()
             await server.stop()
-            worker.close()
+            await facade.close()
             with contextlib.suppress(FileNotFoundError):
                 socket_path.unlink()
 
     @staticmethod
-    def _announce(allocator: Allocator, socket_path: Path) -> None:
-        topology = allocator.topology
+    def _announce(facade: AllocatorFacade, socket_path: Path) -> None:
+        topology = facade.topology
         log.info(
             "gpuallocd %s serving %d GPU(s) of %s on %s",
             __version__,
@@ -128,6 +141,13 @@ class Daemon:
             socket_path,
         )
         notify_ready()
+
+
+def _open_ledger(config: DaemonConfig) -> Ledger:
+    try:
+        return Ledger(config.ledger_path, sync=config.ledger_sync)
+    except LedgerError as exc:
+        raise StateUnusable(exc.message) from exc
 
 
 @contextlib.contextmanager
@@ -150,47 +170,3 @@ def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
             signal.signal(sig, previous[sig])
-
-
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--socket", type=click.Path(dir_okay=False), help="Unix socket to serve on.")
-@click.option("--state-dir", type=click.Path(file_okay=False), help="Ledger and lock directory.")
-@click.option(
-    "--inventory",
-    help="`nvml` for the real GPUs, or a topology file, or `example:NAME` for a bundled one.",
-)
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="TOML config file.",
-)
-@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
-@click.version_option(__version__, prog_name="gpuallocd")
-def main(
-    socket: str | None,
-    state_dir: str | None,
-    inventory: str | None,
-    config_file: Path | None,
-    log_level: str | None,
-) -> None:
-    """Run the GPU allocation daemon in the foreground."""
-    try:
-        config = load_config(
-            config_file,
-            socket=socket,
-            state_dir=state_dir,
-            inventory=inventory,
-            log_level=log_level,
-        )
-        logging.basicConfig(
-            level=config.log_level, stream=sys.stderr, format="gpuallocd: %(levelname)s %(message)s"
-        )
-        logging.getLogger("filelock").setLevel(logging.WARNING)
-        asyncio.run(Daemon(config).run())
-    except GpuallocError as exc:
-        click.echo(f"gpuallocd: {exc.message}", err=True)
-        sys.exit(1)
-    except OSError as exc:
-        click.echo(f"gpuallocd: {exc}", err=True)
-        sys.exit(1)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuallocd.errors import InventoryError
-from gpuallocd.inventory.amd_gate import (
+from gpuallocd.inventory.amd.gate import (
     AMDSMI_NOT_SUPPORTED,
     LINK_INTERNAL,
     LINK_XGMI,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from gpuallocd.errors import GpuallocError
+from gpuallocd.errors import AlreadyRunning
 
 __all__ = ["StateLock"]
 
@@ -23,11 +23,11 @@ class StateLock:
     def acquire(self, socket_path: str) -> None:
         try:
             self._lock.acquire()
-        except Timeout:
-            raise GpuallocError(
+        except Timeout as exc:
+            raise AlreadyRunning(
                 f"another gpuallocd holds {self._lock.lock_file} ({self._describe_holder()}); "
                 "stop it first, or give this one another --state-dir"
-            ) from None
+            ) from exc
         self._holder_path.write_text(json.dumps({"pid": os.getpid(), "socket": socket_path}))
 
     def release(self) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from gpuallocd.errors import NvmlError
-from gpuallocd.inventory.nvml_api import NvmlApi, handle_key, optional
+from gpuallocd.inventory.nvml.api import NvmlApi, handle_key, optional
 
 __all__ = ["CRITICAL_XIDS", "HealthTable", "XidMark", "XidWatcher", "xid_reason"]
 

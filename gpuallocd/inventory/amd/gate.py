@@ -12,8 +12,8 @@ import importlib
 from typing import Any
 
 from gpuallocd.errors import InventoryError
+from gpuallocd.inventory.base import NO_GPU_HINT
 from gpuallocd.inventory.gate import LibraryGate
-from gpuallocd.inventory.select import NVML_HINT
 
 __all__ = ["AMDSMI_NOT_SUPPORTED", "AmdGate", "amdsmi_code"]
 
@@ -69,8 +69,8 @@ class AmdGate(LibraryGate):
         except Exception as exc:  # amdsmi raises more than ImportError without ROCm
             raise InventoryError(
                 f"amdsmi is not usable ({type(exc).__name__}: {exc}); install ROCm's amd-smi "
-                f"library and `pip install gpuallocd[amd]`, or {NVML_HINT}"
-            ) from None
+                f"library and `pip install gpuallocd[amd]`, or {NO_GPU_HINT}"
+            ) from exc
 
     def _init(self) -> None:
         try:
@@ -78,7 +78,7 @@ class AmdGate(LibraryGate):
         except self._lib.AmdSmiException as exc:
             code = _status(exc)
             reason = _START_FAILURES.get(code or -1, f"amdsmi could not start: {exc}")
-            raise InventoryError(f"{reason}; {NVML_HINT}", amdsmi_code=code) from None
+            raise InventoryError(f"{reason}; {NO_GPU_HINT}", amdsmi_code=code) from exc
 
     def call(self, name: str, *args: object) -> Any:
         """Call the amdsmi function `name`; amdsmi errors come back as InventoryError."""
@@ -89,7 +89,7 @@ class AmdGate(LibraryGate):
             code = _status(exc)
             raise InventoryError(
                 f"amdsmi {name} failed: {exc}", amdsmi_code=code, amdsmi_call=name
-            ) from None
+            ) from exc
 
     def vram(self) -> object:
         """The VRAM memory type argument of the memory queries."""

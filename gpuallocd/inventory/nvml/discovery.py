@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpuallocd.errors import NvmlError
-from gpuallocd.inventory.nvml_api import NvmlApi, optional
-from gpuallocd.inventory.nvml_links import NvLinkEnd, build_links, pcie_level, read_nvlinks
+from gpuallocd.inventory.nvml.api import NvmlApi, optional
+from gpuallocd.inventory.nvml.links import NvLinkEnd, build_links, pcie_level, read_nvlinks
 from gpuallocd.model import Gpu, Link, MigDevice, PcieLevel, Topology, pair_key
 
 __all__ = ["Discovery", "discover", "format_cpus"]

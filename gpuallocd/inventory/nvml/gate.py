@@ -18,8 +18,8 @@ import logging
 from typing import Any
 
 from gpuallocd.errors import NvmlError
+from gpuallocd.inventory.base import NO_GPU_HINT
 from gpuallocd.inventory.gate import LibraryGate
-from gpuallocd.inventory.select import NVML_HINT
 
 __all__ = ["NvmlCode", "NvmlGate", "nvml_code"]
 
@@ -119,8 +119,8 @@ class NvmlGate(LibraryGate):
         except ImportError as exc:
             raise NvmlError(
                 f"the NVML Python binding (nvidia-ml-py) is not installed ({exc}); "
-                f"install it with `pip install nvidia-ml-py`, or {NVML_HINT}"
-            ) from None
+                f"install it with `pip install nvidia-ml-py`, or {NO_GPU_HINT}"
+            ) from exc
 
     def _init(self) -> None:
         try:
@@ -129,7 +129,7 @@ class NvmlGate(LibraryGate):
             code, known = _known_code(exc)
             reason = _START_FAILURES.get(known) if known is not None else None
             message = reason or f"NVML could not start: {_describe(exc)}"
-            raise NvmlError(f"{message}; {NVML_HINT}", nvml_code=code) from None
+            raise NvmlError(f"{message}; {NO_GPU_HINT}", nvml_code=code) from exc
 
     def _error_classes(self) -> tuple[type[BaseException], ...]:
         classes = [self._lib.NVMLError]
@@ -151,7 +151,7 @@ class NvmlGate(LibraryGate):
         try:
             return function(*args)
         except self._error_classes() as exc:
-            raise self._call_error(name, exc) from None
+            raise self._call_error(name, exc) from exc
 
     def constant(self, name: str) -> int:
         """An integer constant of the NVML binding, such as NVML_NVLINK_MAX_LINKS."""

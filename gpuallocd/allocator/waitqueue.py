@@ -18,10 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.specs import AllocateSpec
+from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
-from gpuallocd.leases import Caller, Lease
-from gpuallocd.service import AllocateSpec, Allocator
-from gpuallocd.writer import SerialWorker
+from gpuallocd.model import Caller, Lease
 
 __all__ = ["WaitQueue", "Waiter"]
 
@@ -52,24 +53,24 @@ class Waiter:
         }
 
 
-def _reserved(allocator: Allocator, waiters: Sequence[Waiter]) -> frozenset[str]:
+def _reserved(lifecycle: LeaseLifecycle, waiters: Sequence[Waiter]) -> frozenset[str]:
     reserved: set[str] = set()
     for waiter in waiters:
-        reserved |= allocator.usable_gpus(waiter.spec)
+        reserved |= lifecycle.usable_gpus(waiter.spec)
     return frozenset(reserved)
 
 
 def _serve_in_order(
-    allocator: Allocator, waiters: Sequence[Waiter]
+    lifecycle: LeaseLifecycle, waiters: Sequence[Waiter]
 ) -> list[tuple[Waiter, Outcome]]:
-    """Runs on the writer thread: grant every waiter that fits without jumping a blocked one."""
+    """Runs in the serial worker: grant every waiter that fits without jumping a blocked one."""
     outcomes: list[tuple[Waiter, Outcome]] = []
     blocked: set[str] = set()
     for waiter in waiters:
         try:
-            lease = allocator.allocate(waiter.caller, waiter.spec, reserved=frozenset(blocked))
+            lease = lifecycle.allocate(waiter.caller, waiter.spec, reserved=frozenset(blocked))
         except CapacityError:
-            blocked |= allocator.usable_gpus(waiter.spec)
+            blocked |= lifecycle.usable_gpus(waiter.spec)
             continue
         except GpuallocError as exc:
             outcomes.append((waiter, exc))
@@ -82,9 +83,9 @@ class WaitQueue:
     """The allocation front door: grants at once where fair, else queues the caller."""
 
     def __init__(
-        self, allocator: Allocator, worker: SerialWorker, clock: Callable[[], float]
+        self, lifecycle: LeaseLifecycle, worker: SerialWorker, clock: Callable[[], float]
     ) -> None:
-        self._allocator = allocator
+        self._lifecycle = lifecycle
         self._worker = worker
         self._clock = clock
         self._waiters: list[Waiter] = []
@@ -105,7 +106,7 @@ class WaitQueue:
         return await self._wait(caller, spec, timeout)
 
     def _allocate_now(self, caller: Caller, spec: AllocateSpec, ahead: Sequence[Waiter]) -> Lease:
-        return self._allocator.allocate(caller, spec, reserved=_reserved(self._allocator, ahead))
+        return self._lifecycle.allocate(caller, spec, reserved=_reserved(self._lifecycle, ahead))
 
     async def _wait(self, caller: Caller, spec: AllocateSpec, timeout: float | None) -> Lease:
         loop = asyncio.get_running_loop()
@@ -142,7 +143,7 @@ class WaitQueue:
             pending = [w for w in self._waiters if not w.future.done()]
             if not pending:
                 return
-            outcomes = await self._worker.run(_serve_in_order, self._allocator, pending)
+            outcomes = await self._worker.run(_serve_in_order, self._lifecycle, pending)
             for waiter, outcome in outcomes:
                 await self._deliver(waiter, outcome)
 
@@ -157,4 +158,4 @@ class WaitQueue:
             return
         if isinstance(outcome, Lease):  # the waiter left while it was being granted
             with contextlib.suppress(GpuallocError):
-                await self._worker.run(self._allocator.free, waiter.caller, outcome.id)
+                await self._worker.run(self._lifecycle.free, waiter.caller, outcome.id)

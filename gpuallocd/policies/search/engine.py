@@ -25,31 +25,11 @@ says so (`exact=False`); it never claims a set it has not proven best.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from gpuallocd.policies.subset_classes import Classes, build_classes
+from gpuallocd.policies.search.classes import Classes, build_classes
+from gpuallocd.policies.search.problem import SubsetProblem, SubsetResult
 
 __all__ = ["SubsetProblem", "SubsetResult", "solve"]
-
-
-@dataclass(frozen=True, slots=True)
-class SubsetProblem:
-    """Items 0..n-1: a linear term each, a pair matrix, a size.
-
-    `pair` is symmetric, non-negative and zero on its diagonal.
-    """
-
-    linear: Sequence[int]
-    pair: Sequence[Sequence[int]]
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class SubsetResult:
-    items: tuple[int, ...]
-    value: int
-    exact: bool
-    nodes: int
 
 
 def _value(problem: SubsetProblem, items: Sequence[int]) -> int:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuallocd.leases import Lease
+from gpuallocd.model import Lease
 
 __all__ = ["ProcessWatcher", "process_start_time"]
 

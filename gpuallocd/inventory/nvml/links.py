@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuallocd.errors import NvmlError
-from gpuallocd.inventory.nvml_api import NvmlApi, optional
-from gpuallocd.inventory.nvml_gate import NvmlCode, nvml_code
+from gpuallocd.inventory.nvml.api import NvmlApi, optional
+from gpuallocd.inventory.nvml.gate import NvmlCode, nvml_code
 from gpuallocd.model import Gpu, Link, PcieLevel, pair_key
 
 __all__ = ["NvLinkEnd", "build_links", "normalize_bus_id", "pcie_level", "read_nvlinks"]

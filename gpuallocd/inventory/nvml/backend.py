@@ -14,11 +14,11 @@ from collections.abc import Collection
 from typing import Any
 
 from gpuallocd.errors import NvmlError
-from gpuallocd.inventory.nvml_api import NvmlApi
-from gpuallocd.inventory.nvml_discovery import Discovery, discover
-from gpuallocd.inventory.nvml_gate import NvmlGate
-from gpuallocd.inventory.nvml_health import CRITICAL_XIDS, HealthTable, XidWatcher, xid_reason
-from gpuallocd.inventory.nvml_live import sample_gpu, unreadable
+from gpuallocd.inventory.nvml.api import NvmlApi
+from gpuallocd.inventory.nvml.discovery import Discovery, discover
+from gpuallocd.inventory.nvml.gate import NvmlGate
+from gpuallocd.inventory.nvml.health import CRITICAL_XIDS, HealthTable, XidWatcher, xid_reason
+from gpuallocd.inventory.nvml.live import sample_gpu, unreadable
 from gpuallocd.model import LiveState, Topology
 
 __all__ = ["NvmlInventory"]

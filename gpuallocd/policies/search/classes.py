@@ -12,10 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from gpuallocd.policies.subset_search import SubsetProblem
+from gpuallocd.policies.search.problem import SubsetProblem
 
 __all__ = ["Classes", "build_classes", "twin_groups"]
 

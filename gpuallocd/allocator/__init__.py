@@ -1,0 +1,29 @@
+"""The allocator: the only place that decides or writes leases.
+
+    facade.py      AllocatorFacade, what the API and the daemon call (one method, one operation)
+    waitqueue.py   first come, first served waiting with reservations
+    worker.py      SerialWorker: one call at a time on the event loop, group commit
+    watcher.py     ProcessWatcher: leases that end with their process (pidfd, /proc fallback)
+    lifecycle.py   LeaseLifecycle: grant, renew, free, revoke, expire, record in the ledger
+    node_view.py   NodeView: topology, live state, snapshots for policies, GPU status
+    specs.py       AllocateSpec, AllocatorSettings
+
+The rules a request and a policy's answer obey live in `gpuallocd.policies.rules`, where
+`plan` and `simulate` use them too.
+"""
+
+from __future__ import annotations
+
+from gpuallocd.allocator.facade import AllocatorFacade
+from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.node_view import GpuStatus, NodeView
+from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
+
+__all__ = [
+    "AllocateSpec",
+    "AllocatorFacade",
+    "AllocatorSettings",
+    "GpuStatus",
+    "LeaseLifecycle",
+    "NodeView",
+]

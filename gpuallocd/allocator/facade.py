@@ -1,0 +1,150 @@
+"""The allocator's façade: the one object the API (and the daemon's housekeeping) calls.
+
+Each method is one whole operation: it runs the lease lifecycle through the serial worker
+(one call at a time, on the event loop, answered after the ledger commit), and does what
+must follow. A grant registers the process watch of a bound lease; a lease that ends wakes
+the wait queue. Nothing outside this package touches the worker, the queue or the watcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.node_view import GpuStatus
+from gpuallocd.allocator.specs import AllocateSpec
+from gpuallocd.allocator.waitqueue import WaitQueue
+from gpuallocd.allocator.watcher import ProcessWatcher
+from gpuallocd.allocator.worker import SerialWorker
+from gpuallocd.errors import GpuallocError
+from gpuallocd.ledger import Ledger
+from gpuallocd.model import Caller, HistoryEvent, Lease, LiveState, Topology
+
+__all__ = ["AllocatorFacade"]
+
+log = logging.getLogger(__name__)
+
+
+class AllocatorFacade:
+    """Async entry points over one lease lifecycle, its worker, wait queue and process watcher."""
+
+    def __init__(
+        self, lifecycle: LeaseLifecycle, ledger: Ledger, *, clock: Callable[[], float]
+    ) -> None:
+        self._lifecycle = lifecycle
+        self._worker = SerialWorker(ledger.unit_of_work, on_commit_failure=lifecycle.reload)
+        self._queue = WaitQueue(lifecycle, self._worker, clock)
+        self._watcher = ProcessWatcher(self._process_exited)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def topology(self) -> Topology:
+        return self._lifecycle.topology
+
+    # Requests -------------------------------------------------------------------------------
+
+    async def allocate(
+        self, caller: Caller, spec: AllocateSpec, *, wait: bool = False, timeout: float | None
+    ) -> Lease:
+        """Grant now, or queue when `wait`; a bound lease is watched from the moment of grant."""
+        lease = await self._queue.allocate(caller, spec, wait=wait, timeout=timeout)
+        self._watcher.watch(lease)
+        return lease
+
+    async def renew(self, caller: Caller, lease_id: str, ttl_seconds: float | None) -> Lease:
+        return await self._worker.run(self._lifecycle.renew, caller, lease_id, ttl_seconds)
+
+    async def free(self, caller: Caller, lease_id: str) -> Lease:
+        lease = await self._worker.run(self._lifecycle.free, caller, lease_id)
+        self._queue.kick()
+        return lease
+
+    async def revoke(self, caller: Caller, lease_id: str, reason: str | None) -> Lease:
+        lease = await self._worker.run(self._lifecycle.revoke, caller, lease_id, reason)
+        self._queue.kick()
+        return lease
+
+    async def lease(self, lease_id: str) -> Lease:
+        return await self._worker.run(self._lifecycle.lease, lease_id)
+
+    async def leases(self) -> list[Lease]:
+        return await self._worker.run(self._lifecycle.leases)
+
+    async def gpu_status(self) -> list[GpuStatus]:
+        return await self._worker.run(self._lifecycle.gpu_status)
+
+    async def history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
+        return await self._worker.run(self._lifecycle.history, lease_id, limit)
+
+    def waiters(self) -> list[dict[str, Any]]:
+        return self._queue.waiters()
+
+    async def adopt_topology(self, topology: Topology) -> Topology:
+        """Take a rediscovered topology; GPUs that came back may serve the queue."""
+        await self._worker.run(self._lifecycle.set_topology, topology)
+        self._queue.kick()
+        return self._lifecycle.topology
+
+    # Housekeeping ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """End bound leases whose process died while the daemon was down; watch the others."""
+        for lease in await self._worker.run(self._lifecycle.reconcile_processes):
+            log.info(
+                "lease %s ended: its process %s exited while the daemon was down",
+                lease.id,
+                lease.pid,
+            )
+        for lease in await self._worker.run(self._lifecycle.bound_leases):
+            self._watcher.watch(lease)
+
+    async def expire_due(self) -> list[Lease]:
+        """End leases whose TTL ran out, and stop watching processes of ended leases."""
+        expired = await self._worker.run(self._lifecycle.expire_due)
+        for lease in expired:
+            log.info("lease %s of %s expired", lease.id, lease.owner_name)
+        self._released(expired)
+        bound = await self._worker.run(self._lifecycle.bound_leases)
+        self._watcher.retain(lease.id for lease in bound)
+        return expired
+
+    async def update_live(self, states: Mapping[str, LiveState]) -> None:
+        """A new live sample; a GPU may have come back to health, so serve the queue."""
+        await self._worker.run(self._lifecycle.update_live, states)
+        self._queue.kick()
+
+    async def poll_processes(self) -> None:
+        """Watch processes that have no pidfd by polling /proc (runs until cancelled)."""
+        await self._watcher.poll_forever()
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._watcher.close()
+        self._worker.close()
+
+    def _process_exited(self, lease_ids: list[str]) -> None:
+        self._spawn(self._end_for_exited(lease_ids))
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _end_for_exited(self, lease_ids: Sequence[str]) -> None:
+        try:
+            ended = await self._worker.run(self._lifecycle.end_for_exited_process, lease_ids)
+        except GpuallocError as exc:
+            log.error("ending leases of an exited process failed: %s", exc.message)
+            return
+        for lease in ended:  # leases freed before their process exited are not listed
+            log.info("lease %s ended: its process %s exited", lease.id, lease.pid)
+        self._released(ended)
+
+    def _released(self, leases: Sequence[Lease]) -> None:
+        if leases:
+            self._queue.kick()

@@ -1,0 +1,30 @@
+"""What the allocator is asked for, and the settings it enforces: plain immutable values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["AllocateSpec", "AllocatorSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorSettings:
+    """The daemon's settings that decide a grant (see the settings table)."""
+
+    default_policy: str = "best-effort"
+    default_ttl_seconds: float = 3600.0
+    max_ttl_seconds: float = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class AllocateSpec:
+    """An allocation request as the API read it: `count` GPUs in all, `gpus` (UUIDs or indices)
+    among them. Its rules are checked by `policies.rules.request_for` when it is served."""
+
+    count: int | None = None
+    gpus: tuple[str | int, ...] = ()
+    policy: str | None = None
+    ttl_seconds: float | None = None
+    label: str | None = None
+    min_free_memory_bytes: int | None = None
+    bind_to_process: bool = False

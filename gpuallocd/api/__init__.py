@@ -1,0 +1,9 @@
+"""The socket and the HTTP API in front of the allocator.
+
+server.py      the Unix socket: bind with mode and group, serve, shut down with a grace period
+peercred.py    the caller, from the kernel (SO_PEERCRED)
+app.py         the aiohttp application behind one error envelope
+routes.py      the `/v1` routes: each one call into the allocator's façade
+validation.py  a JSON body into typed values, or a stable error
+context.py     what the routes share
+"""

@@ -1,0 +1,27 @@
+"""What the routes share: the allocator's façade, how to rediscover the node, the start time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from gpuallocd.allocator import AllocatorFacade
+from gpuallocd.model import Topology
+
+__all__ = ["CONTEXT", "ApiContext", "context_of"]
+
+
+@dataclass(frozen=True)
+class ApiContext:
+    facade: AllocatorFacade
+    discover: Callable[[], Topology]
+    started_at: float
+
+
+CONTEXT = web.AppKey("context", ApiContext)
+
+
+def context_of(request: web.Request) -> ApiContext:
+    return request.app[CONTEXT]

@@ -1,0 +1,183 @@
+"""The routes of `/v1`: each reads the caller and the body, makes one call into the
+allocator's façade and answers with JSON. Errors leave through the envelope middleware."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from gpuallocd import __version__
+from gpuallocd.allocator import AllocateSpec, AllocatorFacade
+from gpuallocd.api.context import ApiContext, context_of
+from gpuallocd.api.peercred import peer_caller
+from gpuallocd.api.validation import Body, parse_json_object
+from gpuallocd.errors import InvalidRequest, PermissionDenied
+from gpuallocd.model import Caller
+from gpuallocd.policies import available_policies
+from gpuallocd.topology import topology_to_json
+
+__all__ = ["ALLOCATE_FIELDS", "routes"]
+
+ALLOCATE_FIELDS = frozenset(
+    {
+        "count",
+        "gpus",
+        "policy",
+        "ttl_seconds",
+        "label",
+        "min_free_memory_bytes",
+        "wait",
+        "bind_to_process",
+        "wait_timeout_seconds",
+    }
+)
+MAX_HISTORY_LIMIT = 10_000
+
+
+def _caller(request: web.Request) -> Caller:
+    transport = request.transport
+    return peer_caller(transport.get_extra_info("socket") if transport else None)
+
+
+def _facade(request: web.Request) -> AllocatorFacade:
+    return context_of(request).facade
+
+
+async def _body(request: web.Request, allowed: frozenset[str]) -> Body:
+    return Body(parse_json_object(await request.read()), allowed)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status)
+
+
+async def health(request: web.Request) -> web.Response:
+    ctx: ApiContext = context_of(request)
+    return _json({"status": "ok", "version": __version__, "started_at": ctx.started_at})
+
+
+async def list_gpus(request: web.Request) -> web.Response:
+    _caller(request)
+    statuses = await _facade(request).gpu_status()
+    return _json({"gpus": [s.to_json() for s in statuses]})
+
+
+async def list_leases(request: web.Request) -> web.Response:
+    _caller(request)
+    leases = await _facade(request).leases()
+    return _json({"leases": [lease.to_json() for lease in leases]})
+
+
+def _allocate_spec(body: Body) -> AllocateSpec:
+    spec = AllocateSpec(
+        count=body.integer("count", minimum=1),
+        gpus=body.gpu_refs("gpus"),
+        policy=body.text("policy"),
+        ttl_seconds=body.seconds("ttl_seconds"),
+        label=body.text("label"),
+        min_free_memory_bytes=body.integer("min_free_memory_bytes", minimum=0),
+        bind_to_process=bool(body.boolean("bind_to_process")),
+    )
+    if spec.count is None and not spec.gpus:
+        raise InvalidRequest("give a count, or the GPUs to lease", field="count")
+    return spec
+
+
+async def allocate(request: web.Request) -> web.Response:
+    caller = _caller(request)
+    body = await _body(request, ALLOCATE_FIELDS)
+    spec = _allocate_spec(body)
+    wait = bool(body.boolean("wait"))
+    timeout = body.seconds("wait_timeout_seconds")
+    lease = await _facade(request).allocate(caller, spec, wait=wait, timeout=timeout)
+    return _json(lease.to_json(), status=201)
+
+
+async def get_lease(request: web.Request) -> web.Response:
+    _caller(request)
+    lease = await _facade(request).lease(request.match_info["lease_id"])
+    return _json(lease.to_json())
+
+
+async def renew_lease(request: web.Request) -> web.Response:
+    caller = _caller(request)
+    body = await _body(request, frozenset({"ttl_seconds"}))
+    lease = await _facade(request).renew(
+        caller, request.match_info["lease_id"], body.seconds("ttl_seconds")
+    )
+    return _json(lease.to_json())
+
+
+async def free_lease(request: web.Request) -> web.Response:
+    caller = _caller(request)
+    lease = await _facade(request).free(caller, request.match_info["lease_id"])
+    return _json(lease.to_json())
+
+
+async def revoke_lease(request: web.Request) -> web.Response:
+    caller = _caller(request)
+    body = await _body(request, frozenset({"reason"}))
+    lease = await _facade(request).revoke(
+        caller, request.match_info["lease_id"], body.text("reason")
+    )
+    return _json(lease.to_json())
+
+
+def _history_limit(request: web.Request) -> int:
+    text = request.query.get("limit", "100")
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_HISTORY_LIMIT:
+        raise InvalidRequest(
+            f"limit must be an integer from 1 to {MAX_HISTORY_LIMIT}", field="limit"
+        )
+    return int(text)
+
+
+async def history(request: web.Request) -> web.Response:
+    _caller(request)
+    limit = _history_limit(request)
+    events = await _facade(request).history(request.query.get("lease"), limit)
+    return _json({"events": [e.to_json() for e in events]})
+
+
+async def get_topology(request: web.Request) -> web.Response:
+    _caller(request)
+    return _json(topology_to_json(_facade(request).topology))
+
+
+async def rescan(request: web.Request) -> web.Response:
+    if not _caller(request).is_root:
+        raise PermissionDenied("only root may rescan the node")
+    ctx = context_of(request)
+    # Discovery may take seconds on a real node: off the event loop, then adopted in order.
+    topology = await asyncio.get_running_loop().run_in_executor(None, ctx.discover)
+    return _json(topology_to_json(await ctx.facade.adopt_topology(topology)))
+
+
+async def list_queue(request: web.Request) -> web.Response:
+    _caller(request)
+    return _json({"waiters": _facade(request).waiters()})
+
+
+async def list_policies(request: web.Request) -> web.Response:
+    _caller(request)
+    return _json({"policies": available_policies()})
+
+
+def routes() -> list[web.RouteDef]:
+    return [
+        web.get("/v1/health", health),
+        web.get("/v1/gpus", list_gpus),
+        web.get("/v1/leases", list_leases),
+        web.post("/v1/leases", allocate),
+        web.get("/v1/leases/{lease_id}", get_lease),
+        web.delete("/v1/leases/{lease_id}", free_lease),
+        web.post("/v1/leases/{lease_id}/renew", renew_lease),
+        web.post("/v1/leases/{lease_id}/revoke", revoke_lease),
+        web.get("/v1/history", history),
+        web.get("/v1/topology", get_topology),
+        web.post("/v1/rescan", rescan),
+        web.get("/v1/policies", list_policies),
+        web.get("/v1/queue", list_queue),
+    ]

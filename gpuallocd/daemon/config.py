@@ -1,0 +1,101 @@
+"""Reading the settings: defaults < config file (TOML) < environment < command-line options.
+
+Every key, type and allowed value comes from the settings table (`settings.py`). A wrong
+key, type or value is a ConfigError that names where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gpuallocd.daemon.settings import DaemonConfig, Setting, settings
+from gpuallocd.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = ["load_config", "parse_text"]
+
+_BOOL_WORDS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def _checked(setting: Setting, value: Any, where: str) -> Any:
+    """A value of the setting's type and choices, else a ConfigError naming `where`."""
+    expected = (int, float) if setting.type is float else (setting.type,)
+    if (isinstance(value, bool) and setting.type is not bool) or not isinstance(value, expected):
+        raise ConfigError(f"{where}: {setting.name} must be {setting.type.__name__}")
+    if setting.choices and value not in setting.choices:
+        raise ConfigError(f"{where}: {setting.name} must be one of {', '.join(setting.choices)}")
+    return float(value) if isinstance(value, int) and setting.type is float else value
+
+
+def parse_text(setting: Setting, text: str, where: str) -> Any:
+    """A value given as text (environment, command line), converted to the setting's type."""
+    try:
+        if setting.type is bool:
+            return _checked(setting, _BOOL_WORDS[text.strip().lower()], where)
+        if setting.type is int:
+            base = 8 if setting.octal else 10
+            return _checked(setting, int(text.strip().removeprefix("0o"), base), where)
+        if setting.type is float:
+            return _checked(setting, float(text), where)
+    except (ValueError, KeyError):
+        raise ConfigError(
+            f"{where}: {setting.name} must be {setting.type.__name__}, not {text!r}"
+        ) from None
+    return _checked(setting, text, where)
+
+
+def _from_file(path: Path, table: Mapping[str, Setting]) -> dict[str, Any]:
+    where = f"config file {path}"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    section = data.get("gpuallocd", data)
+    values = {}
+    for key, value in section.items():
+        if key not in table:
+            raise ConfigError(f"{where}: unknown setting {key!r}")
+        values[key] = _checked(table[key], value, where)
+    return values
+
+
+def _from_environment(environ: Mapping[str, str], table: Mapping[str, Setting]) -> dict[str, Any]:
+    return {
+        name: parse_text(setting, environ[setting.env], f"environment {setting.env}")
+        for name, setting in table.items()
+        if environ.get(setting.env)
+    }
+
+
+def load_config(
+    config_file: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    **options: Any,
+) -> DaemonConfig:
+    """The daemon's settings; `options` are already typed, None meaning not given."""
+    table = {s.name: s for s in settings()}
+    unknown = set(options) - set(table)
+    if unknown:
+        raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    config = DaemonConfig()
+    if config_file is not None:
+        config = replace(config, **_from_file(config_file, table))
+    config = replace(config, **_from_environment(os.environ if environ is None else environ, table))
+    given = {
+        k: _checked(table[k], v, f"option {table[k].option}")
+        for k, v in options.items()
+        if v is not None
+    }
+    return replace(config, **given)

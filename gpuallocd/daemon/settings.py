@@ -1,0 +1,186 @@
+"""The daemon's settings, each declared once: name, type, default and meaning.
+
+`DaemonConfig` is the table. Everything else is derived from its fields: the config file's
+keys and their type checks (`config.py`), the environment variables (`GPUALLOCD_` and the
+name in capitals), the daemon's command-line options (`--` and the name with dashes), the
+example file `systemd/gpuallocd.toml` and the table in `docs/configuration.md` (both
+printed by `gpuallocd --print-config toml|markdown`; a test keeps them equal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_SOCKET",
+    "DaemonConfig",
+    "Setting",
+    "render_markdown",
+    "render_toml",
+    "settings",
+]
+
+DEFAULT_SOCKET = "/run/gpuallocd/gpuallocd.sock"
+DEFAULT_STATE_DIR = "/var/lib/gpuallocd"
+ENV_PREFIX = "GPUALLOCD_"
+
+
+def _setting(
+    default: Any,
+    meaning: str,
+    *,
+    choices: tuple[str, ...] = (),
+    octal: bool = False,
+    example: str | None = None,
+) -> Any:
+    metadata = {"meaning": meaning, "choices": choices, "octal": octal, "example": example}
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Everything the daemon reads at start."""
+
+    socket: str = _setting(DEFAULT_SOCKET, "the Unix socket to serve on")
+    socket_mode: int = _setting(
+        0o666,
+        "the socket's permissions, set right after bind, before anyone can connect",
+        octal=True,
+    )
+    socket_group: str | None = _setting(
+        None,
+        "a group to own the socket (with `socket_mode = 0o660`, only its members connect)",
+        example='"gpu-users"',
+    )
+    state_dir: str = _setting(
+        DEFAULT_STATE_DIR, "the ledger (`ledger.sqlite3`) and the lock (`gpuallocd.lock`)"
+    )
+    inventory: str = _setting(
+        "nvml",
+        "`nvml` for the real GPUs, `amdsmi` for AMD's, a topology file, `example:NAME` for a "
+        "bundled one, or a recorded machine `nvml-recording:NAME` / `amd-recording:NAME`",
+    )
+    default_policy: str = _setting(
+        "best-effort", "the policy for requests that name none; checked at start"
+    )
+    default_ttl_seconds: float = _setting(3600.0, "a lease's lifetime when the request gives none")
+    max_ttl_seconds: float = _setting(
+        7 * 24 * 3600.0, "the longest TTL a request may ask for (a week)"
+    )
+    sample_interval_seconds: float = _setting(
+        2.0, "how often live GPU state (memory, processes, health) is read"
+    )
+    max_body_bytes: int = _setting(64 * 1024, "larger request bodies get `body_too_large`")
+    ledger_sync: str = _setting(
+        "full",
+        "`full`: every acknowledged change is on disk (survives power loss); `normal`: survives "
+        "a daemon crash (kill -9) but not a power loss, and allocates faster on slow disks",
+        choices=("full", "normal"),
+    )
+    shutdown_grace_seconds: float = _setting(
+        5.0, "how long requests in flight may take after SIGTERM"
+    )
+    log_level: str = _setting(
+        "INFO",
+        "logging to stderr (the journal under systemd)",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+    )
+
+    @property
+    def ledger_path(self) -> Path:
+        return Path(self.state_dir) / "ledger.sqlite3"
+
+    @property
+    def lock_path(self) -> Path:
+        return Path(self.state_dir) / "gpuallocd.lock"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table, as every consumer reads it."""
+
+    name: str
+    type: type
+    optional: bool
+    default: Any
+    meaning: str
+    choices: tuple[str, ...]
+    octal: bool
+    example: str | None
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def show(self, value: Any) -> str:
+        """A value as TOML writes it."""
+        if value is None:
+            return "unset"
+        if self.octal:
+            return oct(value)
+        if isinstance(value, str):
+            return f'"{value}"'
+        return repr(value)
+
+
+def _base_type(annotation: Any) -> tuple[type, bool]:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if args:
+        return args[0], True
+    return annotation, False
+
+
+def settings() -> tuple[Setting, ...]:
+    """The table, in declaration order."""
+    hints = typing.get_type_hints(DaemonConfig)
+    rows = []
+    for f in dataclasses.fields(DaemonConfig):
+        base, optional = _base_type(hints[f.name])
+        rows.append(
+            Setting(
+                name=f.name,
+                type=base,
+                optional=optional,
+                default=f.default,
+                meaning=f.metadata["meaning"],
+                choices=f.metadata["choices"],
+                octal=f.metadata["octal"],
+                example=f.metadata["example"],
+            )
+        )
+    return tuple(rows)
+
+
+def render_toml() -> str:
+    """The example config file: every key with its default and meaning."""
+    lines = [
+        "# /etc/gpuallocd/gpuallocd.toml - every key is optional; shown with its default.",
+        "# Generated from the settings table: gpuallocd --print-config toml",
+    ]
+    for s in settings():
+        lines.append(f"\n# {s.meaning}".replace("`", ""))
+        lines.append(f"# environment: {s.env}, option: {s.option}")
+        value = s.show(s.default)
+        lines.append(f"# {s.name} = {s.example}" if s.default is None else f"{s.name} = {value}")
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown() -> str:
+    """The settings table of docs/configuration.md."""
+    rows = [
+        "| key | default | environment | meaning |",
+        "|---|---|---|---|",
+    ]
+    for s in settings():
+        default = "unset" if s.default is None else f"`{s.show(s.default).strip(chr(34))}`"
+        allowed = f" (one of {', '.join(f'`{c}`' for c in s.choices)})" if s.choices else ""
+        rows.append(f"| `{s.name}` | {default} | `{s.env}` | {s.meaning}{allowed} |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,107 @@
+"""Settings: one table feeds the config file, the environment and the daemon's options."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gpuallocd.daemon.config import load_config, parse_text
+from gpuallocd.daemon.main import main as daemon_main
+from gpuallocd.daemon.settings import DaemonConfig, Setting, settings
+from gpuallocd.errors import ConfigError
+
+SAMPLES = {
+    "socket": "/tmp/x.sock",
+    "socket_mode": "0660",
+    "socket_group": "gpu-users",
+    "state_dir": "/tmp/state",
+    "inventory": "example:dgx1-volta",
+    "default_policy": "simple",
+    "default_ttl_seconds": "120",
+    "max_ttl_seconds": "3600.5",
+    "sample_interval_seconds": "0.5",
+    "max_body_bytes": "1024",
+    "ledger_sync": "normal",
+    "shutdown_grace_seconds": "1",
+    "log_level": "DEBUG",
+}
+
+
+def test_every_setting_has_a_sample_here() -> None:
+    """The samples below cover the whole table (a new setting needs one)."""
+    assert sorted(SAMPLES) == sorted(s.name for s in settings())
+
+
+@pytest.mark.parametrize("setting", settings(), ids=lambda s: s.name)
+def test_every_setting_reads_from_the_environment(setting: Setting) -> None:
+    """GPUALLOCD_<NAME> sets each setting, converted to its type."""
+    config = load_config(environ={setting.env: SAMPLES[setting.name]})
+    value = getattr(config, setting.name)
+    assert value != getattr(DaemonConfig(), setting.name)
+    assert isinstance(value, setting.type)
+
+
+@pytest.mark.parametrize("setting", settings(), ids=lambda s: s.name)
+def test_every_setting_is_a_daemon_option(setting: Setting) -> None:
+    """`gpuallocd --help` lists `--<name>` for each setting, with its environment variable."""
+    result = CliRunner().invoke(daemon_main, ["--help"], terminal_width=200)
+    assert setting.option in result.output and setting.env in result.output
+
+
+def test_options_beat_the_environment_which_beats_the_file(tmp_path: Path) -> None:
+    """Defaults < file < environment < options."""
+    file = tmp_path / "c.toml"
+    file.write_text('default_policy = "packed"\nlog_level = "ERROR"\nmax_body_bytes = 10\n')
+    config = load_config(
+        file,
+        environ={"GPUALLOCD_DEFAULT_POLICY": "spread", "GPUALLOCD_LOG_LEVEL": "WARNING"},
+        log_level="DEBUG",
+    )
+    assert (config.max_body_bytes, config.default_policy, config.log_level) == (
+        10,
+        "spread",
+        "DEBUG",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("max_body_bytes", "lots"), ("ledger_sync", "sometimes"), ("default_ttl_seconds", "1h")],
+)
+def test_a_bad_environment_value_names_the_variable(name: str, text: str) -> None:
+    """A value of the wrong type or outside the choices is a ConfigError naming its source."""
+    env = f"GPUALLOCD_{name.upper()}"
+    with pytest.raises(ConfigError, match=env):
+        load_config(environ={env: text})
+
+
+def test_a_boolean_setting_reads_the_usual_words() -> None:
+    """Booleans take true/false, yes/no, 1/0 as text, and never a number in TOML."""
+    flag = Setting("flag", bool, False, False, "a flag", (), False, None)
+    assert [parse_text(flag, t, "here") for t in ("yes", "TRUE", "0", "no")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    with pytest.raises(ConfigError, match="flag must be bool"):
+        parse_text(flag, "maybe", "here")
+
+
+def test_the_daemon_exits_78_on_a_bad_environment_value(short_dir: Path) -> None:
+    """A wrong GPUALLOCD_* value stops the daemon before it starts, with one line."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuallocd", "--state-dir", str(short_dir / "s")],
+        env={"GPUALLOCD_LEDGER_SYNC": "sometimes", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == ConfigError.exit_code
+    assert proc.stderr.strip().splitlines() == [
+        "gpuallocd: environment GPUALLOCD_LEDGER_SYNC: ledger_sync must be one of full, normal"
+    ]
