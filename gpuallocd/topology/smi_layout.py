@@ -2,7 +2,8 @@
 
 The header is the first line that names GPU columns (`GPU0 GPU1 ...`, glued or not) and has
 no link cell, directly followed (blank lines aside) by a row: a label and a link cell. Rows,
-GPU and NIC in any order, run until the legend or the first line that is not a row. A row's
+GPU and NIC in any order, run until the first line that does not start with a device
+label of the header (the legend, prose). A row's
 link cells are taken in the header's column order, so the cell for GPU b is under GPU b's
 column wherever NIC columns sit; the affinity cells come after all device columns.
 """
@@ -110,13 +111,14 @@ def _columns(header: list[Token], line: int) -> tuple[tuple[str, ...], tuple[Tok
     return devices, affinity
 
 
-def _rows(lines: Sequence[Line], start: int) -> list[Row]:
+def _rows(lines: Sequence[Line], start: int, devices: tuple[str, ...]) -> list[Row]:
+    """Rows up to the first line that does not start with a device label of the header."""
     rows: list[Row] = []
     for line in lines[start:]:
         if line.is_blank():
             continue
         found = _row_tokens(line)
-        if not _is_row(found):
+        if len(found) < 2 or found[0].text not in devices:
             break
         rows.append(Row(line.number, found[0].text, tuple(found[1:])))
     return rows
@@ -165,5 +167,5 @@ def find_matrix(text: str) -> Matrix:
     header_line = lines[start].number
     devices, affinity = _columns(_header_tokens(lines[start]), header_line)
     gpu_columns = _gpu_columns(devices)
-    rows = _gpu_rows(_rows(lines, start + 1), gpu_columns, header_line)
+    rows = _gpu_rows(_rows(lines, start + 1, devices), gpu_columns, header_line)
     return Matrix(header_line, devices, gpu_columns, affinity, rows)

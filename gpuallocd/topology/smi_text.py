@@ -128,4 +128,3 @@ def parse_smi_topo(text: str, *, name: str = "nvidia-smi-topo") -> Topology:
     gpus = tuple(_gpu(i, _affinity_cells(matrix, i)) for i in matrix.gpu_indices)
     uuids = {gpu.index: gpu.uuid for gpu in gpus}
     return Topology(name=name, gpus=gpus, links=_links(matrix, uuids))
-

@@ -57,9 +57,7 @@ def tokens(line: Line, phrases: tuple[str, ...] = ()) -> list[Token]:
     if phrases:
         spaced = "|".join(r"\s+".join(map(re.escape, p.split())) for p in phrases)
         pattern = re.compile(rf"(?:{spaced})(?!\S)|\S+")
-    return [
-        Token(" ".join(m.group(0).split()), m.start()) for m in pattern.finditer(line.text)
-    ]
+    return [Token(" ".join(m.group(0).split()), m.start()) for m in pattern.finditer(line.text)]
 
 
 def split_glued(token: Token, piece: re.Pattern[str]) -> list[Token]:
