@@ -8,7 +8,12 @@ import click
 
 from gpuallocd.cli.common import daemon_client
 from gpuallocd.cli.output import echo_json
-from gpuallocd.topology import render_smi_topo, topology_from_json, topology_to_json
+from gpuallocd.topology import (
+    load_topology,
+    render_smi_topo,
+    topology_from_json,
+    topology_to_json,
+)
 
 __all__ = ["COMMANDS"]
 
@@ -22,6 +27,11 @@ def _read_locally(spec: str) -> dict[str, Any]:
         return topology_to_json(inventory.topology())  # GPUs it cannot read are logged
     finally:
         inventory.close()
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    """The topology document of a topology file: JSON, nvidia-smi, rocm-smi or amd-smi text."""
+    return topology_to_json(load_topology(path))
 
 
 def _print(document: dict[str, Any], as_json: bool) -> None:
@@ -50,14 +60,29 @@ def _print(document: dict[str, Any], as_json: bool) -> None:
     help="Read any inventory here, without the daemon: nvml, amdsmi, "
     "nvml-recording:NAME, amd-recording:NAME, example:NAME or a file.",
 )
+@click.option(
+    "--from",
+    "source",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Read a topology file instead: `nvidia-smi topo -m`, `rocm-smi --showtopo` or "
+    "`amd-smi topology` text as pasted, or the project's JSON.",
+)
 @click.pass_context
-def topology(ctx: click.Context, as_json: bool, local: bool, spec: str | None) -> None:
+def topology(
+    ctx: click.Context, as_json: bool, local: bool, spec: str | None, source: str | None
+) -> None:
     """The node's GPUs and links, as `nvidia-smi topo -m` prints them.
 
     Save it with --json to capture a machine: `gpuallocctl topology --json > node.json`,
-    then replay it with `gpuallocd --inventory node.json`.
+    then replay it with `gpuallocd --inventory node.json`. With --from FILE, convert a
+    pasted matrix: `gpuallocctl topology --from topo.txt --json > node.json`.
     """
-    if local or spec:
+    if sum(bool(x) for x in (local, spec, source)) > 1:
+        raise click.UsageError("use only one of --local, --inventory and --from")
+    if source:
+        document = _read_file(source)
+    elif local or spec:
         document = _read_locally(spec or "nvml")
     else:
         with daemon_client(ctx) as client:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from gpuallocd.errors import InventoryError
 from gpuallocd.model import Topology
+from gpuallocd.topology.amd_text import is_amd_text, parse_amd_topo
 from gpuallocd.topology.json_format import topology_from_json
 from gpuallocd.topology.smi_text import parse_smi_topo
 
@@ -35,14 +36,20 @@ def example_names() -> list[str]:
 
 
 def parse_topology(text: str, *, name: str) -> Topology:
-    """Either format: JSON when the text is a JSON object, else `nvidia-smi topo -m` text."""
+    """Any accepted format: JSON when the text is a JSON object; `rocm-smi --showtopo` or
+    `amd-smi topology` text where it has their tables; else `nvidia-smi topo -m` text."""
     if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InventoryError(f"topology {name}: invalid JSON: {exc}") from None
         return topology_from_json(data, name=name)
-    return parse_smi_topo(text, name=name)
+    try:
+        if is_amd_text(text):
+            return parse_amd_topo(text, name=name)
+        return parse_smi_topo(text, name=name)
+    except InventoryError as exc:
+        raise InventoryError(f"topology {name}: {exc.message}", **exc.details) from None
 
 
 def _read_example(name: str) -> str:

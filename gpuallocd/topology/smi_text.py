@@ -1,8 +1,13 @@
-"""The matrix that `nvidia-smi topo -m` prints, read and written.
+"""The matrix that `nvidia-smi topo -m` prints, read as people paste it.
 
-Cells are tab-separated and padded with spaces; newer drivers wrap the header in an ANSI
-underline and add NIC rows and columns, `CPU Affinity`, `NUMA Affinity` and `GPU NUMA ID`
-columns; a legend follows the matrix. GPUs read this way get stable synthetic UUIDs.
+nvidia-smi writes tab-separated cells padded to 8-column tab stops: the header names the
+GPU columns, then NIC columns (`NIC0`, or `mlx5_0` on older drivers), then `CPU Affinity`,
+`NUMA Affinity` and `GPU NUMA ID` where the driver has them; one row per GPU, then NIC rows,
+then a legend. What reaches gpuallocd has often been through a terminal or a web page: tabs
+become spaces, lines get indented, quoted (`> `), prefixed by a prompt or prose, cut at the
+terminal's width, or glued where a tab was lost. This reader finds the header, reads each GPU
+row's link cells in column order, and places the affinity cells by their column (see
+`text_lines`). GPUs read this way get stable synthetic UUIDs.
 """
 
 from __future__ import annotations
@@ -13,13 +18,16 @@ from collections.abc import Iterator
 
 from gpuallocd.errors import InventoryError
 from gpuallocd.model import Gpu, Link, PcieLevel, Topology, pair_key
+from gpuallocd.topology.smi_layout import Matrix, find_matrix
+from gpuallocd.topology.smi_render import render_smi_topo
+from gpuallocd.topology.text_lines import Token
 
-__all__ = ["parse_smi_topo", "render_smi_topo", "synthetic_uuid"]
+__all__ = ["numa_node_of", "parse_smi_topo", "render_smi_topo", "synthetic_uuid"]
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_GPU_LABEL = re.compile(r"^GPU(\d+)$")
 _NV = re.compile(r"^NV(\d+)$")
 _UUID_NAMESPACE = uuid.UUID("6f1c2d4e-8a53-4b8e-9d0c-3f5a7e2b9c10")
+_LEVEL_ALIASES = {"SOC": PcieLevel.SYS}  # drivers before 2017 printed SOC for SYS
+_NUMA_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
 def synthetic_uuid(index: int) -> str:
@@ -27,115 +35,96 @@ def synthetic_uuid(index: int) -> str:
     return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'topology-gpu-{index}')}"
 
 
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in _ANSI.sub("", line).split("\t")]
-
-
-def _matrix_lines(text: str) -> Iterator[list[str]]:
-    """The header and the rows of the matrix, up to the legend."""
-    for raw in text.splitlines():
-        if raw.strip().startswith("Legend"):
-            return
-        if raw.strip():
-            yield _cells(raw)
-
-
-def _link_from_cell(cell: str) -> Link:
-    match = _NV.match(cell)
+def _link_from_cell(cell: Token, line: int) -> Link:
+    match = _NV.match(cell.text)
     if match:
         return Link(nvlinks=int(match.group(1)))
-    try:
-        return Link(pcie=PcieLevel[cell])
-    except KeyError:
-        raise InventoryError(f"unknown link kind {cell!r} in the topology matrix") from None
+    level = _LEVEL_ALIASES.get(cell.text)
+    if level is None and cell.text in PcieLevel.__members__:
+        level = PcieLevel[cell.text]
+    if level is None:
+        raise InventoryError(
+            f"line {line}: unknown link kind {cell.text!r} in the topology matrix "
+            "(expected X, NV#, PIX, PXB, PHB, NODE, SYS or SOC)",
+            line=line,
+        )
+    return Link(pcie=level)
 
 
-def _optional_int(cell: str | None) -> int | None:
-    if cell is None or not cell.strip().isdigit():
+def numa_node_of(cell: str | None) -> int | None:
+    """The one NUMA node a cell names: `3` or `3-3`; none for `N/A`, blank or several."""
+    match = _NUMA_RANGE.match(cell or "")
+    if not match:
         return None
-    return int(cell)
+    first, last = match.group(1), match.group(2)
+    return int(first) if last is None or last == first else None
 
 
-def parse_smi_topo(text: str, *, name: str = "nvidia-smi-topo") -> Topology:
-    """Read the text of `nvidia-smi topo -m` into a Topology."""
-    lines = list(_matrix_lines(text))
-    if not lines:
-        raise InventoryError("the topology text is empty")
-    header = lines[0]
-    columns = {label: i for i, label in enumerate(header) if label}
-    gpu_columns = {
-        int(m.group(1)): i for label, i in columns.items() if (m := _GPU_LABEL.match(label))
-    }
-    if not gpu_columns:
-        raise InventoryError("no GPU columns found: is this the output of `nvidia-smi topo -m`?")
-    rows = {int(m.group(1)): row for row in lines[1:] if (m := _GPU_LABEL.match(row[0]))}
-    if set(rows) != set(gpu_columns):
-        raise InventoryError("the GPU rows do not match the GPU columns of the topology matrix")
-    gpus = tuple(_gpu_from_row(index, row, columns) for index, row in sorted(rows.items()))
-    links: dict[tuple[str, str], Link] = {}
-    for a in gpus:
-        for b in gpus:
-            if a.index < b.index:
-                cell = _cell(rows[a.index], gpu_columns[b.index])
-                links[pair_key(a.uuid, b.uuid)] = _link_from_cell(cell)
-    return Topology(name=name, gpus=gpus, links=links)
+def _affinity(cells: dict[str, str], label: str) -> str | None:
+    value = cells.get(label)
+    return value if value and value != "N/A" else None
 
 
-def _cell(row: list[str], column: int) -> str:
-    # Rows start with their label, so column i of the header is cell i of the row.
-    if column >= len(row):
-        raise InventoryError(f"row {row[0]} of the topology matrix is too short")
-    return row[column]
-
-
-def _gpu_from_row(index: int, row: list[str], columns: dict[str, int]) -> Gpu:
-    def column(label: str) -> str | None:
-        i = columns.get(label)
-        return row[i] if i is not None and i < len(row) else None
-
-    numa = _optional_int(column("GPU NUMA ID"))
-    if numa is None:
-        numa = _optional_int(column("NUMA Affinity"))
-    affinity = column("CPU Affinity")
+def _gpu(index: int, affinity: dict[str, str]) -> Gpu:
+    numa = numa_node_of(affinity.get("GPU NUMA ID"))
+    for label in ("NUMA Affinity", "NUMA"):
+        if numa is None:
+            numa = numa_node_of(affinity.get(label))
     return Gpu(
         uuid=synthetic_uuid(index),
         index=index,
         name=f"GPU {index}",
         numa_node=numa,
-        cpu_affinity=affinity if affinity and affinity != "N/A" else None,
+        cpu_affinity=_affinity(affinity, "CPU Affinity"),
     )
 
 
-_LEGEND = """
-Legend:
+def _column_of(cell: Token, columns: tuple[Token, ...]) -> str:
+    """The rightmost column starting at most one tab stop right of the cell.
 
-  X    = Self
-  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
-  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
-  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
-  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
-  PIX  = Connection traversing at most a single PCIe bridge
-  NV#  = Connection traversing a bonded set of # NVLinks
-"""
+    nvidia-smi pads a row's cells with tabs but not always to its header's columns: a short
+    CPU list or a blank cell leaves the next value up to one tab stop left of its label.
+    """
+    placed = [column for column in columns if column.start <= cell.start + 8]
+    return (placed[-1] if placed else columns[0]).text
 
 
-def _render_link(link: Link) -> str:
-    if link.nvlinks:
-        return f"NV{link.nvlinks}"
-    if link.pcie is not None:
-        return link.pcie.name
-    return "SYS"
+def _affinity_cells(matrix: Matrix, index: int) -> dict[str, str]:
+    """Each affinity cell of a GPU row with its header label.
+
+    As many cells as labels: in order. Fewer (blank cells): by column.
+    """
+    columns = matrix.affinity_columns
+    cells = matrix.rows[index].cells[len(matrix.devices) :]
+    if not columns:
+        return {}
+    if len(cells) == len(columns):
+        return {column.text: cell.text for column, cell in zip(columns, cells, strict=True)}
+    found: dict[str, str] = {}
+    for cell in cells:
+        found.setdefault(_column_of(cell, columns), cell.text)
+    return found
 
 
-def render_smi_topo(topology: Topology) -> str:
-    """Write a Topology the way `nvidia-smi topo -m` prints it (without NIC rows)."""
-    gpus = topology.gpus
-    header = "\t" + "\t".join(f"GPU{g.index}" for g in gpus) + "\tCPU Affinity\tNUMA Affinity"
-    lines = [header]
-    for a in gpus:
-        cells = [
-            " X " if a.uuid == b.uuid else _render_link(topology.link(a.uuid, b.uuid)) for b in gpus
-        ]
-        numa = "N/A" if a.numa_node is None else str(a.numa_node)
-        lines.append("\t".join([f"GPU{a.index}", *cells, a.cpu_affinity or "N/A", numa]))
-    return "\n".join(lines) + "\n" + _LEGEND
+def _pairs(matrix: Matrix) -> Iterator[tuple[int, int]]:
+    for a in matrix.gpu_indices:
+        for b in matrix.gpu_indices:
+            if a < b:
+                yield a, b
+
+
+def _links(matrix: Matrix, uuids: dict[int, str]) -> dict[tuple[str, str], Link]:
+    links: dict[tuple[str, str], Link] = {}
+    for a, b in _pairs(matrix):
+        row = matrix.rows[a]
+        cell = row.link_to(matrix.gpu_columns[b])
+        links[pair_key(uuids[a], uuids[b])] = _link_from_cell(cell, row.line)
+    return links
+
+
+def parse_smi_topo(text: str, *, name: str = "nvidia-smi-topo") -> Topology:
+    """Read the text of `nvidia-smi topo -m` into a Topology."""
+    matrix = find_matrix(text)
+    gpus = tuple(_gpu(i, _affinity_cells(matrix, i)) for i in matrix.gpu_indices)
+    uuids = {gpu.index: gpu.uuid for gpu in gpus}
+    return Topology(name=name, gpus=gpus, links=_links(matrix, uuids))
