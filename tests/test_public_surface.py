@@ -21,6 +21,9 @@ from gpuallocd import errors
         "gpuallocd.policies",
         "gpuallocd.topology",
         "gpuallocd.inventory",
+        "gpuallocd.allocator",
+        "gpuallocd.daemon",
+        "gpuallocd.planning",
     ],
 )
 def test_all_lists_every_public_name(module_name: str) -> None:

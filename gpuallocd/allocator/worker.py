@@ -1,4 +1,4 @@
-"""The ledger's one writer: every allocator call runs here, one at a time, in order.
+"""The serial worker: every allocator call runs here, one at a time, in order.
 
 Calls run on the event loop thread itself (no thread hop on the hot path). Calls that
 arrive in the same turn of the loop (concurrent requests) run back to back inside one ledger

@@ -1,4 +1,8 @@
-"""The durable ledger: one SQLite file, written by one thread, in transactions.
+"""The durable ledger: one SQLite file, one connection, written in transactions.
+
+Only the allocator writes it, from the event loop thread through the serial worker
+(`allocator/worker.py`). sqlite3's `check_same_thread` is off: the one-writer rule is
+kept by that worker, not by the driver.
 
 SQLite runs in WAL mode with `synchronous=FULL` by default: a commit returns only after the
 log is on disk, so whatever the daemon acknowledged survives a crash of the daemon or of the

@@ -3,7 +3,7 @@
 The set has the highest topology score of all sets of the asked size among the free GPUs
 (see `scoring`): NVLink/XGMI lanes first, then the PCIe path, then NUMA. Among sets of
 equal score it takes the one that cuts the least link quality away from the GPUs that
-stay free, then the lowest indices. The search is exact (`subset_search`); only a search
+stay free, then the lowest indices. The search is exact (`search/engine.py`); only a search
 that reaches `max_search_nodes` returns an unproven set, and its reason says so.
 """
 

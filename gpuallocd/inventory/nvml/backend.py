@@ -2,7 +2,7 @@
 
 Discovery runs at construction and on `rescan()`, and its topology is cached: NVLink and
 PCIe queries are slow enough that re-reading them per request stalls callers. `sample()`
-reads only live state. A thread watches for critical Xid events (see nvml_health).
+reads only live state. A thread watches for critical Xid events (see `health.py`).
 """
 
 from __future__ import annotations

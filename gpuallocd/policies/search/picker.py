@@ -9,7 +9,7 @@ with K larger than any damage, so the score decides and damage only breaks its t
 Damage is the link quality the request cuts away from what stays free: a single GPU whose
 NVLink partner is busy cuts nothing, one from an intact pair cuts the pair; a pair taken
 from an intact quad cuts the quad's other links. Expanded over P it is linear plus
-pairwise, the shape `subset_search` solves exactly:
+pairwise, the shape `engine.py` solves exactly:
 
     linear[v] = (K + 1) * w(v, R) - w(v, F + P)        pair[u][v] = (K + 2) * w(u, v)
 
