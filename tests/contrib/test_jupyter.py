@@ -7,6 +7,7 @@ is read by running code in it over its channels; the ledger is read with the rea
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from gpuallocd_jupyter import GpuallocdProvisioner, MemorySharesUnsupported, ins
 from gpuallocd_jupyter.kernelspec import kernel_json
 from gpulease import GpusUnavailable, Lease
 from jupyter_client import KernelManager
+from jupyter_client.ioloop import AsyncIOLoopKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.provisioning.factory import KernelProvisionerFactory
 
@@ -169,6 +171,7 @@ def test_killed_kernel_frees_its_lease(
 SERVER = """
 import sys, time
 from jupyter_client import KernelManager
+from jupyter_client.ioloop import AsyncIOLoopKernelManager
 manager = KernelManager(kernel_name=sys.argv[1])
 manager.start_kernel()
 print(manager.provisioner.pid, flush=True)
@@ -210,6 +213,38 @@ def test_restart_after_a_crash_leases_again(
     second = only_lease(daemon)
     assert second.id != first.id
     assert (view["lease"], view["cuda"]) == (second.id, ",".join(second.uuids))
+
+
+async def crash_and_wait_for_autorestart(daemon: ThreadDaemon, name: str) -> tuple[Lease, Lease]:
+    """Start kernel `name` under a kernel restarter as Jupyter Server does, kill -9 it, wait
+    for the restarter to start a new one; the leases before and after."""
+    manager = AsyncIOLoopKernelManager(kernel_name=name)
+    await manager.start_kernel()
+    try:
+        first = only_lease(daemon)
+        crashed_pid = manager.provisioner.pid
+        os.kill(crashed_pid, signal.SIGKILL)
+        deadline = time.monotonic() + TIMEOUT
+        with daemon.client() as client:
+            while not (manager.provisioner.pid != crashed_pid and client.leases()):
+                assert time.monotonic() < deadline, "the kernel was not restarted in time"
+                await asyncio.sleep(0.05)
+        await asyncio.wait_for(manager.ready, TIMEOUT)  # the restart has finished
+        return first, only_lease(daemon)
+    finally:
+        await manager.shutdown_kernel(now=True)
+
+
+def test_kernel_restarted_by_the_restarter_after_a_crash_holds_one_new_lease(
+    daemon: ThreadDaemon, jupyter_home: Path
+) -> None:
+    """Under an auto-restarting manager a crash frees the lease and the new kernel takes one."""
+    install(daemon, "gpu1", "--count", "1")
+    first, second = asyncio.run(crash_and_wait_for_autorestart(daemon, "gpu1"))
+    assert second.id != first.id
+    with daemon.client() as client:
+        assert client.lease(first.id).state == "freed"
+        assert client.leases() == []
 
 
 def test_lease_is_renewed_while_the_kernel_lives(
