@@ -9,9 +9,9 @@ TOPOLOGY ?= example:workstation-4gpu-nvbridge
 
 .PHONY: daemon test lint check bench clean
 
-$(STAMP): pyproject.toml client/pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml contrib/jupyter/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e ./client -e '.[dev]'
+	$(PY) -m pip install --quiet -e ./client -e '.[dev]' -e ./contrib/jupyter
 	touch $(STAMP)
 
 ## Start the daemon in the foreground on a bundled example topology (no GPU needed).
@@ -24,10 +24,10 @@ daemon: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
-## ruff, ruff format and mypy (strict on gpuallocd/).
+## ruff, ruff format and mypy (strict on gpuallocd/ and contrib/jupyter/).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check gpuallocd client tests
-	$(VENV)/bin/ruff format --check gpuallocd client tests
+	$(VENV)/bin/ruff check gpuallocd client contrib tests
+	$(VENV)/bin/ruff format --check gpuallocd client contrib tests
 	$(VENV)/bin/mypy
 
 check: lint test

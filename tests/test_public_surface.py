@@ -24,6 +24,7 @@ from gpuallocd import errors
         "gpuallocd.allocator",
         "gpuallocd.daemon",
         "gpuallocd.planning",
+        "gpuallocd_jupyter",
     ],
 )
 def test_all_lists_every_public_name(module_name: str) -> None:
