@@ -164,7 +164,7 @@ def test_rescan_ends_the_lease_of_a_vanished_instance(
         assert client.lease(lease.id).state == "revoked"
         events = client.history(lease.id)
         assert f"MIG instance {THREE_G} vanished on rescan" in events[-1]["detail"]
-        with pytest.raises(InvalidRequest, match="profiles: 1g.10gb, 2g.20gb\\)"):
+        with pytest.raises(InvalidRequest, match=r"profiles: 1g\.10gb, 2g\.20gb\)"):
             client.allocate(mig_profile="3g.40gb")
 
 

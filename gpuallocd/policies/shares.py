@@ -16,7 +16,10 @@ from gpuallocd.errors import CountExceedsNode, GpuBusy, GpusUnavailable, Invalid
 from gpuallocd.policies.base import AllocationRequest, Choice, NodeSnapshot
 from gpuallocd.policies.scoring import pair_score
 
-__all__ = ["choose_shares", "format_gib", "share_eligible"]
+__all__ = ["DEFAULT_SHARE_RESERVE_BYTES", "choose_shares", "format_gib", "share_eligible"]
+
+DEFAULT_SHARE_RESERVE_BYTES = 2**30
+"""Memory of a shared GPU no share may take (the daemon's default; `plan` and `simulate`)."""
 
 
 def format_gib(size: int) -> str:
