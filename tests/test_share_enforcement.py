@@ -20,7 +20,8 @@ GIB = 2**30
 @pytest.fixture
 def enforcing(
     start_daemon: Callable[..., ThreadDaemon],
-) -> Callable[[str], tuple[ThreadDaemon, FakeNvml]]:
+) -> Iterator[Callable[[str], tuple[ThreadDaemon, FakeNvml]]]:
+    """Start a daemon over the fake NVML, every GPU shared, enforcing in the mode given."""
     inventories: list[NvmlInventory] = []
 
     def start(mode: str) -> tuple[ThreadDaemon, FakeNvml]:
@@ -35,7 +36,7 @@ def enforcing(
         )
         return daemon, fake
 
-    yield start  # type: ignore[misc]
+    yield start
     for inventory in inventories:
         inventory.close()
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gpuallocd.cli import cli
 from gpuallocd.daemon.config import load_config
-from gpuallocd.errors import ConfigError
+from gpuallocd.errors import ConfigError, GpuallocError
 from gpuallocd.model import Topology
 from gpuallocd.planning import make_unit_plan, read_trace, simulate
 from gpuallocd.planning.units import UnitBook
@@ -66,7 +66,7 @@ def test_shares_never_exceed_a_gpus_capacity(sizes: list[int]) -> None:
         request = request_for(topology, 1, memory_bytes=size * GIB)
         try:
             choice = book.place(book.snapshot(base), request)
-        except Exception:  # refused: too large, or no room left
+        except GpuallocError:  # refused: too large, or no room left
             continue
         book.take(f"s{i}", request, choice.gpus)
     assert all(used <= 40 * GIB for used in book.used().values())
@@ -97,7 +97,9 @@ def test_simulate_replays_shares_and_reports_their_fragmentation() -> None:
         json.dumps({"op": "free", "id": "b"}),
         json.dumps({"op": "allocate", "id": "y", "count": 1}),
     ]
-    result = simulate(load_topology("example:dgx-a100"), get_policy("best-effort"), read_trace(lines))
+    result = simulate(
+        load_topology("example:dgx-a100"), get_policy("best-effort"), read_trace(lines)
+    )
     steps = result.steps
     assert steps[0].gpus == steps[1].gpus and steps[0].gpus is not None
     assert steps[0].gpus[0] not in (steps[2].gpus or ())
