@@ -87,6 +87,8 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     ) -> None:
         if on_revoke not in ("warn", "raise") and not callable(on_revoke):
             raise ValueError("on_revoke must be 'warn', 'raise' or a callable")
+        if mig is not None and visible == "index":
+            raise ValueError("MIG instances can only be named by UUID: use visible='uuid'")
         self._options: dict[str, Any] = {
             "count": max(count, len(gpus)) if gpus else count,
             "gpus": list(gpus) if gpus else None,
