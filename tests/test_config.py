@@ -28,6 +28,9 @@ SAMPLES = {
     "ledger_sync": "normal",
     "shutdown_grace_seconds": "1",
     "log_level": "DEBUG",
+    "shared_gpus": "all",
+    "share_memory_reserve_bytes": "2048",
+    "share_enforcement": "warn",
 }
 
 

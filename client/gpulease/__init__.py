@@ -39,6 +39,7 @@ from gpulease.errors import (
 )
 from gpulease.lease import gpu_lease, visible_devices_env
 from gpulease.models import GpuStatus, Lease, LeasedGpu
+from gpulease.sizes import parse_size
 from gpulease.transport import DEFAULT_SOCKET
 
 __version__ = "0.1.0"
@@ -78,5 +79,6 @@ __all__ = [
     "UnknownRoute",
     "__version__",
     "gpu_lease",
+    "parse_size",
     "visible_devices_env",
 ]

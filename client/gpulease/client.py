@@ -63,8 +63,14 @@ class Client:
         wait: bool = False,
         timeout: float | None = None,
         bind_to_process: bool = False,
+        memory_bytes: int | None = None,
+        mig_profile: str | None = None,
     ) -> Lease:
         """Lease `count` GPUs (chosen by the policy), including `gpus` where given.
+
+        With `memory_bytes`, a share of that much memory on each of `count` shared GPUs;
+        with `mig_profile`, `count` MIG instances of that profile (`gpus` may also name
+        `MIG-` UUIDs). Without a count, one.
 
         With `wait`, queue (first come, first served) until the GPUs are free, for at most
         `timeout` seconds (None: as long as it takes); else fail at once when they are not.
@@ -81,6 +87,8 @@ class Client:
             wait=True if wait else None,
             wait_timeout_seconds=timeout if wait else None,
             bind_to_process=True if bind_to_process else None,
+            memory_bytes=memory_bytes,
+            mig_profile=mig_profile,
         )
         http_timeout = None
         if wait:

@@ -16,10 +16,16 @@ from gpulease.client import Client, GpuRef
 from gpulease.errors import DaemonUnavailable, GpuallocError, LeaseNotActive, UnknownLease
 from gpulease.models import Lease
 from gpulease.renewer import OnRevoke, Renewer
+from gpulease.sizes import parse_size
 
 __all__ = ["gpu_lease", "visible_devices_env"]
 
-ENV_KEYS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPUALLOCD_LEASE_ID")
+ENV_KEYS = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "GPUALLOCD_LEASE_ID",
+    "GPUALLOCD_MEMORY_BYTES",
+)
 
 
 def visible_devices_env(lease: Lease, visible: str = "uuid") -> dict[str, str]:
@@ -27,15 +33,27 @@ def visible_devices_env(lease: Lease, visible: str = "uuid") -> dict[str, str]:
 
     UUIDs by default: they name the same GPU whatever order CUDA enumerates in, and MIG
     devices can only be named so. `visible="index"` gives indices with
-    `CUDA_DEVICE_ORDER=PCI_BUS_ID`, for tools that parse the variable as integers.
+    `CUDA_DEVICE_ORDER=PCI_BUS_ID`, for tools that parse the variable as integers (not for
+    MIG instances, which have no index). A memory share adds GPUALLOCD_MEMORY_BYTES, the
+    share's size on each GPU, for the job to cap its memory to (docs/sharing.md).
     """
+    share = (
+        {} if lease.memory_bytes is None else {"GPUALLOCD_MEMORY_BYTES": str(lease.memory_bytes)}
+    )
     if visible == "uuid":
-        return {"CUDA_VISIBLE_DEVICES": ",".join(lease.uuids), "GPUALLOCD_LEASE_ID": lease.id}
+        return {
+            "CUDA_VISIBLE_DEVICES": ",".join(lease.uuids),
+            "GPUALLOCD_LEASE_ID": lease.id,
+            **share,
+        }
     if visible == "index":
+        if any(g.kind == "mig" for g in lease.gpus):
+            raise ValueError("MIG instances can only be named by UUID: use visible='uuid'")
         return {
             "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in lease.indices),
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "GPUALLOCD_LEASE_ID": lease.id,
+            **share,
         }
     raise ValueError(f"visible must be 'uuid' or 'index', not {visible!r}")
 
@@ -47,6 +65,8 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     the lease in a background thread, frees it on exit (on an exception too) and restores the
     environment. `as` gives the Lease: `.id` and `.gpus` (each with `.index` and `.uuid`).
     The lease is bound to this process: if the process dies (kill -9 too), the daemon frees it.
+    `memory="20G"` leases a share of 20 GiB on each of `count` shared GPUs (exported as
+    GPUALLOCD_MEMORY_BYTES); `mig="1g.10gb"` leases `count` MIG instances of that profile.
     """
 
     def __init__(
@@ -59,18 +79,24 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         wait: bool = False,
         timeout: float | None = None,
         label: str | None = None,
+        memory: str | int | None = None,
+        mig: str | None = None,
         socket: str | os.PathLike[str] | None = None,
         visible: str = "uuid",
         on_revoke: OnRevoke = "warn",
     ) -> None:
         if on_revoke not in ("warn", "raise") and not callable(on_revoke):
             raise ValueError("on_revoke must be 'warn', 'raise' or a callable")
+        if mig is not None and visible == "index":
+            raise ValueError("MIG instances can only be named by UUID: use visible='uuid'")
         self._options: dict[str, Any] = {
             "count": max(count, len(gpus)) if gpus else count,
             "gpus": list(gpus) if gpus else None,
             "policy": policy,
             "ttl": ttl,
             "label": label,
+            "memory_bytes": None if memory is None else parse_size(memory),
+            "mig_profile": mig,
         }
         self._wait, self._timeout = wait, timeout
         self._socket, self._visible, self._on_revoke = socket, visible, on_revoke

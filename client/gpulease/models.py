@@ -10,8 +10,28 @@ __all__ = ["GpuStatus", "Lease", "LeasedGpu"]
 
 @dataclass(frozen=True)
 class LeasedGpu:
+    """One leased unit: a whole GPU, a MIG instance (`kind` "mig", its GPU in
+    `parent_uuid`) or a memory share (`kind` "share", its size in `memory_bytes`)."""
+
     index: int
     uuid: str
+    kind: str = "whole"
+    parent_uuid: str | None = None
+    memory_bytes: int | None = None
+    mig_profile: str | None = None
+    fraction: float = 1.0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LeasedGpu:
+        return cls(
+            index=data["index"],
+            uuid=data["uuid"],
+            kind=data.get("kind", "whole"),
+            parent_uuid=data.get("parent_uuid"),
+            memory_bytes=data.get("memory_bytes"),
+            mig_profile=data.get("mig_profile"),
+            fraction=data.get("fraction", 1.0),
+        )
 
 
 @dataclass(frozen=True)
@@ -32,7 +52,7 @@ class Lease:
     def from_json(cls, data: dict[str, Any]) -> Lease:
         return cls(
             id=data["id"],
-            gpus=tuple(LeasedGpu(index=g["index"], uuid=g["uuid"]) for g in data["gpus"]),
+            gpus=tuple(LeasedGpu.from_json(g) for g in data["gpus"]),
             state=data["state"],
             owner_uid=data["owner"]["uid"],
             user=data["owner"]["user"],
@@ -51,6 +71,12 @@ class Lease:
     @property
     def indices(self) -> tuple[int, ...]:
         return tuple(g.index for g in self.gpus)
+
+    @property
+    def memory_bytes(self) -> int | None:
+        """The size of each memory share of this lease; None for whole GPUs and instances."""
+        sizes = [g.memory_bytes for g in self.gpus if g.memory_bytes is not None]
+        return min(sizes) if sizes else None
 
 
 @dataclass(frozen=True)

@@ -83,8 +83,13 @@ class AllocatorFacade:
         return self._queue.waiters()
 
     async def adopt_topology(self, topology: Topology) -> Topology:
-        """Take a rediscovered topology; GPUs that came back may serve the queue."""
-        await self._worker.run(self._lifecycle.set_topology, topology)
+        """Take a rediscovered topology; GPUs that came back may serve the queue. Leases of
+        MIG instances that vanished end (revoked, with the reason in their history)."""
+        ended = await self._worker.run(self._lifecycle.set_topology, topology)
+        for lease in ended:
+            log.warning(
+                "lease %s of %s ended: its MIG instance vanished", lease.id, lease.owner_name
+            )
         self._queue.kick()
         return self._lifecycle.topology
 

@@ -14,12 +14,24 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from gpuallocd.allocator.enforcer import ShareEnforcer
 from gpuallocd.allocator.node_view import GpuStatus, NodeView
+from gpuallocd.allocator.sharing import share_capacity
 from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
+from gpuallocd.allocator.units import leased_units, place_units, vanished_units
 from gpuallocd.allocator.watcher import process_start_time
 from gpuallocd.errors import InvalidRequest, LeaseNotActive, PermissionDenied, UnknownLease
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import Caller, HistoryEvent, Lease, LeasedGpu, LeaseState, LiveState, Topology
+from gpuallocd.model import (
+    Caller,
+    HistoryEvent,
+    Lease,
+    LeasedGpu,
+    LeaseEvent,
+    LeaseState,
+    LiveState,
+    Topology,
+)
 from gpuallocd.policies import Policy, get_policy
 from gpuallocd.policies.rules import check_choice, request_for
 
@@ -52,8 +64,9 @@ class LeaseLifecycle:
         self._start_time_of = start_time_of
         self._settings = settings
         self._policies: dict[str, Policy] = {}
+        self._enforcer = ShareEnforcer(settings.share_enforcement, self._note)
         self.node = NodeView(topology)
-        ledger.sync_gpus(topology.gpus, clock())
+        self._sync_units(topology)
         self._active = {lease.id: lease for lease in ledger.active_leases()}
         get_policy(settings.default_policy)  # fail at start, not at the first request
 
@@ -63,13 +76,30 @@ class LeaseLifecycle:
     def topology(self) -> Topology:
         return self.node.topology
 
-    def set_topology(self, topology: Topology) -> None:
-        """Adopt a (re)discovered topology and record its GPUs."""
-        self._ledger.sync_gpus(topology.gpus, self._clock())
-        self.node.adopt(topology)
+    def set_topology(self, topology: Topology) -> list[Lease]:
+        """Adopt a (re)discovered topology and record its GPUs; end the leases of MIG
+        instances that vanished (an admin changed the GPU's MIG layout), with the reason."""
+        ended: list[Lease] = []
+        for lease, reason in vanished_units(self._active.values(), topology):
+            ended += self._end([lease], LeaseState.REVOKED, actor_uid=0, detail=reason)
+        self._sync_units(topology)
+        return ended
+
+    def _sync_units(self, topology: Topology) -> None:
+        settings = self._settings
+        capacity = share_capacity(
+            topology, settings.shared_gpus, settings.share_memory_reserve_bytes
+        )
+        self._ledger.sync_gpus(topology.gpus, self._clock(), capacity)
+        self.node.adopt(topology, capacity)
 
     def update_live(self, states: Mapping[str, LiveState]) -> None:
+        """Take a live sample; with share enforcement on, act on shares over their size."""
         self.node.update_live(states)
+        self._enforcer.check(self._active.values(), states)
+
+    def _note(self, lease_id: str, event: LeaseEvent, detail: str) -> None:
+        self._ledger.note(lease_id, event, self._clock(), detail)
 
     def reload(self) -> None:
         """Forget the in-memory view and read it again from the ledger (after a failed commit)."""
@@ -113,16 +143,27 @@ class LeaseLifecycle:
         `reserved` GPUs are held for earlier waiters: this request may not take them.
         """
         self.expire_due()
-        request = request_for(self.topology, spec.count, spec.gpus, spec.min_free_memory_bytes)
-        policy_name = spec.policy or self._settings.default_policy
+        request = request_for(
+            self.topology,
+            spec.count,
+            spec.gpus,
+            spec.min_free_memory_bytes,
+            memory_bytes=spec.memory_bytes,
+            mig_profile=spec.mig_profile,
+        )
         snapshot = self.node.snapshot(self._active.values(), reserved)
-        choice = self._policy(policy_name).choose(snapshot, request)
-        check_choice(policy_name, choice, request, snapshot)
+        if request.kind == "whole":
+            policy_name = spec.policy or self._settings.default_policy
+            choice = self._policy(policy_name).choose(snapshot, request)
+            check_choice(policy_name, choice, request, snapshot)
+        else:
+            policy_name, choice = place_units(snapshot, request, spec.policy)
         if not choice.exact:
             log.warning(
                 "policy %s gave a set it could not prove best: %s", policy_name, choice.reason
             )
-        lease = self._new_lease(caller, spec, policy_name, choice.gpus)
+        units = leased_units(self.topology, request, choice.gpus)
+        lease = self._new_lease(caller, spec, policy_name, units)
         self._ledger.grant(lease, caller.uid)
         self._active[lease.id] = lease
         return lease
@@ -173,7 +214,7 @@ class LeaseLifecycle:
     # Internals ------------------------------------------------------------------------------
 
     def _new_lease(
-        self, caller: Caller, spec: AllocateSpec, policy_name: str, uuids: Sequence[str]
+        self, caller: Caller, spec: AllocateSpec, policy_name: str, units: tuple[LeasedGpu, ...]
     ) -> Lease:
         start_time = self._start_time_of(caller.pid) if spec.bind_to_process else None
         if spec.bind_to_process and start_time is None:
@@ -181,7 +222,7 @@ class LeaseLifecycle:
         now = self._clock()
         return Lease(
             id=_new_lease_id(),
-            gpus=tuple(LeasedGpu(u, self.node.gpu(u).index) for u in uuids),
+            gpus=units,
             owner_uid=caller.uid,
             owner_name=caller.user,
             pid=caller.pid,

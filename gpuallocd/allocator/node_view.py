@@ -9,22 +9,34 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gpuallocd.allocator.sharing import UnitHolders
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.errors import UnknownGpu
-from gpuallocd.model import HEALTHY, Gpu, Lease, LiveState, Topology
+from gpuallocd.model import HEALTHY, Gpu, Lease, LeasedGpu, LiveState, MigDevice, Topology
 from gpuallocd.policies import NodeSnapshot
 
 __all__ = ["GpuStatus", "NodeView"]
 
 
+def _holder(lease: Lease | None) -> dict[str, object] | None:
+    return {"uid": lease.owner_uid, "user": lease.owner_name} if lease else None
+
+
 @dataclass(frozen=True, slots=True)
 class GpuStatus:
-    """One GPU as `status` shows it: the GPU, what it is doing, and its lease if any."""
+    """One GPU as `status` shows it: the GPU, what it is doing, and its lease if any.
+
+    A GPU in MIG mode lists its `instances` (each with its lease); a shared GPU its
+    `shares` (each lease with the memory it holds) and `share_capacity_bytes`.
+    """
 
     gpu: Gpu
     live: LiveState
     lease: Lease | None
     foreign_pids: tuple[int, ...] = field(default=())
+    instances: tuple[tuple[MigDevice, Lease | None], ...] = ()
+    shares: tuple[tuple[Lease, LeasedGpu], ...] = ()
+    share_capacity_bytes: int | None = None
 
     @property
     def state(self) -> str:
@@ -32,6 +44,10 @@ class GpuStatus:
             return "unhealthy"
         if self.lease is not None:
             return "leased"
+        if self.gpu.mig_mode:
+            return "mig"
+        if self.shares:
+            return "shared"
         return "in-use" if self.foreign_pids else "free"
 
     def to_json(self) -> dict[str, object]:
@@ -50,14 +66,35 @@ class GpuStatus:
             "health_reason": self.live.health_reason,
             "foreign_pids": list(self.foreign_pids),
             "lease_id": lease.id if lease else None,
-            "holder": {"uid": lease.owner_uid, "user": lease.owner_name} if lease else None,
+            "holder": _holder(lease),
             "expires_at": lease.expires_at if lease else None,
+            "mig_mode": self.gpu.mig_mode,
+            "partition_of": self.gpu.partition_of,
+            "instances": [_instance_json(mig, held) for mig, held in self.instances],
+            "share_capacity_bytes": self.share_capacity_bytes,
+            "shares": [_share_json(held, unit) for held, unit in self.shares],
         }
 
 
-def holders_of(leases: Iterable[Lease]) -> dict[str, Lease]:
-    """The active lease of each leased GPU, by UUID."""
-    return {uuid: lease for lease in leases for uuid in lease.uuids}
+def _instance_json(mig: MigDevice, lease: Lease | None) -> dict[str, object]:
+    return {
+        "uuid": mig.uuid,
+        "mig_profile": mig.profile,
+        "memory_total_bytes": mig.memory_total_bytes,
+        "state": "leased" if lease else "free",
+        "lease_id": lease.id if lease else None,
+        "holder": _holder(lease),
+        "expires_at": lease.expires_at if lease else None,
+    }
+
+
+def _share_json(lease: Lease, unit: LeasedGpu) -> dict[str, object]:
+    return {
+        "lease_id": lease.id,
+        "holder": _holder(lease),
+        "memory_bytes": unit.memory_bytes,
+        "expires_at": lease.expires_at,
+    }
 
 
 class NodeView:
@@ -65,31 +102,41 @@ class NodeView:
 
     def __init__(self, topology: Topology) -> None:
         self._live: dict[str, LiveState] = {}
+        self.share_capacity: dict[str, int] = {}
         self.adopt(topology)
 
     @property
     def topology(self) -> Topology:
         return self._topology
 
-    def adopt(self, topology: Topology) -> None:
-        """Take a (re)discovered topology."""
+    def adopt(self, topology: Topology, share_capacity: Mapping[str, int] | None = None) -> None:
+        """Take a (re)discovered topology, and the memory each shared GPU may share out."""
         self._topology = topology
         self._by_uuid = topology.by_uuid()
+        self.share_capacity = dict(share_capacity or {})
 
     def update_live(self, states: Mapping[str, LiveState]) -> None:
         self._live = dict(states)
+
+    def live(self, uuid: str) -> LiveState:
+        return self._live.get(uuid, HEALTHY)
 
     def gpu(self, uuid: str) -> Gpu:
         return self._by_uuid[uuid]
 
     def statuses(self, leases: Iterable[Lease]) -> list[GpuStatus]:
-        holders = holders_of(leases)
+        holders = UnitHolders.of(leases)
         return [
             GpuStatus(
                 gpu=gpu,
-                live=self._live.get(gpu.uuid, HEALTHY),
-                lease=holders.get(gpu.uuid),
-                foreign_pids=self._foreign_pids(gpu.uuid, holders.get(gpu.uuid)),
+                live=self.live(gpu.uuid),
+                lease=holders.whole.get(gpu.uuid),
+                foreign_pids=self._foreign_pids(gpu, holders),
+                instances=tuple(
+                    (m, holders.instances.get(m.uuid)) for m in gpu.mig_devices if gpu.mig_mode
+                ),
+                shares=tuple(holders.shares.get(gpu.uuid, ())),
+                share_capacity_bytes=self.share_capacity.get(gpu.uuid),
             )
             for gpu in self._topology.gpus
         ]
@@ -97,34 +144,53 @@ class NodeView:
     def snapshot(
         self, leases: Iterable[Lease], reserved: frozenset[str] = frozenset()
     ) -> NodeSnapshot:
-        """What a policy sees: leased and `reserved` GPUs busy, foreign use and health marked."""
-        holders = holders_of(leases)
-        foreign = frozenset(u for u in self._by_uuid if self._foreign_pids(u, holders.get(u)))
-        return NodeSnapshot.from_busy(
-            self._topology, busy=frozenset(holders) | reserved, live=self._live, foreign=foreign
+        """What a policy sees: leased, shared and `reserved` GPUs busy, foreign use and health
+        marked; leased and reserved MIG instances busy; the room each shared GPU has left."""
+        holders = UnitHolders.of(leases)
+        foreign = frozenset(g.uuid for g in self._topology.gpus if self._foreign_pids(g, holders))
+        busy = frozenset(holders.whole) | frozenset(holders.shares) | reserved
+        snapshot = NodeSnapshot.from_busy(
+            self._topology, busy=busy, live=self._live, foreign=foreign
+        )
+        return NodeSnapshot(
+            topology=self._topology,
+            views=snapshot.views,
+            busy_units=frozenset(holders.instances) | reserved,
+            share_capacity=self.share_capacity,
+            share_used=holders.share_used(),
         )
 
     def usable_gpus(self, spec: AllocateSpec) -> frozenset[str]:
-        """Every GPU that could serve this request: the named ones, or any when it has a count."""
-        required = frozenset(uuid for uuid in map(self._known_uuid, spec.gpus) if uuid)
-        if spec.count is None or spec.count <= len(required):
-            return required
+        """Every unit that could serve this request: the named ones; else every GPU (or, for
+        MIG instances, every instance of the profile; for shares, every shared GPU)."""
+        instances = self._topology.instances()
+        named = frozenset(u for u in map(self._known_unit, spec.gpus) if u)
+        if spec.count is None or spec.count <= len(named):
+            return named
+        if spec.mig_profile is not None or any(u in instances for u in named):
+            return frozenset(
+                u for u, (_, m) in instances.items() if spec.mig_profile in (None, m.profile)
+            )
+        if spec.memory_bytes is not None:
+            return frozenset(self.share_capacity)
         return frozenset(self._by_uuid)
 
-    def _known_uuid(self, ref: str | int) -> str | None:
+    def _known_unit(self, ref: str | int) -> str | None:
+        if str(ref) in self._topology.instances():
+            return str(ref)
         try:
             return self._topology.resolve(ref)
         except UnknownGpu:
             return None
 
-    def _foreign_pids(self, uuid: str, holder: Lease | None) -> tuple[int, ...]:
-        """Processes on a GPU whose user holds no lease on it."""
-        processes = self._live.get(uuid, HEALTHY).processes
-        allowed = {holder.owner_uid} if holder else set()
+    def _foreign_pids(self, gpu: Gpu, holders: UnitHolders) -> tuple[int, ...]:
+        """Processes on a GPU whose user holds no lease on any part of it."""
+        processes = self.live(gpu.uuid).processes
+        allowed = holders.owners_on(gpu.uuid, (m.uuid for m in gpu.mig_devices))
         # A process whose owner cannot be read (another PID namespace) counts against a free GPU
         # only: on a leased GPU it is most likely the holder's own job in a container.
         return tuple(
             p.pid
             for p in processes
-            if (p.uid is None and holder is None) or (p.uid is not None and p.uid not in allowed)
+            if (p.uid is None and not allowed) or (p.uid is not None and p.uid not in allowed)
         )

@@ -14,12 +14,18 @@ class AllocatorSettings:
     default_policy: str = "best-effort"
     default_ttl_seconds: float = 3600.0
     max_ttl_seconds: float = 7 * 24 * 3600.0
+    shared_gpus: tuple[str, ...] = ()
+    share_memory_reserve_bytes: int = 0
+    share_enforcement: str = "off"  # off, warn, kill
 
 
 @dataclass(frozen=True, slots=True)
 class AllocateSpec:
     """An allocation request as the API read it: `count` GPUs in all, `gpus` (UUIDs or indices)
-    among them. Its rules are checked by `policies.rules.request_for` when it is served."""
+    among them. Its rules are checked by `policies.rules.request_for` when it is served.
+
+    `memory_bytes` asks for a share of that much memory on each of `count` shared GPUs;
+    `mig_profile` for `count` MIG instances of that profile (`gpus` may name `MIG-` UUIDs)."""
 
     count: int | None = None
     gpus: tuple[str | int, ...] = ()
@@ -28,3 +34,5 @@ class AllocateSpec:
     label: str | None = None
     min_free_memory_bytes: int | None = None
     bind_to_process: bool = False
+    memory_bytes: int | None = None
+    mig_profile: str | None = None

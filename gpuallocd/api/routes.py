@@ -4,6 +4,7 @@ allocator's façade and answers with JSON. Errors leave through the envelope mid
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -31,9 +32,12 @@ ALLOCATE_FIELDS = frozenset(
         "wait",
         "bind_to_process",
         "wait_timeout_seconds",
+        "memory_bytes",
+        "mig_profile",
     }
 )
 MAX_HISTORY_LIMIT = 10_000
+MAX_PROFILE_LENGTH = 64
 
 
 def _caller(request: web.Request) -> Caller:
@@ -79,9 +83,13 @@ def _allocate_spec(body: Body) -> AllocateSpec:
         label=body.text("label"),
         min_free_memory_bytes=body.integer("min_free_memory_bytes", minimum=0),
         bind_to_process=bool(body.boolean("bind_to_process")),
+        memory_bytes=body.integer("memory_bytes", minimum=1),
+        mig_profile=body.text("mig_profile", max_length=MAX_PROFILE_LENGTH),
     )
     if spec.count is None and not spec.gpus:
-        raise InvalidRequest("give a count, or the GPUs to lease", field="count")
+        if spec.memory_bytes is None and spec.mig_profile is None:
+            raise InvalidRequest("give a count, or the GPUs to lease", field="count")
+        spec = replace(spec, count=1)  # one share, or one instance of the profile
     return spec
 
 

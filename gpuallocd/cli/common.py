@@ -12,9 +12,21 @@ import click
 if TYPE_CHECKING:
     from gpulease import Client
 
-__all__ = ["daemon_client", "format_expiry", "lease_request_options"]
+__all__ = ["daemon_client", "format_expiry", "lease_request_options", "memory_size"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def memory_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """A memory size option (`20G`, `512M`, bytes; binary units) as bytes."""
+    from gpulease import parse_size
+
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def lease_request_options(ttl_help: str, label_help: str) -> Callable[[F], F]:
@@ -22,8 +34,19 @@ def lease_request_options(ttl_help: str, label_help: str) -> Callable[[F], F]:
     options = (
         click.option("-n", "--count", type=click.IntRange(min=1), help="How many GPUs."),
         click.option(
-            "--gpu", "gpus", multiple=True, help="A GPU to lease, by index or UUID (repeatable)."
+            "--gpu",
+            "gpus",
+            multiple=True,
+            help="A GPU to lease, by index or UUID, or a MIG instance by its MIG- UUID "
+            "(repeatable).",
         ),
+        click.option(
+            "--memory",
+            callback=memory_size,
+            metavar="SIZE",
+            help="A share of this much memory (20G, 512M) on each of -n shared GPUs.",
+        ),
+        click.option("--mig", help="MIG instances of this profile (1g.10gb), -n of them."),
         click.option("--policy", help="Allocation policy (default: the daemon's)."),
         click.option("--ttl", type=click.FloatRange(min=0, min_open=True), help=ttl_help),
         click.option("--label", help=label_help),

@@ -27,8 +27,42 @@ def _print_lease(ctx: click.Context, lease: dict[str, Any]) -> None:
         return
     uuids = " ".join(g["uuid"] for g in lease["gpus"])
     click.echo(f"lease {lease['id']} ({lease['state']}): GPU {_gpus_text(lease)} [{uuids}]")
+    share = lease["gpus"][0].get("memory_bytes") if lease["gpus"] else None
+    if share is not None:
+        click.echo(f"share {format_bytes(share)} on each GPU (GPUALLOCD_MEMORY_BYTES={share})")
     if lease["state"] == "active":
         click.echo(f"expires {format_expiry(lease['expires_at'])}")
+
+
+def _part_rows(gpu: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """A row under a GPU for each MIG instance and each memory share it has."""
+    instances = [
+        (
+            f"{gpu['index']}/mig",
+            m["uuid"],
+            m["mig_profile"],
+            format_bytes(m["memory_total_bytes"]),
+            m["state"],
+            m["holder"]["user"] if m["holder"] else None,
+            m["lease_id"],
+            format_expiry(m["expires_at"]),
+        )
+        for m in gpu.get("instances", [])
+    ]
+    shares = [
+        (
+            f"{gpu['index']}/share",
+            None,
+            None,
+            format_bytes(s["memory_bytes"]),
+            "leased",
+            s["holder"]["user"],
+            s["lease_id"],
+            format_expiry(s["expires_at"]),
+        )
+        for s in gpu.get("shares", [])
+    ]
+    return instances + shares
 
 
 @click.command()
@@ -53,6 +87,7 @@ def status(ctx: click.Context) -> None:
         )
         for g in gpus
     ]
+    rows = [row for g, gpu_row in zip(gpus, rows, strict=True) for row in (gpu_row, *_part_rows(g))]
     headers = ("IDX", "UUID", "NAME", "MEMORY", "STATE", "HOLDER", "LEASE", "EXPIRES")
     click.echo(table(headers, rows))
 
@@ -88,15 +123,18 @@ def allocate(
     ctx: click.Context,
     count: int | None,
     gpus: tuple[str, ...],
+    memory: int | None,
+    mig: str | None,
     policy: str | None,
     ttl: float | None,
     label: str | None,
     wait: bool,
     timeout: float | None,
 ) -> None:
-    """Lease GPUs until freed or expired: -n N, or --gpu ID ... (or both)."""
-    if count is None and not gpus:
-        raise click.UsageError("give -n N or at least one --gpu")
+    """Lease GPUs until freed or expired: -n N, or --gpu ID ... (or both); --memory SIZE for
+    a share of a GPU, --mig PROFILE for MIG instances."""
+    if count is None and not gpus and memory is None and mig is None:
+        raise click.UsageError("give -n N, --gpu, --memory or --mig")
     with daemon_client(ctx) as client:
         lease = client.allocate(
             count,
@@ -106,6 +144,8 @@ def allocate(
             label=label,
             wait=wait,
             timeout=timeout,
+            memory_bytes=memory,
+            mig_profile=mig,
         )
     _print_lease(ctx, lease.raw)
 

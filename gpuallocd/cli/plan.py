@@ -8,10 +8,19 @@ from typing import IO, Any
 
 import click
 
+from gpuallocd.cli.common import memory_size
 from gpuallocd.cli.output import echo_json, table
 from gpuallocd.errors import InvalidRequest
 from gpuallocd.model import Topology
-from gpuallocd.planning import Plan, make_plan, parse_gpu_list, read_trace, simulate
+from gpuallocd.planning import (
+    Plan,
+    make_plan,
+    make_unit_plan,
+    parse_gpu_list,
+    parse_unit_list,
+    read_trace,
+    simulate,
+)
 from gpuallocd.planning.bench import BenchRow, bench_policy, random_topology
 from gpuallocd.planning.simulate import Summary
 from gpuallocd.policies import Policy, get_policy
@@ -80,6 +89,9 @@ def _print_plan(result: Plan) -> None:
         f"points, {result.numa_pairs} same-NUMA pairs)"
     )
     click.echo(f"why: {result.reason}")
+    if result.kind != "whole":
+        click.echo(f"{result.kind} units: {' '.join(result.uuids)}")
+        click.echo(f"fragmentation of what is left: {result.fragmentation:.4f}")
     if result.pairs:
         rows = [
             (f"{p.gpus[0]}-{p.gpus[1]}", p.link, p.pcie, "yes" if p.same_numa else "no", p.score)
@@ -94,6 +106,10 @@ def _print_plan(result: Plan) -> None:
 @click.option("-n", "--count", type=click.IntRange(min=1), required=True, help="How many GPUs.")
 @click.option("--busy", metavar="LIST", default="", help="Leased GPUs: indices or UUIDs, a,b,c.")
 @click.option("--require", metavar="LIST", default="", help="GPUs the set must hold: a,b,c.")
+@click.option(
+    "--memory", metavar="SIZE", callback=memory_size, help="Plan shares of SIZE (every GPU shared)."
+)
+@click.option("--mig", metavar="PROFILE", help="Plan MIG instances of PROFILE.")
 @_options_option
 @_json_option
 @click.pass_context
@@ -104,15 +120,32 @@ def plan(
     count: int,
     busy: str,
     require: str,
+    memory: int | None,
+    mig: str | None,
     options: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Which GPUs a policy would pick on a topology, and why (score, links)."""
+    """Which GPUs a policy would pick on a topology, and why (score, links); with --memory or
+    --mig, where shares or MIG instances would go, and the fragmentation they leave."""
     topology = _load(topology_spec)
-    policy = _policy(policy_name, options)
-    busy_gpus = parse_gpu_list(topology, busy)
-    required = parse_gpu_list(topology, require)
-    result = make_plan(topology, policy, count, busy=busy_gpus, required=required)
+    if memory is not None or mig is not None:
+        busy_units, required_units = (
+            parse_unit_list(topology, busy),
+            parse_unit_list(topology, require),
+        )
+        result = make_unit_plan(
+            topology,
+            count,
+            memory_bytes=memory,
+            mig_profile=mig,
+            busy=busy_units,
+            required=required_units,
+        )
+    else:
+        policy = _policy(policy_name, options)
+        busy_gpus = parse_gpu_list(topology, busy)
+        required = parse_gpu_list(topology, require)
+        result = make_plan(topology, policy, count, busy=busy_gpus, required=required)
     if _wants_json(ctx, as_json):
         echo_json(result.to_json())
     else:

@@ -70,6 +70,8 @@ def run(
     ctx: click.Context,
     count: int | None,
     gpus: tuple[str, ...],
+    memory: int | None,
+    mig: str | None,
     policy: str | None,
     ttl: float | None,
     label: str | None,
@@ -94,12 +96,14 @@ def run(
         wait=wait,
         timeout=timeout,
         label=label or " ".join(command)[:200],
+        memory=memory,
+        mig=mig,
         socket=ctx.obj.socket,
         visible=visible,
     )
     with lease as granted:
         if not ctx.obj.json:
-            gpu_list = ",".join(str(g.index) for g in granted.gpus)
+            gpu_list = ",".join(g.uuid if g.kind == "mig" else str(g.index) for g in granted.gpus)
             click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
         code = run_command(command)
     sys.exit(code)

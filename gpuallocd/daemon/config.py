@@ -26,8 +26,17 @@ __all__ = ["load_config", "parse_text"]
 _BOOL_WORDS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
+def _checked_list(setting: Setting, value: Any, where: str) -> tuple[str, ...]:
+    """A list of strings (TOML array, or a tuple already parsed) as a tuple."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: {setting.name} must be a list of strings")
+    return tuple(v.strip() for v in value if v.strip())
+
+
 def _checked(setting: Setting, value: Any, where: str) -> Any:
     """A value of the setting's type and choices, else a ConfigError naming `where`."""
+    if setting.type is tuple:
+        return _checked_list(setting, value, where)
     expected = (int, float) if setting.type is float else (setting.type,)
     if (isinstance(value, bool) and setting.type is not bool) or not isinstance(value, expected):
         raise ConfigError(f"{where}: {setting.name} must be {setting.type.__name__}")
@@ -46,6 +55,8 @@ def parse_text(setting: Setting, text: str, where: str) -> Any:
             return _checked(setting, int(text.strip().removeprefix("0o"), base), where)
         if setting.type is float:
             return _checked(setting, float(text), where)
+        if setting.type is tuple:
+            return _checked(setting, text.split(","), where)
     except (ValueError, KeyError):
         raise ConfigError(
             f"{where}: {setting.name} must be {setting.type.__name__}, not {text!r}"

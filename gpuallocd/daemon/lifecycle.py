@@ -99,6 +99,9 @@ class Daemon:
             default_policy=self.config.default_policy,
             default_ttl_seconds=self.config.default_ttl_seconds,
             max_ttl_seconds=self.config.max_ttl_seconds,
+            shared_gpus=self.config.shared_gpus,
+            share_memory_reserve_bytes=self.config.share_memory_reserve_bytes,
+            share_enforcement=self.config.share_enforcement,
         )
         lifecycle = LeaseLifecycle(
             ledger, inventory.topology(), clock=self._clock, settings=settings

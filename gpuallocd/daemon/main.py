@@ -30,6 +30,10 @@ EXIT_UNEXPECTED = 1
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _type_name(setting: Setting) -> str:
+    return "LIST" if setting.type is tuple else setting.type.__name__.upper()
+
+
 def _option_for(setting: Setting) -> Callable[[F], F]:
     def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
         if value is None:
@@ -39,7 +43,7 @@ def _option_for(setting: Setting) -> Callable[[F], F]:
         except ConfigError as exc:
             raise click.BadParameter(exc.message) from None
 
-    metavar = "|".join(setting.choices) if setting.choices else setting.type.__name__.upper()
+    metavar = "|".join(setting.choices) if setting.choices else _type_name(setting)
     return click.option(
         setting.option,
         setting.name,

@@ -89,6 +89,20 @@ class DaemonConfig:
         "logging to stderr (the journal under systemd)",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
     )
+    shared_gpus: tuple[str, ...] = _setting(
+        (),
+        "GPUs that memory shares may use, by index or UUID, or `all`; a list (comma-separated "
+        "in the environment and on the command line); none by default",
+    )
+    share_memory_reserve_bytes: int = _setting(
+        2**30, "memory of each shared GPU that no share may take (for contexts and drivers)"
+    )
+    share_enforcement: str = _setting(
+        "off",
+        "`warn`: record a share whose processes use more than its size; `kill`: warn, then "
+        "kill its processes if it is still over at the next sample",
+        choices=("off", "warn", "kill"),
+    )
 
     @property
     def ledger_path(self) -> Path:
@@ -128,10 +142,15 @@ class Setting:
             return oct(value)
         if isinstance(value, str):
             return f'"{value}"'
+        if isinstance(value, tuple):
+            return "[" + ", ".join(f'"{item}"' for item in value) + "]"
         return repr(value)
 
 
 def _base_type(annotation: Any) -> tuple[type, bool]:
+    """The setting's type and whether it may be unset; `tuple[str, ...]` is a list of strings."""
+    if typing.get_origin(annotation) is tuple:
+        return tuple, False
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if args:
         return args[0], True

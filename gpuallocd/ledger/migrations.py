@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
+from gpuallocd.ledger.schema import UNIT_TRIGGERS
+
 __all__ = ["MIGRATIONS", "migrate"]
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -15,6 +17,22 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (
         "ALTER TABLE leases ADD COLUMN bound BOOLEAN NOT NULL DEFAULT 0",
         "ALTER TABLE leases ADD COLUMN pid_start_time INTEGER",
+    ),
+    # 3: leases of MIG instances and memory shares; the shares' invariants as triggers.
+    3: (
+        "ALTER TABLE gpus ADD COLUMN parent_uuid VARCHAR",
+        "ALTER TABLE gpus ADD COLUMN share_capacity_bytes INTEGER",
+        "ALTER TABLE lease_gpus ADD COLUMN kind VARCHAR NOT NULL DEFAULT 'whole'",
+        "ALTER TABLE lease_gpus ADD COLUMN gpu_of VARCHAR",
+        "ALTER TABLE lease_gpus ADD COLUMN memory_bytes INTEGER",
+        "ALTER TABLE lease_gpus ADD COLUMN profile VARCHAR",
+        "ALTER TABLE lease_gpus ADD COLUMN fraction FLOAT NOT NULL DEFAULT 1.0",
+        "UPDATE lease_gpus SET gpu_of = gpu_uuid",
+        "DROP INDEX one_active_lease_per_gpu",
+        "CREATE UNIQUE INDEX one_active_lease_per_gpu ON lease_gpus (gpu_uuid) "
+        "WHERE active = 1 AND kind != 'share'",
+        "CREATE INDEX active_units_by_gpu ON lease_gpus (gpu_of) WHERE active = 1",
+        *UNIT_TRIGGERS,
     ),
 }
 

@@ -1,8 +1,12 @@
 """The ledger's tables.
 
-No GPU can be in two active leases: `lease_gpus` has a partial unique index on
-`gpu_uuid` over the rows whose `active` is 1, so SQLite itself refuses a double booking
-whatever the Python above it does.
+No unit (a whole GPU or a MIG instance) can be in two active leases: `lease_gpus` has a
+partial unique index on `gpu_uuid` over the active rows that are not memory shares, so
+SQLite itself refuses a double booking whatever the Python above it does. Memory shares
+obey another invariant, held by triggers (`UNIT_TRIGGERS`) in the same transaction: the
+active shares of a GPU sum to at most its `share_capacity_bytes` (its memory less the
+reserve; NULL: not shared), and a whole-GPU lease never overlaps a share or an instance of
+the same GPU. An ended row can never become active again, so checks at insert suffice.
 """
 
 from __future__ import annotations
@@ -21,9 +25,18 @@ from sqlalchemy import (
     text,
 )
 
-__all__ = ["SCHEMA_VERSION", "gpus", "history", "lease_gpus", "leases", "meta", "metadata"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "UNIT_TRIGGERS",
+    "gpus",
+    "history",
+    "lease_gpus",
+    "leases",
+    "meta",
+    "metadata",
+]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -43,6 +56,8 @@ gpus = Table(
     Column("present", Boolean, nullable=False),
     Column("first_seen", Float, nullable=False),
     Column("last_seen", Float, nullable=False),
+    Column("parent_uuid", String),  # a MIG instance's GPU
+    Column("share_capacity_bytes", Integer),  # memory shares may sum to this; NULL: not shared
 )
 
 leases = Table(
@@ -71,12 +86,46 @@ lease_gpus = Table(
     Column("gpu_index", Integer, nullable=False),
     Column("position", Integer, nullable=False),
     Column("active", Boolean, nullable=False),
+    Column("kind", String, nullable=False, server_default="whole"),  # whole, mig, share
+    Column("gpu_of", String),  # the physical GPU: gpu_uuid, or a MIG instance's parent
+    Column("memory_bytes", Integer),  # a share's size
+    Column("profile", String),  # a MIG instance's profile
+    Column("fraction", Float, nullable=False, server_default="1.0"),
     Index(
         "one_active_lease_per_gpu",
         "gpu_uuid",
         unique=True,
-        sqlite_where=text("active = 1"),
+        sqlite_where=text("active = 1 AND kind != 'share'"),
     ),
+    Index("active_units_by_gpu", "gpu_of", sqlite_where=text("active = 1")),
+)
+
+UNIT_TRIGGERS = (
+    """CREATE TRIGGER IF NOT EXISTS whole_gpu_excludes_its_parts
+    BEFORE INSERT ON lease_gpus
+    WHEN NEW.active = 1 AND NEW.kind = 'whole' AND EXISTS (
+        SELECT 1 FROM lease_gpus
+        WHERE active = 1 AND kind != 'whole' AND gpu_of = NEW.gpu_of)
+    BEGIN SELECT RAISE(ABORT, 'the GPU is partly leased (shares or MIG instances)'); END""",
+    """CREATE TRIGGER IF NOT EXISTS part_excludes_its_whole_gpu
+    BEFORE INSERT ON lease_gpus
+    WHEN NEW.active = 1 AND NEW.kind != 'whole' AND EXISTS (
+        SELECT 1 FROM lease_gpus
+        WHERE active = 1 AND kind = 'whole' AND gpu_uuid = NEW.gpu_of)
+    BEGIN SELECT RAISE(ABORT, 'the GPU is leased whole'); END""",
+    """CREATE TRIGGER IF NOT EXISTS shares_fit_their_gpu
+    BEFORE INSERT ON lease_gpus
+    WHEN NEW.active = 1 AND NEW.kind = 'share' AND (
+        NEW.memory_bytes IS NULL OR NEW.memory_bytes <= 0
+        OR NEW.memory_bytes + (
+            SELECT COALESCE(SUM(memory_bytes), 0) FROM lease_gpus
+            WHERE active = 1 AND kind = 'share' AND gpu_of = NEW.gpu_of)
+        > COALESCE((SELECT share_capacity_bytes FROM gpus WHERE uuid = NEW.gpu_of), 0))
+    BEGIN SELECT RAISE(ABORT, 'the shares would exceed the GPU''s shareable memory'); END""",
+    """CREATE TRIGGER IF NOT EXISTS ended_units_stay_ended
+    BEFORE UPDATE OF active ON lease_gpus
+    WHEN NEW.active = 1 AND OLD.active = 0
+    BEGIN SELECT RAISE(ABORT, 'an ended lease stays ended'); END""",
 )
 
 history = Table(

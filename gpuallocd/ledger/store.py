@@ -16,7 +16,7 @@ many requests); each write is its own savepoint in it, so a refused write leaves
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,14 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from gpuallocd.errors import GpuBusy, LedgerError
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.migrations import migrate
+from gpuallocd.ledger.rows import (
+    event_from_row,
+    lease_from_row,
+    lease_gpu_rows,
+    lease_row,
+    leased_gpu_from_row,
+    unit_rows,
+)
 from gpuallocd.model import Gpu
 from gpuallocd.model.lease import (
     ENDING_EVENT,
@@ -142,25 +150,22 @@ class Ledger:
 
     # GPUs -----------------------------------------------------------------------------------
 
-    def sync_gpus(self, gpus: Sequence[Gpu], now: float) -> None:
-        """Record the node's GPUs; GPUs no longer present are kept, marked absent."""
+    def sync_gpus(
+        self, gpus: Sequence[Gpu], now: float, share_capacity: Mapping[str, int] | None = None
+    ) -> None:
+        """Record the node's GPUs and MIG instances; those no longer present are kept, marked
+        absent. `share_capacity` is the memory the shares of each shared GPU may sum to."""
         with self._write() as conn:
             conn.execute(update(schema.gpus).values(present=False))
             known = set(conn.execute(select(schema.gpus.c.uuid)).scalars())
-            for gpu in gpus:
-                values = {
-                    "gpu_index": gpu.index,
-                    "name": gpu.name,
-                    "present": True,
-                    "last_seen": now,
-                }
-                if gpu.uuid in known:
-                    where = schema.gpus.c.uuid == gpu.uuid
+            for row in unit_rows(gpus, share_capacity or {}):
+                uuid = row.pop("uuid")
+                values = {**row, "present": True, "last_seen": now}
+                if uuid in known:
+                    where = schema.gpus.c.uuid == uuid
                     conn.execute(update(schema.gpus).where(where).values(**values))
                 else:
-                    conn.execute(
-                        insert(schema.gpus).values(uuid=gpu.uuid, first_seen=now, **values)
-                    )
+                    conn.execute(insert(schema.gpus).values(uuid=uuid, first_seen=now, **values))
 
     # Leases ---------------------------------------------------------------------------------
 
@@ -168,12 +173,13 @@ class Ledger:
         """Record a new active lease; GpuBusy if any of its GPUs is in another active lease."""
         try:
             with self._transaction() as conn:
-                conn.execute(_INSERT_LEASE, _lease_row(lease))
-                conn.execute(_INSERT_LEASE_GPU, _lease_gpu_rows(lease))
+                conn.execute(_INSERT_LEASE, lease_row(lease))
+                conn.execute(_INSERT_LEASE_GPU, lease_gpu_rows(lease))
                 _record(conn, lease.id, LeaseEvent.GRANTED, actor_uid, lease.created_at, None)
         except IntegrityError as exc:
             raise GpuBusy(
-                "a GPU of this request is already leased", gpus=list(lease.uuids)
+                f"a GPU of this request is already leased ({_constraint(exc)})",
+                gpus=list(lease.uuids),
             ) from exc
         except SQLAlchemyError as exc:
             raise LedgerError(f"the ledger refused the grant: {exc}") from exc
@@ -201,6 +207,11 @@ class Ledger:
                 at = lease.ended_at if lease.ended_at is not None else lease.expires_at
                 _record(conn, lease.id, ENDING_EVENT[lease.state], actor_uid, at, detail)
 
+    def note(self, lease_id: str, event_kind: LeaseEvent, at: float, detail: str) -> None:
+        """Record an event that changes no lease (a memory share found over its size)."""
+        with self._write() as conn:
+            _record(conn, lease_id, event_kind, 0, at, detail)
+
     def active_leases(self) -> list[Lease]:
         return self._leases(schema.leases.c.state == LeaseState.ACTIVE.value)
 
@@ -214,7 +225,7 @@ class Ledger:
             query = query.where(schema.history.c.lease_id == lease_id)
         with self._read() as conn:
             rows = conn.execute(query).mappings().all()
-        return [_event_from_row(r) for r in reversed(rows)]
+        return [event_from_row(r) for r in reversed(rows)]
 
     # Internals ------------------------------------------------------------------------------
 
@@ -261,16 +272,16 @@ class Ledger:
             )
         gpus_by_lease: dict[str, list[LeasedGpu]] = {}
         for g in gpu_rows:
-            gpus_by_lease.setdefault(g["lease_id"], []).append(
-                LeasedGpu(g["gpu_uuid"], g["gpu_index"])
-            )
-        return [_lease_from_row(r, tuple(gpus_by_lease.get(r["id"], ()))) for r in rows]
+            gpus_by_lease.setdefault(g["lease_id"], []).append(leased_gpu_from_row(g))
+        return [lease_from_row(r, tuple(gpus_by_lease.get(r["id"], ()))) for r in rows]
 
 
 def _prepare_schema(conn: Connection) -> None:
     """Create a new ledger, or bring an older one up to this version."""
     if not inspect(conn).has_table("meta"):
         schema.metadata.create_all(conn)
+        for trigger in schema.UNIT_TRIGGERS:
+            conn.exec_driver_sql(trigger)
         conn.execute(
             insert(schema.meta).values(key="schema_version", value=str(schema.SCHEMA_VERSION))
         )
@@ -285,63 +296,10 @@ def _prepare_schema(conn: Connection) -> None:
     schema.metadata.create_all(conn)  # tables added since; existing ones are left alone
 
 
-def _lease_row(lease: Lease) -> dict[str, Any]:
-    return {
-        "id": lease.id,
-        "owner_uid": lease.owner_uid,
-        "owner_name": lease.owner_name,
-        "pid": lease.pid,
-        "label": lease.label,
-        "policy": lease.policy,
-        "created_at": lease.created_at,
-        "expires_at": lease.expires_at,
-        "state": lease.state.value,
-        "ended_at": lease.ended_at,
-        "bound": lease.bound,
-        "pid_start_time": lease.pid_start_time,
-    }
-
-
-def _lease_gpu_rows(lease: Lease) -> list[dict[str, Any]]:
-    return [
-        {
-            "lease_id": lease.id,
-            "gpu_uuid": g.uuid,
-            "gpu_index": g.index,
-            "position": i,
-            "active": True,
-        }
-        for i, g in enumerate(lease.gpus)
-    ]
-
-
-def _lease_from_row(row: Any, gpus: tuple[LeasedGpu, ...]) -> Lease:
-    return Lease(
-        id=row["id"],
-        gpus=gpus,
-        owner_uid=row["owner_uid"],
-        owner_name=row["owner_name"],
-        pid=row["pid"],
-        label=row["label"],
-        policy=row["policy"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-        state=LeaseState(row["state"]),
-        ended_at=row["ended_at"],
-        bound=bool(row["bound"]),
-        pid_start_time=row["pid_start_time"],
-    )
-
-
-def _event_from_row(row: Any) -> HistoryEvent:
-    return HistoryEvent(
-        seq=row["seq"],
-        lease_id=row["lease_id"],
-        event=LeaseEvent(row["event"]),
-        actor_uid=row["actor_uid"],
-        at=row["at"],
-        detail=row["detail"],
-    )
+def _constraint(exc: IntegrityError) -> str:
+    """What SQLite refused, in its words (the index or the trigger's message)."""
+    text = str(exc.orig) if exc.orig is not None else str(exc)
+    return "unit in another active lease" if "UNIQUE" in text else text
 
 
 def _record(

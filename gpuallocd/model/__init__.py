@@ -5,7 +5,16 @@ Nothing here does I/O or keeps state; every other package passes these values ar
 
 from __future__ import annotations
 
-from gpuallocd.model.lease import Caller, HistoryEvent, Lease, LeasedGpu, LeaseEvent, LeaseState
+from gpuallocd.model.lease import (
+    Caller,
+    HistoryEvent,
+    Lease,
+    LeasedGpu,
+    LeaseEvent,
+    LeaseState,
+    UnitKind,
+    lease_gpu_weight,
+)
 from gpuallocd.model.node import (
     HEALTHY,
     NO_LINK,
@@ -35,5 +44,7 @@ __all__ = [
     "MigDevice",
     "PcieLevel",
     "Topology",
+    "UnitKind",
+    "lease_gpu_weight",
     "pair_key",
 ]

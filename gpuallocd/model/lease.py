@@ -6,7 +6,16 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["Caller", "HistoryEvent", "Lease", "LeaseEvent", "LeaseState", "LeasedGpu"]
+__all__ = [
+    "Caller",
+    "HistoryEvent",
+    "Lease",
+    "LeaseEvent",
+    "LeaseState",
+    "LeasedGpu",
+    "UnitKind",
+    "lease_gpu_weight",
+]
 
 
 class LeaseState(str, enum.Enum):
@@ -24,6 +33,8 @@ class LeaseEvent(str, enum.Enum):
     FREED = "freed"
     EXPIRED = "expired"
     REVOKED = "revoked"
+    WARNED = "warned"  # a memory share's processes used more than its size
+    ENFORCED = "enforced"  # ... and were killed for it (share_enforcement = "kill")
 
 
 ENDING_EVENT = {
@@ -47,10 +58,47 @@ class Caller:
         return self.uid == 0
 
 
+class UnitKind(str, enum.Enum):
+    """What a lease holds of one GPU: all of it, one MIG instance, or a share of its memory."""
+
+    WHOLE = "whole"
+    MIG = "mig"
+    SHARE = "share"
+
+
 @dataclass(frozen=True, slots=True)
 class LeasedGpu:
+    """One leased unit: `uuid` is what CUDA_VISIBLE_DEVICES gets (a GPU's or a `MIG-` UUID).
+
+    `index` is the physical GPU's index (a display). `parent` is the physical GPU's UUID
+    where the unit is part of one (a MIG instance, an AMD compute partition). A memory share
+    has `memory_bytes`. `fraction` is the part of its physical GPU the unit stands for
+    (1.0 whole; memory share / GPU memory; an instance's memory / its GPU's).
+    """
+
     uuid: str
     index: int
+    kind: UnitKind = UnitKind.WHOLE
+    parent: str | None = None
+    memory_bytes: int | None = None
+    profile: str | None = None
+    fraction: float = 1.0
+
+    @property
+    def gpu_uuid(self) -> str:
+        """The physical GPU this unit is on."""
+        return self.parent or self.uuid
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "kind": self.kind.value,
+            "parent_uuid": self.parent,
+            "memory_bytes": self.memory_bytes,
+            "mig_profile": self.profile,
+            "fraction": self.fraction,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +131,7 @@ class Lease:
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
-            "gpus": [{"index": g.index, "uuid": g.uuid} for g in self.gpus],
+            "gpus": [g.to_json() for g in self.gpus],
             "owner": {"uid": self.owner_uid, "user": self.owner_name},
             "pid": self.pid,
             "label": self.label,
@@ -94,6 +142,11 @@ class Lease:
             "ended_at": self.ended_at,
             "bound_to_process": self.bound,
         }
+
+
+def lease_gpu_weight(lease: Lease) -> float:
+    """How many GPUs a lease counts for: 1.0 per whole GPU, a share or slice its fraction."""
+    return sum(g.fraction for g in lease.gpus)
 
 
 @dataclass(frozen=True, slots=True)

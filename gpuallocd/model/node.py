@@ -54,7 +54,7 @@ NO_LINK = Link()
 
 @dataclass(frozen=True, slots=True)
 class MigDevice:
-    """One MIG instance of a GPU, as NVML reports it (not yet allocatable on its own)."""
+    """One MIG instance of a GPU, as NVML reports it: a leasable unit of its own."""
 
     uuid: str
     gpu_instance_id: int | None = None
@@ -79,6 +79,7 @@ class Gpu:
     mig_mode: bool = False  # NVIDIA MIG enabled now (not merely pending)
     mig_devices: tuple[MigDevice, ...] = ()
     compute_partition: str | None = None  # AMD compute partition mode: SPX, DPX, QPX, CPX
+    partition_of: str | None = None  # AMD: the physical GPU (its first partition's UUID)
 
 
 def pair_key(a: str, b: str) -> tuple[str, str]:
@@ -130,6 +131,10 @@ class Topology:
     def resolve_all(self, refs: Iterable[int | str]) -> tuple[str, ...]:
         """`resolve` for each reference, in order."""
         return tuple(self.resolve(ref) for ref in refs)
+
+    def instances(self) -> dict[str, tuple[Gpu, MigDevice]]:
+        """Every MIG instance of a GPU in MIG mode, by its `MIG-` UUID, with its GPU."""
+        return {m.uuid: (g, m) for g in self.gpus if g.mig_mode for m in g.mig_devices}
 
 
 @dataclass(frozen=True, slots=True)

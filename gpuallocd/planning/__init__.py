@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from gpuallocd.planning.plan import Plan, make_plan, parse_gpu_list
+from gpuallocd.planning.plan import Plan, make_plan, make_unit_plan, parse_gpu_list
 from gpuallocd.planning.simulate import Simulation, simulate
 from gpuallocd.planning.trace import TraceError, TraceOp, read_trace
+from gpuallocd.planning.units import parse_unit_list
 
 __all__ = [
     "Plan",
@@ -12,7 +13,9 @@ __all__ = [
     "TraceError",
     "TraceOp",
     "make_plan",
+    "make_unit_plan",
     "parse_gpu_list",
+    "parse_unit_list",
     "read_trace",
     "simulate",
 ]

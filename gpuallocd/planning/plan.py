@@ -7,11 +7,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuallocd.model import Link, Topology
+from gpuallocd.planning.units import (
+    UnitBook,
+    share_fragmentation,
+    slice_fragmentation,
+    unit_request,
+)
 from gpuallocd.policies.base import NodeSnapshot, Policy
 from gpuallocd.policies.rules import check_choice, request_for
 from gpuallocd.policies.scoring import pair_breakdown, set_breakdown
 
-__all__ = ["Plan", "PlannedPair", "link_label", "make_plan", "parse_gpu_list"]
+__all__ = ["Plan", "PlannedPair", "link_label", "make_plan", "make_unit_plan", "parse_gpu_list"]
 
 
 def parse_gpu_list(topology: Topology, text: str | None) -> tuple[str, ...]:
@@ -63,6 +69,8 @@ class Plan:
     pairs: tuple[PlannedPair, ...]
     reason: str
     exact: bool
+    kind: str = "whole"
+    fragmentation: float | None = None  # slices and shares: of what is left free after
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +89,8 @@ class Plan:
             "pairs": [p.to_json() for p in self.pairs],
             "reason": self.reason,
             "exact": self.exact,
+            "kind": self.kind,
+            "fragmentation": self.fragmentation,
         }
 
 
@@ -135,3 +145,51 @@ def make_plan(
         reason=choice.reason,
         exact=choice.exact,
     )
+
+
+def make_unit_plan(
+    topology: Topology,
+    count: int,
+    *,
+    memory_bytes: int | None = None,
+    mig_profile: str | None = None,
+    busy: Iterable[str] = (),
+    required: Iterable[str] = (),
+) -> Plan:
+    """Where `count` MIG instances of a profile, or shares of `memory_bytes`, would go with
+    `busy` GPUs leased whole and `busy` instances leased; every GPU not in MIG mode shared."""
+    busy_set = frozenset(busy)
+    book = UnitBook(topology)
+    base = NodeSnapshot.from_busy(topology, busy=busy_set)
+    snapshot = book.snapshot(base, busy_units=busy_set)
+    request = unit_request(topology, count, tuple(required), memory_bytes, mig_profile)
+    choice = book.place(snapshot, request)
+    book.take("plan", request, choice.gpus)
+    after = book.snapshot(base, busy_units=busy_set)
+    parents = tuple(dict.fromkeys(_parent_uuids(topology, choice.gpus)))
+    tiers = set_breakdown(topology, parents)
+    fragmentation = (
+        slice_fragmentation(after) if request.kind == "mig" else share_fragmentation(after)
+    )
+    return Plan(
+        topology=topology.name,
+        policy="best-effort" if request.kind == "mig" else "best-fit",
+        count=count,
+        busy=book.parent_indices(busy_set),
+        gpus=book.parent_indices(choice.gpus),
+        uuids=choice.gpus,
+        score=tiers.value,
+        lanes=tiers.lanes,
+        pcie_points=tiers.pcie_points,
+        numa_pairs=tiers.numa_pairs,
+        pairs=_pairs(topology, parents),
+        reason=choice.reason,
+        exact=choice.exact,
+        kind=request.kind,
+        fragmentation=fragmentation,
+    )
+
+
+def _parent_uuids(topology: Topology, units: Iterable[str]) -> list[str]:
+    instances = topology.instances()
+    return [instances[u][0].uuid if u in instances else u for u in units]

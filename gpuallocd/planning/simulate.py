@@ -16,6 +16,12 @@ from gpuallocd.errors import GpuallocError, InvalidRequest
 from gpuallocd.model import Topology
 from gpuallocd.planning.fragmentation import FreeSetQuality
 from gpuallocd.planning.trace import TraceOp
+from gpuallocd.planning.units import (
+    UnitBook,
+    share_fragmentation,
+    slice_fragmentation,
+    unit_request,
+)
 from gpuallocd.policies.base import GpuView, NodeSnapshot, Policy
 from gpuallocd.policies.rules import check_choice, request_for
 from gpuallocd.policies.scoring import SetScore, weight_matrix
@@ -56,6 +62,8 @@ class Summary:
     fragmentation_max: float
     fragmentation_final: float
     active_leases: int
+    share_fragmentation: float = 0.0  # mean over the steps (planning.units)
+    slice_fragmentation: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,6 +97,9 @@ class _Replay:
         self.tier_totals = SetScore()
         self.fragmentation_total = self.fragmentation_max = 0.0
         self.steps = 0
+        self.units = UnitBook(topology)
+        self.share_total = self.slice_total = 0.0
+        self.unit_grants = 0  # slices and shares: counted in `grants`, not in the scores
 
     def apply(self, op: TraceOp) -> Step:
         step = self._allocate(op) if op.op == "allocate" else self._free(op)
@@ -96,9 +107,14 @@ class _Replay:
         self.steps += 1
         self.fragmentation_total += fragmentation
         self.fragmentation_max = max(self.fragmentation_max, fragmentation)
+        units = self.units.snapshot(self._snapshot())
+        self.share_total += share_fragmentation(units)
+        self.slice_total += slice_fragmentation(units)
         return step
 
     def _allocate(self, op: TraceOp) -> Step:
+        if op.memory_bytes is not None or op.mig_profile is not None:
+            return self._allocate_units(op)
         try:
             uuids = self._grant(op)
         except GpuallocError as exc:
@@ -112,8 +128,7 @@ class _Replay:
         return Step(op="allocate", id=op.id, gpus=tuple(self.index[u] for u in uuids), score=score)
 
     def _grant(self, op: TraceOp) -> tuple[str, ...]:
-        if op.id in self.leases:
-            raise InvalidRequest(f"lease {op.id} is active already")
+        self._check_new(op.id)
         request = request_for(self.topology, op.total, op.gpus or ())
         snapshot = self._snapshot()
         choice = self.policy.choose(snapshot, request)
@@ -124,6 +139,38 @@ class _Replay:
         self.quality.take(self.matrix.position[u] for u in uuids)
         return uuids
 
+    def _check_new(self, lease: str) -> None:
+        if lease in self.leases or self.units.holds(lease):
+            raise InvalidRequest(f"lease {lease} is active already")
+
+    def _allocate_units(self, op: TraceOp) -> Step:
+        """Slices or shares, placed as the daemon places them; GPUs with shares turn busy."""
+        try:
+            self._check_new(op.id)
+            required = self.topology.resolve_all(op.gpus or ())
+            request = unit_request(
+                self.topology, op.total, required, op.memory_bytes, op.mig_profile
+            )
+            choice = self.units.place(self.units.snapshot(self._snapshot()), request)
+        except GpuallocError as exc:
+            self.refusals += 1
+            return Step(op="allocate", id=op.id, gpus=None, error=exc.message)
+        self.units.take(op.id, request, choice.gpus)
+        self._sync_share_busy()
+        self.unit_grants += 1
+        return Step(op="allocate", id=op.id, gpus=self.units.parent_indices(choice.gpus))
+
+    def _sync_share_busy(self) -> None:
+        """GPUs holding shares are busy for whole leases; those whose last share left are not."""
+        whole = {u for uuids in self.leases.values() for u in uuids}
+        shared = self.units.busy_gpus()
+        fresh = [u for u in shared if u not in self.busy]
+        gone = [u for u in self.busy if u not in shared and u not in whole]
+        self.busy.update(fresh)
+        self.quality.take(self.matrix.position[u] for u in fresh)
+        self.busy.difference_update(gone)
+        self.quality.give_back(self.matrix.position[u] for u in gone)
+
     def _snapshot(self) -> NodeSnapshot:
         busy, views = self.busy, self.views
         return NodeSnapshot(
@@ -131,6 +178,11 @@ class _Replay:
         )
 
     def _free(self, op: TraceOp) -> Step:
+        held = self.units.give_back(op.id)
+        if held:
+            self.frees += 1
+            self._sync_share_busy()
+            return Step(op="free", id=op.id, gpus=self.units.parent_indices(held))
         uuids = self.leases.pop(op.id, None)
         if uuids is None:
             self.free_errors += 1
@@ -147,7 +199,7 @@ class _Replay:
             topology=self.topology.name,
             policy=self.policy.name,
             steps=self.steps,
-            grants=grants,
+            grants=grants + self.unit_grants,
             refusals=self.refusals,
             frees=self.frees,
             free_errors=self.free_errors,
@@ -162,7 +214,9 @@ class _Replay:
             fragmentation=self.fragmentation_total / self.steps if self.steps else 0.0,
             fragmentation_max=self.fragmentation_max,
             fragmentation_final=self.quality.fragmentation(),
-            active_leases=len(self.leases),
+            active_leases=len(self.leases) + len(self.units.instances) + len(self.units.shares),
+            share_fragmentation=self.share_total / self.steps if self.steps else 0.0,
+            slice_fragmentation=self.slice_total / self.steps if self.steps else 0.0,
         )
 
 

@@ -3,6 +3,8 @@
     {"op": "allocate", "id": "j1", "count": 2}
     {"op": "allocate", "id": "j2", "gpus": [0, 3]}            specific GPUs, by index
     {"op": "allocate", "id": "j3", "gpus": [1], "count": 2}   GPU 1 and one more
+    {"op": "allocate", "id": "s1", "memory_bytes": 21474836480}  a 20 GiB share
+    {"op": "allocate", "id": "m1", "mig_profile": "1g.10gb", "count": 2}  two MIG instances
     {"op": "free", "id": "j1"}
 
 Blank lines are skipped. A line that is not one of these stops the replay with a
@@ -30,10 +32,14 @@ class TraceOp:
     id: str
     count: int | None = None
     gpus: tuple[int, ...] | None = None
+    memory_bytes: int | None = None
+    mig_profile: str | None = None
 
     @property
     def total(self) -> int:
         """How many GPUs an allocation asks for in all."""
+        if self.count is None and self.gpus is None:
+            return 1  # one share, or one MIG instance
         return self.count if self.count is not None else len(self.gpus or ())
 
 
@@ -43,8 +49,15 @@ def _is_int(value: Any) -> bool:
 
 def _allocation(line: int, item: dict[str, Any], lease: str) -> TraceOp:
     count, gpus = item.get("count"), item.get("gpus")
-    if count is None and gpus is None:
-        raise TraceError(line, "an allocate needs 'count' or 'gpus'")
+    memory, profile = item.get("memory_bytes"), item.get("mig_profile")
+    if count is None and gpus is None and memory is None and profile is None:
+        raise TraceError(
+            line, "an allocate needs 'count' or 'gpus' (or 'memory_bytes' or 'mig_profile')"
+        )
+    if memory is not None and not (_is_int(memory) and memory >= 1):
+        raise TraceError(line, "'memory_bytes' must be a positive integer")
+    if profile is not None and not (isinstance(profile, str) and profile):
+        raise TraceError(line, "'mig_profile' must be a non-empty string")
     if count is not None and not (_is_int(count) and count >= 1):
         raise TraceError(line, "'count' must be an integer of at least 1")
     if gpus is not None and not (isinstance(gpus, list) and gpus and all(map(_is_int, gpus))):
@@ -52,7 +65,15 @@ def _allocation(line: int, item: dict[str, Any], lease: str) -> TraceOp:
     picked = None if gpus is None else tuple(gpus)
     if picked is not None and count is not None and count < len(picked):
         raise TraceError(line, "'count' is smaller than the number of 'gpus'")
-    return TraceOp(line=line, op="allocate", id=lease, count=count, gpus=picked)
+    return TraceOp(
+        line=line,
+        op="allocate",
+        id=lease,
+        count=count,
+        gpus=picked,
+        memory_bytes=memory,
+        mig_profile=profile,
+    )
 
 
 def parse_op(line: int, text: str) -> TraceOp:

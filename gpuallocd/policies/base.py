@@ -46,17 +46,32 @@ class GpuView:
 
 @dataclass(frozen=True)
 class NodeSnapshot:
-    """The node at one instant: its topology and the view of every GPU, by UUID."""
+    """The node at one instant: its topology and the view of every GPU, by UUID.
+
+    For slices and shares: `busy_units` are the MIG instances leased (or reserved);
+    `share_capacity` is the memory the shares of each shared GPU may sum to, and
+    `share_used` what its active shares already hold. A GPU with shares, or in MIG mode,
+    is not free for a whole-GPU lease.
+    """
 
     topology: Topology
     views: Mapping[str, GpuView] = field(default_factory=dict)
+    busy_units: frozenset[str] = frozenset()
+    share_capacity: Mapping[str, int] = field(default_factory=dict)
+    share_used: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         views = dict(self.views)
         for gpu in self.topology.gpus:
             if gpu.uuid not in views:
-                views[gpu.uuid] = GpuView(gpu=gpu, free=True)
+                views[gpu.uuid] = GpuView(gpu=gpu, free=not gpu.mig_mode)
         object.__setattr__(self, "views", MappingProxyType(views))
+        object.__setattr__(self, "share_capacity", MappingProxyType(dict(self.share_capacity)))
+        object.__setattr__(self, "share_used", MappingProxyType(dict(self.share_used)))
+
+    def share_room(self, uuid: str) -> int:
+        """The memory a new share may still take on a shared GPU (0 where not shared)."""
+        return max(self.share_capacity.get(uuid, 0) - self.share_used.get(uuid, 0), 0)
 
     @classmethod
     def from_busy(
@@ -71,7 +86,7 @@ class NodeSnapshot:
         views = {
             g.uuid: GpuView(
                 gpu=g,
-                free=g.uuid not in busy,
+                free=g.uuid not in busy and not g.mig_mode,
                 live=live.get(g.uuid, HEALTHY),
                 foreign_use=g.uuid in foreign,
             )
@@ -86,11 +101,25 @@ class NodeSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class AllocationRequest:
-    """`count` GPUs in all, `required` (UUIDs) among them, each with the memory asked for."""
+    """`count` GPUs in all, `required` (UUIDs) among them, each with the memory asked for.
+
+    A memory share (`memory_bytes`): that much memory on each of `count` GPUs. A slice
+    request (`mig_profile`, or `required` naming `MIG-` UUIDs): `count` MIG instances.
+    """
 
     count: int
     required: tuple[str, ...] = ()
     min_free_memory_bytes: int | None = None
+    memory_bytes: int | None = None
+    mig_profile: str | None = None
+    slices: bool = False
+
+    @property
+    def kind(self) -> str:
+        """`share`, `mig` or `whole`."""
+        if self.memory_bytes is not None:
+            return "share"
+        return "mig" if self.slices or self.mig_profile is not None else "whole"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,8 @@
 """The rules every allocation obeys, in one place: what a valid request is, and what a policy
 may answer. The daemon's allocator, every built-in policy, `plan` and `simulate` all call these.
+
+Three kinds of request: whole GPUs; MIG instances (`mig_profile`, or `MIG-` UUIDs named);
+memory shares (`memory_bytes` on each of `count` shared GPUs). A request is one kind only.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from gpuallocd.errors import CountExceedsNode, InternalError, InvalidRequest, Un
 from gpuallocd.model import Topology
 from gpuallocd.policies.base import AllocationRequest, Choice, NodeSnapshot
 
-__all__ = ["check_choice", "check_request", "request_for"]
+__all__ = ["check_choice", "check_request", "check_unit_choice", "request_for"]
 
 
 def request_for(
@@ -18,38 +21,104 @@ def request_for(
     count: int | None,
     gpus: Sequence[int | str] = (),
     min_free_memory_bytes: int | None = None,
+    *,
+    memory_bytes: int | None = None,
+    mig_profile: str | None = None,
 ) -> AllocationRequest:
-    """A checked request: GPU references resolved to UUIDs, `count` defaulting to their number."""
-    required = topology.resolve_all(gpus)
+    """A checked request: references resolved to UUIDs, `count` defaulting to their number.
+
+    `MIG-` UUIDs name instances (a slice request); every other reference names a GPU.
+    """
+    instances = topology.instances()
+    named_slices = [str(ref) for ref in gpus if str(ref) in instances]
+    if named_slices and len(named_slices) != len(gpus):
+        raise InvalidRequest("name MIG instances or GPUs, not both", field="gpus")
+    required = tuple(named_slices) if named_slices else topology.resolve_all(gpus)
     request = AllocationRequest(
         count=len(required) if count is None else count,
         required=required,
         min_free_memory_bytes=min_free_memory_bytes,
+        memory_bytes=memory_bytes,
+        mig_profile=mig_profile,
+        slices=bool(named_slices),
     )
     check_request(topology, request)
     return request
 
 
 def check_request(topology: Topology, request: AllocationRequest) -> None:
-    """The request makes sense for this node: a count >= 1 that covers distinct known GPUs."""
+    """The request makes sense for this node: a count >= 1 that covers distinct known units."""
     if request.count < 1:
         raise InvalidRequest(f"count must be at least 1, not {request.count}", field="count")
     if len(set(request.required)) != len(request.required):
         raise InvalidRequest("a GPU is named twice", field="gpus")
-    known = topology.by_uuid()
-    for uuid in request.required:
-        if uuid not in known:
-            raise UnknownGpu(f"no GPU {uuid!r} on {topology.name}", gpu=uuid)
     if request.count < len(request.required):
         raise InvalidRequest(
             f"count {request.count} is less than the {len(request.required)} GPU(s) named",
             field="count",
         )
-    if request.count > len(topology.gpus):
+    if request.memory_bytes is not None and request.mig_profile is not None:
+        raise InvalidRequest("ask for a memory share or a MIG profile, not both", field="memory")
+    if request.kind == "mig":
+        _check_slice_request(topology, request)
+        return
+    known = topology.by_uuid()
+    for uuid in request.required:
+        if uuid not in known:
+            raise UnknownGpu(f"no GPU {uuid!r} on {topology.name}", gpu=uuid)
+        if known[uuid].mig_mode:
+            raise InvalidRequest(
+                f"GPU {known[uuid].index} is in MIG mode: lease its instances "
+                "(a MIG profile, or their MIG- UUIDs)",
+                field="gpus",
+            )
+    if request.kind == "share":
+        _check_share_request(request)
+    whole = [g for g in topology.gpus if not g.mig_mode]
+    if request.count > len(whole):
         raise CountExceedsNode(
-            f"{request.count} GPU(s) asked for; the node has {len(topology.gpus)}",
+            f"{request.count} GPU(s) asked for; the node has {len(whole)} "
+            f"(GPUs in MIG mode lease by instance)",
             count=request.count,
-            node_gpus=len(topology.gpus),
+            node_gpus=len(whole),
+        )
+
+
+def _check_share_request(request: AllocationRequest) -> None:
+    if request.memory_bytes is None or request.memory_bytes < 1:
+        raise InvalidRequest("a memory share must be at least 1 byte", field="memory_bytes")
+    if request.min_free_memory_bytes is not None:
+        raise InvalidRequest(
+            "a memory share reserves its memory; min_free_memory_bytes does not apply",
+            field="min_free_memory_bytes",
+        )
+
+
+def _check_slice_request(topology: Topology, request: AllocationRequest) -> None:
+    instances = topology.instances()
+    profiles = sorted({m.profile for _, m in instances.values() if m.profile})
+    if request.mig_profile is not None and request.mig_profile not in profiles:
+        raise InvalidRequest(
+            f"no MIG instance of profile {request.mig_profile!r} on {topology.name} "
+            f"(profiles: {', '.join(profiles) or 'none: no GPU is in MIG mode'})",
+            field="mig_profile",
+        )
+    for uuid in request.required:
+        if uuid not in instances:
+            raise UnknownGpu(f"no MIG instance {uuid!r} on {topology.name}", gpu=uuid)
+        profile = instances[uuid][1].profile
+        if request.mig_profile is not None and profile != request.mig_profile:
+            raise InvalidRequest(
+                f"MIG instance {uuid} is a {profile}, not a {request.mig_profile}",
+                field="gpus",
+            )
+    matching = [u for u, (_, m) in instances.items() if request.mig_profile in (None, m.profile)]
+    if request.count > len(matching):
+        raise CountExceedsNode(
+            f"{request.count} MIG instance(s) of {request.mig_profile or 'any profile'} "
+            f"asked for; the node has {len(matching)}",
+            count=request.count,
+            node_gpus=len(matching),
         )
 
 
@@ -70,3 +139,27 @@ def check_choice(
     )
     if broken:
         raise InternalError(f"policy {policy_name} returned an invalid choice", gpus=list(picked))
+
+
+def check_unit_choice(choice: Choice, request: AllocationRequest, snapshot: NodeSnapshot) -> None:
+    """A choice of slices or shares keeps the rules: the count asked for, distinct units,
+    every required one; free instances of the profile; shares that fit their GPU's room."""
+    picked = choice.gpus
+    broken = (
+        len(picked) != request.count
+        or len(set(picked)) != len(picked)
+        or not set(request.required) <= set(picked)
+    )
+    if request.kind == "mig":
+        instances = snapshot.topology.instances()
+        broken = broken or any(
+            u not in instances
+            or u in snapshot.busy_units
+            or request.mig_profile not in (None, instances[u][1].profile)
+            for u in picked
+        )
+    else:
+        need = request.memory_bytes or 0
+        broken = broken or any(snapshot.share_room(u) < need for u in picked)
+    if broken:
+        raise InternalError(f"the {request.kind} placement broke the rules", gpus=list(picked))

@@ -149,6 +149,13 @@ class FakeNvml:
             {"pid": pid, "used_memory_bytes": used} for pid, used in processes
         ]
 
+    def destroy_mig_device(self, mig_uuid: str) -> None:
+        """An admin destroys a MIG instance (nvidia-smi mig -dci/-dgi): its slot is empty."""
+        for device in self._devices:
+            instances = device.get("mig_devices")
+            if isinstance(instances, list):
+                device["mig_devices"] = [m for m in instances if m.get("uuid") != mig_uuid]
+
     def set_memory_used(self, uuid: str, used_bytes: int) -> None:
         self._device(uuid)["memory_used_bytes"] = used_bytes
 

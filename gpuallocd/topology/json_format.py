@@ -34,6 +34,7 @@ _GPU_FIELDS = (
     "vendor",
     "compute_capability",
     "compute_partition",
+    "partition_of",
 )
 _MIG_FIELDS = ("uuid", "gpu_instance_id", "compute_instance_id", "profile", "memory_total_bytes")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuallocd.errors import InventoryError
@@ -75,13 +75,34 @@ def _pcie(a: Gpu, b: Gpu) -> PcieLevel | None:
     return PcieLevel.NODE if a.numa_node == b.numa_node else PcieLevel.SYS
 
 
-def _link(gate: AmdGate, a: tuple[Gpu, object], b: tuple[Gpu, object]) -> Link:
+def _link(gate: AmdGate, a: tuple[Gpu, object], b: tuple[Gpu, object]) -> tuple[Link, bool]:
+    """The link between two GPUs, and whether they are partitions of one physical GPU."""
     pcie = _pcie(a[0], b[0])
     found = _optional(gate, "amdsmi_topo_get_link_type", a[1], b[1])
     kind, hops = (None, None) if not found else (found.get("type"), found.get("hops"))
     if kind == LINK_INTERNAL:
-        return Link(xgmi=1, pcie=PcieLevel.PIX)
-    return Link(xgmi=1 if kind == LINK_XGMI and hops == 1 else 0, pcie=pcie)
+        return Link(xgmi=1, pcie=PcieLevel.PIX), True
+    return Link(xgmi=1 if kind == LINK_XGMI and hops == 1 else 0, pcie=pcie), False
+
+
+def _with_parents(gpus: list[Gpu], siblings: list[tuple[str, str]]) -> list[Gpu]:
+    """Partitions of one physical GPU (joined by its internal fabric) get `partition_of`:
+    the UUID of the group's first partition, which stands for the physical GPU."""
+    parent = {g.uuid: g.uuid for g in gpus}
+
+    def root(uuid: str) -> str:
+        while parent[uuid] != uuid:
+            uuid = parent[uuid]
+        return uuid
+
+    for a, b in siblings:
+        first, second = sorted((root(a), root(b)), key=[g.uuid for g in gpus].index)
+        parent[second] = first
+    grouped = {g.uuid: root(g.uuid) for g in gpus}
+    sizes = {r: list(grouped.values()).count(r) for r in set(grouped.values())}
+    return [
+        replace(g, partition_of=grouped[g.uuid]) if sizes[grouped[g.uuid]] > 1 else g for g in gpus
+    ]
 
 
 def discover(gate: AmdGate, *, name: str) -> AmdDiscovery:
@@ -94,14 +115,19 @@ def discover(gate: AmdGate, *, name: str) -> AmdDiscovery:
         except InventoryError as exc:
             problems.append(f"AMD GPU {index} cannot be read: {exc.message}")
     links = {}
+    siblings = []
     for i, a in enumerate(found):
         for b in found[i + 1 :]:
             try:
-                links[pair_key(a[0].uuid, b[0].uuid)] = _link(gate, a, b)
+                link, internal = _link(gate, a, b)
             except InventoryError:
                 continue  # one of the two was lost since it was read
+            links[pair_key(a[0].uuid, b[0].uuid)] = link
+            if internal:
+                siblings.append((a[0].uuid, b[0].uuid))
+    gpus = _with_parents([g for g, _ in found], siblings)
     return AmdDiscovery(
-        topology=Topology(name=name, gpus=tuple(g for g, _ in found), links=links),
+        topology=Topology(name=name, gpus=tuple(gpus), links=links),
         handles={g.uuid: h for g, h in found},
         problems=tuple(problems),
     )
