@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from gpulease import Client, GpuRef, GpuStatus, LeaseNotActive, UnknownLease
 
@@ -120,12 +119,12 @@ def _grant_as_user(job: Job, uuids: Sequence[str], ttl: float, timeout: float) -
     """Run `grant` as the job's user, so the lease is theirs; its JSON answer."""
     command = [sys.executable, os.path.abspath(__file__), "grant", "--label", job.label]
     command += ["--ttl", str(ttl), *uuids]
-    as_user: dict[str, Any] = {}
-    if job.uid != os.geteuid():  # root becoming the job's user, with none of root's groups
-        as_user = {"user": job.uid, "group": job.gid, "extra_groups": []}
+    become = job.uid != os.geteuid()  # root becoming the job's user, with none of its groups
     done = subprocess.run(
         command,
-        **as_user,
+        user=job.uid if become else None,
+        group=job.gid if become else None,
+        extra_groups=[] if become else None,
         capture_output=True,
         text=True,
         timeout=timeout,
