@@ -32,7 +32,10 @@ def _load_wrapper() -> ModuleType:
 
 
 docker = _load_wrapper()
-LEASE = {"id": "3f9c2a1b7d40", "gpus": [{"index": 0, "uuid": "GPU-a"}, {"index": 2, "uuid": "GPU-b"}]}
+LEASE = {
+    "id": "3f9c2a1b7d40",
+    "gpus": [{"index": 0, "uuid": "GPU-a"}, {"index": 2, "uuid": "GPU-b"}],
+}
 
 
 def eventually(condition: Callable[[], bool], what: str, limit: float = 20.0) -> None:
@@ -166,9 +169,7 @@ def test_foreground_run_passes_the_exit_status_and_frees_the_lease(
         process.wait()
 
 
-def test_a_container_that_never_starts_frees_the_lease(
-    daemon: ThreadDaemon, runtime: Path
-) -> None:
+def test_a_container_that_never_starts_frees_the_lease(daemon: ThreadDaemon, runtime: Path) -> None:
     """When `run` fails (no container), the runtime's status comes back and nothing stays leased."""
     done = subprocess.run(
         wrapper(daemon, runtime, "-n", "4", "run", "-d", "bad-image"),
