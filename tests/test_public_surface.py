@@ -21,6 +21,7 @@ from gpuallocd import errors
         "gpuallocd.policies",
         "gpuallocd.topology",
         "gpuallocd.inventory",
+        "gpuallocd.integrations",
     ],
 )
 def test_all_lists_every_public_name(module_name: str) -> None:
