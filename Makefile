@@ -24,11 +24,12 @@ daemon: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
-## ruff, ruff format and mypy (strict on gpuallocd/ and contrib/jupyter/).
+## ruff, ruff format and mypy (strict on gpuallocd/ and the Python of contrib/).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check gpuallocd client contrib tests
-	$(VENV)/bin/ruff format --check gpuallocd client contrib tests
+	$(VENV)/bin/ruff check gpuallocd client tests contrib
+	$(VENV)/bin/ruff format --check gpuallocd client tests contrib
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy contrib/slurm contrib/docker
 
 check: lint test
 

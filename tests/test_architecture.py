@@ -28,7 +28,8 @@ ALLOWED = {
     "allocator": {"model", "policies", "ledger"},
     "api": {"model", "allocator", "policies", "topology"},
     "daemon": {"model", "allocator", "api", "inventory", "ledger"},
-    "cli": {"model", "inventory", "planning", "policies", "topology"},
+    "integrations": {"model"},
+    "cli": {"model", "integrations", "inventory", "planning", "policies", "topology"},
     "testing": {"model", "inventory", "topology"},
 }
 

@@ -25,6 +25,7 @@ from gpuallocd import errors
         "gpuallocd.daemon",
         "gpuallocd.planning",
         "gpuallocd_jupyter",
+        "gpuallocd.integrations",
     ],
 )
 def test_all_lists_every_public_name(module_name: str) -> None:
