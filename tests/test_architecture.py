@@ -27,7 +27,8 @@ ALLOWED = {
     "planning": {"model", "policies", "topology"},
     "allocator": {"model", "policies", "ledger"},
     "api": {"model", "allocator", "policies", "topology"},
-    "daemon": {"model", "allocator", "api", "inventory", "ledger"},
+    "metrics": {"model", "allocator", "inventory"},
+    "daemon": {"model", "allocator", "api", "inventory", "ledger", "metrics"},
     "cli": {"model", "inventory", "planning", "policies", "topology"},
     "testing": {"model", "inventory", "topology"},
 }

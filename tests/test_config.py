@@ -28,6 +28,8 @@ SAMPLES = {
     "ledger_sync": "normal",
     "shutdown_grace_seconds": "1",
     "log_level": "DEBUG",
+    "metrics_listen": "127.0.0.1:9423",
+    "metrics_textfile": "/tmp/gpuallocd.prom",
 }
 
 

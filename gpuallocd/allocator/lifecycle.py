@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from gpuallocd.allocator.node_view import GpuStatus, NodeView
+from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver
 from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
 from gpuallocd.allocator.watcher import process_start_time
 from gpuallocd.errors import InvalidRequest, LeaseNotActive, PermissionDenied, UnknownLease
@@ -46,8 +47,10 @@ class LeaseLifecycle:
         clock: Clock,
         settings: AllocatorSettings = DEFAULT_SETTINGS,
         start_time_of: Callable[[int], int | None] = process_start_time,
+        observer: LeaseObserver = NO_OBSERVER,
     ) -> None:
         self._ledger = ledger
+        self._observer = observer
         self._clock = clock
         self._start_time_of = start_time_of
         self._settings = settings
@@ -125,6 +128,7 @@ class LeaseLifecycle:
         lease = self._new_lease(caller, spec, policy_name, choice.gpus)
         self._ledger.grant(lease, caller.uid)
         self._active[lease.id] = lease
+        self._observer.lease_granted(lease)
         return lease
 
     def renew(self, caller: Caller, lease_id: str, ttl_seconds: float | None = None) -> Lease:
@@ -201,6 +205,7 @@ class LeaseLifecycle:
         self._ledger.end(ended, actor_uid, detail)
         for lease in ended:
             self._active.pop(lease.id, None)
+            self._observer.lease_ended(lease)
         return ended
 
     def _active_lease(self, lease_id: str) -> Lease:
