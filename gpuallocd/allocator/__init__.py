@@ -7,6 +7,7 @@
     lifecycle.py   LeaseLifecycle: grant, renew, free, revoke, expire, record in the ledger
     node_view.py   NodeView: topology, live state, snapshots for policies, GPU status
     specs.py       AllocateSpec, AllocatorSettings
+    observer.py    LeaseObserver: who is told of each lease transition (metrics)
 
 The rules a request and a policy's answer obey live in `gpuallocd.policies.rules`, where
 `plan` and `simulate` use them too.
@@ -16,14 +17,17 @@ from __future__ import annotations
 
 from gpuallocd.allocator.facade import AllocatorFacade
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.node_view import GpuStatus, NodeView
+from gpuallocd.allocator.node_view import GPU_STATES, GpuStatus, NodeView
+from gpuallocd.allocator.observer import LeaseObserver
 from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
 
 __all__ = [
+    "GPU_STATES",
     "AllocateSpec",
     "AllocatorFacade",
     "AllocatorSettings",
     "GpuStatus",
     "LeaseLifecycle",
+    "LeaseObserver",
     "NodeView",
 ]

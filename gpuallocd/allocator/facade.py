@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.node_view import GpuStatus
+from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.allocator.waitqueue import WaitQueue
 from gpuallocd.allocator.watcher import ProcessWatcher
@@ -32,9 +33,15 @@ class AllocatorFacade:
     """Async entry points over one lease lifecycle, its worker, wait queue and process watcher."""
 
     def __init__(
-        self, lifecycle: LeaseLifecycle, ledger: Ledger, *, clock: Callable[[], float]
+        self,
+        lifecycle: LeaseLifecycle,
+        ledger: Ledger,
+        *,
+        clock: Callable[[], float],
+        observer: LeaseObserver = NO_OBSERVER,
     ) -> None:
         self._lifecycle = lifecycle
+        self._observer = observer
         self._worker = SerialWorker(ledger.unit_of_work, on_commit_failure=lifecycle.reload)
         self._queue = WaitQueue(lifecycle, self._worker, clock)
         self._watcher = ProcessWatcher(self._process_exited)
@@ -50,7 +57,8 @@ class AllocatorFacade:
         self, caller: Caller, spec: AllocateSpec, *, wait: bool = False, timeout: float | None
     ) -> Lease:
         """Grant now, or queue when `wait`; a bound lease is watched from the moment of grant."""
-        lease = await self._queue.allocate(caller, spec, wait=wait, timeout=timeout)
+        with timed_allocation(self._observer, waited=wait):
+            lease = await self._queue.allocate(caller, spec, wait=wait, timeout=timeout)
         self._watcher.watch(lease)
         return lease
 

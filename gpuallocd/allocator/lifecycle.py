@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from gpuallocd.allocator.enforcer import ShareEnforcer
 from gpuallocd.allocator.node_view import GpuStatus, NodeView
+from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver
 from gpuallocd.allocator.sharing import share_capacity
 from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
 from gpuallocd.allocator.units import leased_units, place_units, vanished_units
@@ -58,8 +59,10 @@ class LeaseLifecycle:
         clock: Clock,
         settings: AllocatorSettings = DEFAULT_SETTINGS,
         start_time_of: Callable[[int], int | None] = process_start_time,
+        observer: LeaseObserver = NO_OBSERVER,
     ) -> None:
         self._ledger = ledger
+        self._observer = observer
         self._clock = clock
         self._start_time_of = start_time_of
         self._settings = settings
@@ -166,6 +169,7 @@ class LeaseLifecycle:
         lease = self._new_lease(caller, spec, policy_name, units)
         self._ledger.grant(lease, caller.uid)
         self._active[lease.id] = lease
+        self._observer.lease_granted(lease)
         return lease
 
     def renew(self, caller: Caller, lease_id: str, ttl_seconds: float | None = None) -> Lease:
@@ -242,6 +246,7 @@ class LeaseLifecycle:
         self._ledger.end(ended, actor_uid, detail)
         for lease in ended:
             self._active.pop(lease.id, None)
+            self._observer.lease_ended(lease)
         return ended
 
     def _active_lease(self, lease_id: str) -> Lease:

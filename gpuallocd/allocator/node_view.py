@@ -15,7 +15,10 @@ from gpuallocd.errors import UnknownGpu
 from gpuallocd.model import HEALTHY, Gpu, Lease, LeasedGpu, LiveState, MigDevice, Topology
 from gpuallocd.policies import NodeSnapshot
 
-__all__ = ["GpuStatus", "NodeView"]
+# Every state GpuStatus.state may take; metrics export a series for each, so add new ones here.
+GPU_STATES = ("free", "leased", "in-use", "unhealthy", "mig", "shared")
+
+__all__ = ["GPU_STATES", "GpuStatus", "NodeView"]
 
 
 def _holder(lease: Lease | None) -> dict[str, object] | None:

@@ -6,7 +6,8 @@ config.py        defaults < config file < environment < options
 lifecycle.py     Daemon: start up, serve until signalled, shut down
 housekeeping.py  background loops: expiry, live sampling, process polling
 statelock.py     one daemon per state directory
-sdnotify.py      READY/STOPPING for systemd's Type=notify
+sdnotify.py      READY/STOPPING/WATCHDOG for systemd's Type=notify and its watchdog
+activation.py    the listening socket systemd passes (socket activation, LISTEN_FDS)
 """
 
 from __future__ import annotations

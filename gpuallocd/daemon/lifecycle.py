@@ -22,8 +22,9 @@ from gpuallocd import __version__
 from gpuallocd.allocator import AllocatorFacade, AllocatorSettings, LeaseLifecycle
 from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket
+from gpuallocd.daemon.activation import inherited_api_socket
 from gpuallocd.daemon.housekeeping import Housekeeper
-from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping
+from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watchdog
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.statelock import StateLock
 from gpuallocd.errors import (
@@ -35,6 +36,7 @@ from gpuallocd.errors import (
 )
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.ledger import Ledger
+from gpuallocd.metrics import DaemonMetrics, MetricsExporter, take_sample
 
 __all__ = ["Daemon"]
 
@@ -58,6 +60,7 @@ class Daemon:
         self._clock = clock
         self._open_inventory = inventory_opener
         self._stop = asyncio.Event()
+        self._metrics = DaemonMetrics()
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -80,7 +83,7 @@ class Daemon:
     async def _run_locked(self) -> None:
         inventory = self._inventory()
         try:
-            ledger = _open_ledger(self.config)
+            ledger = _open_ledger(self.config, self._metrics)
             try:
                 await self._serve(inventory, ledger)
             finally:
@@ -104,34 +107,58 @@ class Daemon:
             share_enforcement=self.config.share_enforcement,
         )
         lifecycle = LeaseLifecycle(
-            ledger, inventory.topology(), clock=self._clock, settings=settings
+            ledger,
+            inventory.topology(),
+            clock=self._clock,
+            settings=settings,
+            observer=self._metrics,
         )
-        return AllocatorFacade(lifecycle, ledger, clock=self._clock)
+        return AllocatorFacade(lifecycle, ledger, clock=self._clock, observer=self._metrics)
+
+    def _exporter(self, facade: AllocatorFacade, inventory: Inventory) -> MetricsExporter:
+        return MetricsExporter(
+            self._metrics,
+            lambda: take_sample(facade, inventory),
+            listen=self.config.metrics_listen,
+            textfile=self.config.metrics_textfile,
+            interval_seconds=self.config.sample_interval_seconds,
+        )
 
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
         facade = self._facade(inventory, ledger)
         housekeeper = Housekeeper(facade, inventory, self.config.sample_interval_seconds)
+        exporter = self._exporter(facade, inventory)
         ctx = ApiContext(facade, discover=inventory.rescan, started_at=self._clock())
         socket_path = Path(self.config.socket)
-        sock = bind_unix_socket(
+        activated = inherited_api_socket()  # socket activation: systemd owns the path
+        sock = activated or bind_unix_socket(
             socket_path, mode=self.config.socket_mode, group=self.config.socket_group
         )
+        if activated is not None:
+            socket_path = Path(activated.getsockname())
         app = create_app(ctx, max_body_bytes=self.config.max_body_bytes)
         server = UnixApiServer(app, sock, grace_seconds=self.config.shutdown_grace_seconds)
+        watchdog = None
         try:
             await housekeeper.start()
+            await exporter.start()
             await server.start()
             with _stop_on_signals(self._stop):
                 self._announce(facade, socket_path)
+                watchdog = start_watchdog()
                 await self._stop.wait()
                 notify_stopping()
                 log.info("stopping")
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             await housekeeper.stop()
+            await exporter.stop()
             await server.stop()
             await facade.close()
-            with contextlib.suppress(FileNotFoundError):
-                socket_path.unlink()
+            if activated is None:
+                with contextlib.suppress(FileNotFoundError):
+                    socket_path.unlink()
 
     @staticmethod
     def _announce(facade: AllocatorFacade, socket_path: Path) -> None:
@@ -146,9 +173,11 @@ class Daemon:
         notify_ready()
 
 
-def _open_ledger(config: DaemonConfig) -> Ledger:
+def _open_ledger(config: DaemonConfig, metrics: DaemonMetrics) -> Ledger:
     try:
-        return Ledger(config.ledger_path, sync=config.ledger_sync)
+        return Ledger(
+            config.ledger_path, sync=config.ledger_sync, commit_timer=metrics.observe_commit
+        )
     except LedgerError as exc:
         raise StateUnusable(exc.message) from exc
 

@@ -103,6 +103,18 @@ class DaemonConfig:
         "kill its processes if it is still over at the next sample",
         choices=("off", "warn", "kill"),
     )
+    metrics_listen: str | None = _setting(
+        None,
+        "serve Prometheus metrics at `/metrics` on this TCP address (`HOST:PORT`, `[IPv6]:PORT`); "
+        "unset: no metrics port (docs/metrics.md)",
+        example='"127.0.0.1:9423"',
+    )
+    metrics_textfile: str | None = _setting(
+        None,
+        "write the same metrics to this file on every sample interval, atomically, for "
+        "node_exporter's textfile collector (a name ending in `.prom`); unset: no file",
+        example='"/var/lib/prometheus/node-exporter/gpuallocd.prom"',
+    )
 
     @property
     def ledger_path(self) -> Path:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gpuallocd.model import LiveState, Topology
 
-__all__ = ["NO_GPU_HINT", "Inventory"]
+__all__ = ["NO_GPU_HINT", "Inventory", "XidCounting"]
 
 NO_GPU_HINT = (
     "to run without a GPU, start on a topology file instead, "
@@ -30,3 +30,16 @@ class Inventory(Protocol):
     def sample(self) -> Mapping[str, LiveState]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class XidCounting(Protocol):
+    """An inventory that also counts Xid events per GPU (NVML does; files and amdsmi do not).
+
+    Optional: callers check `isinstance(inventory, XidCounting)` before asking.
+    """
+
+    def xid_counts(self) -> Mapping[str, int]:
+        """Xid events seen per GPU UUID since the backend started; GPUs without any may be
+        missing."""
+        ...

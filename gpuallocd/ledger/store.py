@@ -16,7 +16,8 @@ many requests); each write is its own savepoint in it, so a refused write leaves
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -110,11 +111,19 @@ def _make_engine(path: Path, sync: str) -> Engine:
 class Ledger:
     """GPUs, leases and their history, in one SQLite file."""
 
-    def __init__(self, path: Path, *, sync: str = "full") -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        sync: str = "full",
+        commit_timer: Callable[[float], None] | None = None,
+    ) -> None:
+        """`commit_timer`, when given, is told how long each COMMIT took, in seconds."""
         if sync not in SYNC_MODES:
             raise LedgerError(f"ledger_sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
         self.path = path
         self._batch: Connection | None = None
+        self._commit_timer = commit_timer or _ignore
         try:
             self._engine = _make_engine(path, sync)
             # One writer, one connection: kept open for the ledger's whole life.
@@ -145,6 +154,8 @@ class Ledger:
                     yield
                 finally:
                     self._batch = None
+                committing = time.perf_counter()
+            self._commit_timer(time.perf_counter() - committing)
         except SQLAlchemyError as exc:
             raise LedgerError(f"the ledger commit failed: {exc}") from exc
 
@@ -238,6 +249,8 @@ class Ledger:
             return
         with self._conn.begin():
             yield self._conn
+            committing = time.perf_counter()
+        self._commit_timer(time.perf_counter() - committing)
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -274,6 +287,10 @@ class Ledger:
         for g in gpu_rows:
             gpus_by_lease.setdefault(g["lease_id"], []).append(leased_gpu_from_row(g))
         return [lease_from_row(r, tuple(gpus_by_lease.get(r["id"], ()))) for r in rows]
+
+
+def _ignore(seconds: float) -> None:
+    return None
 
 
 def _prepare_schema(conn: Connection) -> None:

@@ -98,6 +98,10 @@ class NvmlInventory:
         discovery = self._discovery
         return {gpu.uuid: self._state(discovery, gpu.uuid) for gpu in discovery.topology.gpus}
 
+    def xid_counts(self) -> dict[str, int]:
+        """Xid events seen per GPU UUID since start (every Xid, critical or not)."""
+        return self._health.counts()
+
     def close(self) -> None:
         """Stop the Xid watcher and shut NVML down; safe to call twice."""
         with self._lock:

@@ -52,11 +52,23 @@ def xid_reason(mark: XidMark) -> str:
 
 
 class HealthTable:
-    """Critical Xids seen per GPU UUID; written by the watcher, read by sample()."""
+    """Critical Xids seen per GPU UUID, and a count of every Xid event per GPU UUID; written
+    by the watcher, read by sample() and by metrics. A rescan clears the marks, never the
+    counts (they only grow, as Prometheus counters must)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._marks: dict[str, XidMark] = {}
+        self._counts: dict[str, int] = {}
+
+    def count(self, uuid: str) -> None:
+        """One more Xid event of any kind on this GPU."""
+        with self._lock:
+            self._counts[uuid] = self._counts.get(uuid, 0) + 1
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
 
     def mark(self, uuid: str, xid: int, *, seen_at: float | None = None) -> None:
         with self._lock:
@@ -121,7 +133,9 @@ class XidWatcher:
     def _handle(self, uuid: str | None, xid: int) -> None:
         if uuid is None:
             log.warning("Xid %d from a GPU this daemon does not know", xid)
-        elif xid in self._critical:
+            return
+        self._table.count(uuid)
+        if xid in self._critical:
             log.error(
                 "GPU %s: Xid %d (%s); no new lease gets it",
                 uuid,

@@ -1,0 +1,70 @@
+"""Watching the allocator from outside: each lease transition and each allocation's duration.
+
+The lease lifecycle tells an observer of every lease it granted or ended once the ledger has
+recorded it; the façade tells it how long each allocate call took. Metrics implement this;
+without one, `NO_OBSERVER` ignores everything. An observer is called on the event loop
+thread, inside the serial worker for transitions, so it must be quick and must not raise.
+
+A batch of concurrent calls commits together (group commit): in the rare case that the
+commit itself fails, the transitions of that batch were already reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Protocol
+
+from gpuallocd.model import Lease
+
+__all__ = ["NO_OBSERVER", "LeaseObserver", "NoObserver", "timed_allocation"]
+
+
+class LeaseObserver(Protocol):
+    """What the allocator reports; every method returns at once."""
+
+    def lease_granted(self, lease: Lease) -> None:
+        """A lease was granted (immediately or to a waiter)."""
+
+    def lease_ended(self, lease: Lease) -> None:
+        """A lease ended; `lease.state` says how: freed, expired or revoked."""
+
+    def allocation_finished(self, seconds: float, *, waited: bool, outcome: str) -> None:
+        """An allocate call returned after `seconds`; `waited` when the caller asked to wait.
+
+        `outcome` is `granted`, `refused` (an error was answered) or `cancelled` (the caller
+        went away).
+        """
+
+
+class NoObserver:
+    """Ignores everything: the allocator without metrics."""
+
+    def lease_granted(self, lease: Lease) -> None:
+        return None
+
+    def lease_ended(self, lease: Lease) -> None:
+        return None
+
+    def allocation_finished(self, seconds: float, *, waited: bool, outcome: str) -> None:
+        return None
+
+
+NO_OBSERVER = NoObserver()
+
+
+@contextlib.contextmanager
+def timed_allocation(observer: LeaseObserver, *, waited: bool) -> Iterator[None]:
+    """Report how long the block took and how it ended to `observer`."""
+    started = time.perf_counter()
+    outcome = "refused"
+    try:
+        yield
+        outcome = "granted"
+    except asyncio.CancelledError:
+        outcome = "cancelled"
+        raise
+    finally:
+        observer.allocation_finished(time.perf_counter() - started, waited=waited, outcome=outcome)

@@ -1,0 +1,107 @@
+"""Serving the metrics: an HTTP endpoint on a TCP address and a textfile, both optional.
+
+The endpoint is an aiohttp site on the daemon's own event loop, not prometheus-client's
+HTTP server: that server answers from a thread of its own, and the node's state (GPU status,
+leases, the queue) is read through the allocator's façade, which runs on the event loop and
+takes no locks. A scrape here awaits that read like any API request, then renders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import hdrs, web
+
+from gpuallocd.errors import GpuallocError, StateUnusable
+from gpuallocd.metrics.address import parse_listen_address
+from gpuallocd.metrics.instruments import DaemonMetrics
+from gpuallocd.metrics.node import NodeSample
+from gpuallocd.metrics.render import render_negotiated, render_text
+from gpuallocd.metrics.textfile import write_atomically
+
+__all__ = ["MetricsExporter"]
+
+log = logging.getLogger(__name__)
+
+Sampler = Callable[[], Awaitable[NodeSample]]
+
+
+class MetricsExporter:
+    """`/metrics` on `listen` (HOST:PORT) and/or `textfile` rewritten every `interval`."""
+
+    def __init__(
+        self,
+        metrics: DaemonMetrics,
+        sampler: Sampler,
+        *,
+        listen: str | None,
+        textfile: str | None,
+        interval_seconds: float,
+    ) -> None:
+        """ConfigError at once when `listen` is not HOST:PORT."""
+        self._metrics = metrics
+        self._sampler = sampler
+        self._address = parse_listen_address(listen) if listen else None
+        self._textfile = Path(textfile) if textfile else None
+        self._interval = interval_seconds
+        self._runner: web.AppRunner | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Listen (StateUnusable when the address cannot be bound) and start the textfile."""
+        if self._address is not None:
+            await self._listen(*self._address)
+        if self._textfile is not None:
+            self._task = asyncio.create_task(self._write_forever(self._textfile))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _listen(self, host: str, port: int) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._scrape)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        try:
+            await web.TCPSite(self._runner, host, port).start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            self._runner = None
+            raise StateUnusable(
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+            ) from exc
+        log.info("metrics on http://%s/metrics", _url_host(host, port))
+
+    async def _scrape(self, request: web.Request) -> web.Response:
+        try:
+            sample = await self._sampler()
+        except GpuallocError as exc:
+            return web.Response(status=503, text=f"cannot read the node: {exc.message}\n")
+        accept = ",".join(request.headers.getall(hdrs.ACCEPT, []))
+        body, content_type = render_negotiated(self._metrics, sample, accept)
+        return web.Response(body=body, headers={hdrs.CONTENT_TYPE: content_type})
+
+    async def _write_forever(self, path: Path) -> None:
+        loop = asyncio.get_running_loop()
+        failing = False
+        while True:
+            try:
+                body = render_text(self._metrics, await self._sampler())
+                await loop.run_in_executor(None, write_atomically, path, body)
+                failing = False
+            except (OSError, GpuallocError) as exc:
+                if not failing:  # once per outage, not every interval
+                    log.error("cannot write the metrics file %s: %s", path, exc)
+                failing = True
+            await asyncio.sleep(self._interval)
+
+
+def _url_host(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
