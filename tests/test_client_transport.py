@@ -65,7 +65,7 @@ def test_importing_gpulease_leaves_http_client_unloaded() -> None:
         "import sys, gpulease; print(sorted({'http.client', 'email.parser'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "set()"
+    assert out.stdout.strip() == "[]"
 
 
 # Framing and resending, against scripted servers --------------------------------------------
@@ -145,6 +145,22 @@ def test_answer_without_length_ends_with_the_connection(
 
     transport = Transport(serve(handler).path)
     assert transport.request("GET", "/") == {"end": True}
+    transport.close()
+
+
+def test_bytes_beyond_an_answer_retire_the_connection(
+    serve: Callable[..., ScriptedServer],
+) -> None:
+    """An answer followed by stray bytes is returned; the next request takes a new connection."""
+
+    def answer_with_trailing_junk(conn: socket.socket) -> None:
+        read_request(conn)
+        conn.sendall(json_answer({"n": 1}) + b"HTTP/1.1 200 stray\r\n")
+
+    server = serve(answer_with_trailing_junk, answer_each(json_answer({"n": 2})))
+    transport = Transport(server.path)
+    assert [transport.request("GET", "/"), transport.request("GET", "/")] == [{"n": 1}, {"n": 2}]
+    assert transport.connections_opened == 2
     transport.close()
 
 

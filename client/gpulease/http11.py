@@ -73,9 +73,8 @@ class AnswerReader:
             headers = self._headers()
         keep_alive = _keeps_alive(version, headers.get("connection", ""))
         body, framed = self._body(method, status, headers)
-        if self._buffer:
-            raise ProtocolError("the daemon sent more bytes than its answer holds")
-        return Answer(status, body, keep_alive and framed)
+        # Bytes beyond the answer answer nothing we asked: keep the answer, not the connection.
+        return Answer(status, body, keep_alive and framed and not self._buffer)
 
     # Framing --------------------------------------------------------------------------------
 
