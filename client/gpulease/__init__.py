@@ -40,7 +40,7 @@ from gpulease.errors import (
 from gpulease.lease import gpu_lease, visible_devices_env
 from gpulease.models import GpuStatus, Lease, LeasedGpu
 from gpulease.sizes import parse_size
-from gpulease.transport import DEFAULT_SOCKET
+from gpulease.transport import DEFAULT_SOCKET, UntrustedServer
 
 __version__ = "0.1.0"
 
@@ -77,6 +77,7 @@ __all__ = [
     "UnknownLease",
     "UnknownPolicy",
     "UnknownRoute",
+    "UntrustedServer",
     "__version__",
     "gpu_lease",
     "parse_size",

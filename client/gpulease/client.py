@@ -10,6 +10,7 @@ from urllib.parse import quote, urlencode
 
 from gpulease.models import GpuStatus, Lease
 from gpulease.transport import Transport
+from gpulease.trust import ServerUid
 
 __all__ = ["Client", "GpuRef"]
 
@@ -25,12 +26,21 @@ def _drop_none(**fields: Any) -> dict[str, Any]:
 
 
 class Client:
-    """A connection to gpuallocd. Socket: the argument, else $GPUALLOCD_SOCKET, else the default."""
+    """A connection to gpuallocd. Socket: the argument, else $GPUALLOCD_SOCKET, else the default.
+
+    `timeout`: seconds one connect, send or receive may take (None: 30; math.inf: no limit).
+    `server_uid`: users besides root and yourself whose server to trust (else
+    $GPUALLOCD_SERVER_UID): a uid or user name, several as a list or comma-separated.
+    """
 
     def __init__(
-        self, socket: str | os.PathLike[str] | None = None, *, timeout: float | None = 30.0
+        self,
+        socket: str | os.PathLike[str] | None = None,
+        *,
+        timeout: float | None = None,
+        server_uid: ServerUid | None = None,
     ) -> None:
-        self._transport = Transport(None if socket is None else os.fspath(socket), timeout=timeout)
+        self._transport = Transport(socket, timeout=timeout, server_uid=server_uid)
 
     @property
     def socket_path(self) -> str:

@@ -1,8 +1,11 @@
-"""HTTP/1.1 + JSON over the daemon's Unix socket, with the standard library alone."""
+"""HTTP/1.1 + JSON over the daemon's Unix socket: one keep-alive connection, shared by threads.
+
+Built on `socket` alone (see `gpulease.http11`). Each new connection is checked before
+anything is sent on it: the server must run as a user the client trusts (`gpulease.trust`).
+"""
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import os
@@ -12,12 +15,21 @@ import time
 from typing import Any
 
 from gpulease.errors import DaemonUnavailable, ProtocolError, error_from_envelope
+from gpulease.http11 import Answer, AnswerReader, ConnectionClosed, encode_request
+from gpulease.trust import ServerUid, UntrustedServer, allowed_server_uids, check_server
 
-__all__ = ["DEFAULT_SOCKET", "Transport", "resolve_socket"]
+__all__ = [
+    "DEFAULT_SOCKET",
+    "DEFAULT_TIMEOUT",
+    "Transport",
+    "UntrustedServer",
+    "resolve_socket",
+]
 
 DEFAULT_SOCKET = "/run/gpuallocd/gpuallocd.sock"
-# Reconnect rather than reuse a connection idle for longer than this: the daemon closes
-# idle keep-alive connections after a while, and a request on a closed one is lost.
+DEFAULT_TIMEOUT = 30.0  # seconds that one connect, send or receive may take
+# Open a new connection rather than reuse one idle for longer than this: well inside the
+# daemon's keep-alive timeout (300 s), so the daemon is never closing the one we write on.
 _MAX_IDLE_SECONDS = 60.0
 
 
@@ -28,33 +40,65 @@ def resolve_socket(socket_path: str | os.PathLike[str] | None = None) -> str:
     return os.environ.get("GPUALLOCD_SOCKET") or DEFAULT_SOCKET
 
 
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """An HTTPConnection whose connect() opens a Unix socket."""
+def _socket_timeout(timeout: float | None, default: float | None) -> float | None:
+    """A timeout for the socket module: None is `default`, math.inf is None (no limit)."""
+    if timeout is None:
+        return default
+    if math.isinf(timeout):
+        return None
+    if not timeout > 0:
+        raise ValueError(f"a timeout must be positive (math.inf: no limit), not {timeout!r}")
+    return float(timeout)
 
-    def __init__(self, path: str, timeout: float | None) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
+class _NotDelivered(Exception):
+    """The server closed a reused connection before it read the request: safe to resend."""
+
+
+class _Connection:
+    """A connected socket that was checked to be served by a trusted user."""
+
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        self.reader = AnswerReader(sock)
+        self.last_used = time.monotonic()
+
+    def closed_by_server(self) -> bool:
+        """Whether the server hung up (or wrote out of turn) while the connection was idle."""
+        self.sock.setblocking(False)
+        try:
+            self.sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return False  # nothing to read: still open
+        except OSError:
+            return True
+        return True  # end of file, or bytes that answer nothing we asked
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 class Transport:
-    """One keep-alive connection to the daemon, safe to share between threads."""
+    """One keep-alive connection to the daemon, safe to share between threads.
 
-    def __init__(self, socket_path: str | None = None, *, timeout: float | None = 30.0) -> None:
+    `timeout`: seconds one connect, send or receive may take (None: 30; math.inf: no limit).
+    `server_uid`: users, besides root and the caller, whose server to trust (else
+    $GPUALLOCD_SERVER_UID): a uid or user name, several as a list or comma-separated.
+    """
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str] | None = None,
+        *,
+        timeout: float | None = None,
+        server_uid: ServerUid | None = None,
+    ) -> None:
         self.socket_path = resolve_socket(socket_path)
-        self._timeout = timeout
+        self._timeout = _socket_timeout(timeout, DEFAULT_TIMEOUT)
+        self._trusted_uids = allowed_server_uids(server_uid)
         self._lock = threading.Lock()
-        self._conn: UnixHTTPConnection | None = None
-        self._last_used = 0.0
+        self._conn: _Connection | None = None
+        self.connections_opened = 0  # how many connections were opened (and checked)
 
     def close(self) -> None:
         with self._lock:
@@ -68,52 +112,115 @@ class Transport:
         `timeout` overrides the transport's for this request; `math.inf` waits for ever.
         """
         payload = None if body is None else json.dumps(body).encode()
+        message = encode_request(method, path, payload)
+        limit = _socket_timeout(timeout, self._timeout)
         with self._lock:
-            status, raw = self._exchange(method, path, payload, timeout)
+            try:
+                answer = self._exchange(message, method, limit)
+            except BaseException:
+                self._drop()  # the connection is in an unknown state (even after ^C)
+                raise
         try:
-            data = json.loads(raw) if raw else {}
+            data = json.loads(answer.body) if answer.body else {}
         except ValueError:
-            raise ProtocolError(f"the daemon answered HTTP {status} with non-JSON") from None
-        if status >= 400:
-            raise error_from_envelope(status, data)
+            raise ProtocolError(f"the daemon answered HTTP {answer.status} with non-JSON") from None
+        if answer.status >= 400:
+            raise error_from_envelope(answer.status, data)
         return data
 
-    def _connection(self, timeout: float | None) -> UnixHTTPConnection:
-        if self._conn is not None and time.monotonic() - self._last_used > _MAX_IDLE_SECONDS:
+    def _exchange(self, message: bytes, method: str, timeout: float | None) -> Answer:
+        conn = self._idle_connection()
+        if conn is not None:
+            try:
+                return self._round_trip(conn, message, method, timeout, reused=True)
+            except _NotDelivered:
+                self._drop()  # the daemon closed it unread (a restart, an idle timeout)
+        return self._round_trip(self._open(timeout), message, method, timeout, reused=False)
+
+    def _idle_connection(self) -> _Connection | None:
+        """The kept-alive connection, if it is recent and the server has not closed it."""
+        conn = self._conn
+        if conn is None:
+            return None
+        if time.monotonic() - conn.last_used > _MAX_IDLE_SECONDS or conn.closed_by_server():
             self._drop()
-        if self._conn is None:
-            self._conn = UnixHTTPConnection(self.socket_path, self._timeout)
-        if timeout is None:
-            timeout = self._timeout
-        elif math.isinf(timeout):
-            timeout = None  # wait as long as it takes
-        self._conn.timeout = timeout
-        if self._conn.sock is not None:
-            self._conn.sock.settimeout(self._conn.timeout)
+            return None
+        return conn
+
+    def _open(self, timeout: float | None) -> _Connection:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(self.socket_path)
+            check_server(sock, self.socket_path, self._trusted_uids)
+        except UntrustedServer:
+            sock.close()
+            raise
+        except OSError as exc:
+            sock.close()
+            raise self._unavailable(exc, timeout) from None
+        self.connections_opened += 1
+        self._conn = _Connection(sock)
         return self._conn
 
-    def _exchange(
-        self, method: str, path: str, payload: bytes | None, timeout: float | None
-    ) -> tuple[int, bytes]:
-        headers = {"Content-Type": "application/json"} if payload is not None else {}
-        conn = self._connection(timeout)
+    def _round_trip(
+        self, conn: _Connection, message: bytes, method: str, timeout: float | None, reused: bool
+    ) -> Answer:
+        """Send `message` and read its answer, or raise _NotDelivered when resending is safe.
+
+        A request must never reach the daemon twice: an allocation would be granted twice.
+        So it is resent only when the daemon cannot have read it, which on a reused
+        connection the kernel tells apart from every other failure:
+        - EPIPE or ECONNRESET while writing: the daemon had closed the connection;
+        - ECONNRESET before the first byte of the answer: on Linux, a Unix stream socket
+          reports ECONNRESET (rather than end-of-file) when its peer closed it with data
+          still unread, so the daemon closed without reading the whole request.
+        A clean end-of-file before the answer means the daemon read the request and then
+        went away (a crash, a restart): it may have acted on it, so that is not resent.
+        A connection opened for this request is never retried: the error is the answer.
+        """
+        conn.sock.settimeout(timeout)
         try:
-            conn.request(method, path, body=payload, headers=headers)
-            response = conn.getresponse()
-            raw = response.read()
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            self._drop()
+            conn.sock.sendall(message)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            if reused:
+                raise _NotDelivered from None
+            raise self._unavailable(exc, timeout) from None
+        except OSError as exc:
+            raise self._unavailable(exc, timeout) from None
+        try:
+            answer = conn.reader.read_answer(method)
+        except ConnectionResetError as exc:
+            if reused and conn.reader.received == 0:
+                raise _NotDelivered from None
+            raise self._unavailable(exc, timeout) from None
+        except ConnectionClosed:
             raise DaemonUnavailable(
-                f"no gpuallocd answers on {self.socket_path} ({exc.strerror}); is the daemon "
-                "running, and is GPUALLOCD_SOCKET right?"
+                f"gpuallocd on {self.socket_path} closed the connection before its answer was "
+                "complete (did it stop?); the request may or may not have been carried out"
             ) from None
-        except (OSError, http.client.HTTPException) as exc:
+        except OSError as exc:
+            raise self._unavailable(exc, timeout) from None
+        conn.last_used = time.monotonic()
+        if not answer.keep_alive:
             self._drop()
-            raise DaemonUnavailable(f"lost the connection to gpuallocd: {exc}") from None
-        self._last_used = time.monotonic()
-        if response.will_close:
-            self._drop()
-        return response.status, raw
+        return answer
+
+    def _unavailable(self, exc: OSError, timeout: float | None) -> DaemonUnavailable:
+        path = self.socket_path
+        if isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
+            return DaemonUnavailable(
+                f"no gpuallocd answers on {path} ({exc.strerror}); is the daemon "
+                "running, and is GPUALLOCD_SOCKET right?"
+            )
+        if isinstance(exc, PermissionError):
+            return DaemonUnavailable(
+                f"not allowed to connect to {path} ({exc.strerror}); the socket's group "
+                "decides who may use the daemon"
+            )
+        if isinstance(exc, TimeoutError):
+            return DaemonUnavailable(f"gpuallocd on {path} did not answer within {timeout} s")
+        return DaemonUnavailable(f"lost the connection to gpuallocd on {path}: {exc}")
 
     def _drop(self) -> None:
         if self._conn is not None:
