@@ -13,12 +13,12 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
+from gpuallocd.allocator.events_log import LoggingWorker
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.node_view import GpuStatus
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.allocator.waitqueue import WaitQueue
 from gpuallocd.allocator.watcher import ProcessWatcher
-from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller, HistoryEvent, Lease, LiveState, Topology
@@ -35,7 +35,7 @@ class AllocatorFacade:
         self, lifecycle: LeaseLifecycle, ledger: Ledger, *, clock: Callable[[], float]
     ) -> None:
         self._lifecycle = lifecycle
-        self._worker = SerialWorker(ledger.unit_of_work, on_commit_failure=lifecycle.reload)
+        self._worker = LoggingWorker(lifecycle.take_journal, ledger.unit_of_work, lifecycle.reload)
         self._queue = WaitQueue(lifecycle, self._worker, clock)
         self._watcher = ProcessWatcher(self._process_exited)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -74,13 +74,17 @@ class AllocatorFacade:
         return await self._worker.run(self._lifecycle.leases)
 
     async def gpu_status(self) -> list[GpuStatus]:
-        return await self._worker.run(self._lifecycle.gpu_status)
+        """Every GPU; free ones held for a waiter show as reserved."""
+        return await self._worker.run(self._gpu_status)
+
+    def _gpu_status(self) -> list[GpuStatus]:
+        return self._lifecycle.gpu_status(self._queue.reservations())
 
     async def history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
         return await self._worker.run(self._lifecycle.history, lease_id, limit)
 
-    def waiters(self) -> list[dict[str, Any]]:
-        return self._queue.waiters()
+    async def waiters(self) -> list[dict[str, Any]]:
+        return await self._worker.run(self._queue.waiters)
 
     async def adopt_topology(self, topology: Topology) -> Topology:
         """Take a rediscovered topology; GPUs that came back may serve the queue."""
@@ -103,9 +107,7 @@ class AllocatorFacade:
 
     async def expire_due(self) -> list[Lease]:
         """End leases whose TTL ran out, and stop watching processes of ended leases."""
-        expired = await self._worker.run(self._lifecycle.expire_due)
-        for lease in expired:
-            log.info("lease %s of %s expired", lease.id, lease.owner_name)
+        expired = await self._worker.run(self._lifecycle.expire_due)  # logged: events_log
         self._released(expired)
         bound = await self._worker.run(self._lifecycle.bound_leases)
         self._watcher.retain(lease.id for lease in bound)
@@ -141,8 +143,7 @@ class AllocatorFacade:
         except GpuallocError as exc:
             log.error("ending leases of an exited process failed: %s", exc.message)
             return
-        for lease in ended:  # leases freed before their process exited are not listed
-            log.info("lease %s ended: its process %s exited", lease.id, lease.pid)
+        # Logged by events_log; leases freed before their process exited are not listed.
         self._released(ended)
 
     def _released(self, leases: Sequence[Lease]) -> None:

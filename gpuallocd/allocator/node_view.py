@@ -14,7 +14,25 @@ from gpuallocd.errors import UnknownGpu
 from gpuallocd.model import HEALTHY, Gpu, Lease, LiveState, Topology
 from gpuallocd.policies import NodeSnapshot
 
-__all__ = ["GpuStatus", "NodeView"]
+__all__ = ["GpuStatus", "NodeView", "Reservation"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A free GPU held for a waiter: nobody behind it in the queue may take it."""
+
+    waiter_id: str
+    position: int  # in the queue, from 1
+    uid: int
+    user: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "waiter": self.waiter_id,
+            "position": self.position,
+            "uid": self.uid,
+            "user": self.user,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +43,7 @@ class GpuStatus:
     live: LiveState
     lease: Lease | None
     foreign_pids: tuple[int, ...] = field(default=())
+    reserved_for: Reservation | None = None
 
     @property
     def state(self) -> str:
@@ -32,7 +51,13 @@ class GpuStatus:
             return "unhealthy"
         if self.lease is not None:
             return "leased"
-        return "in-use" if self.foreign_pids else "free"
+        if self.foreign_pids:
+            return "in-use"
+        return "reserved" if self.reserved_for is not None else "free"
+
+    def _foreign_processes(self) -> list[dict[str, object]]:
+        uids = {p.pid: p.uid for p in self.live.processes}
+        return [{"pid": pid, "uid": uids.get(pid)} for pid in self.foreign_pids]
 
     def to_json(self) -> dict[str, object]:
         lease = self.lease
@@ -49,9 +74,12 @@ class GpuStatus:
             "healthy": self.live.healthy,
             "health_reason": self.live.health_reason,
             "foreign_pids": list(self.foreign_pids),
+            "foreign_processes": self._foreign_processes(),
+            "reserved_for": self.reserved_for.to_json() if self.reserved_for else None,
             "lease_id": lease.id if lease else None,
             "holder": {"uid": lease.owner_uid, "user": lease.owner_name} if lease else None,
             "expires_at": lease.expires_at if lease else None,
+            "label": lease.label if lease else None,
         }
 
 
@@ -82,14 +110,19 @@ class NodeView:
     def gpu(self, uuid: str) -> Gpu:
         return self._by_uuid[uuid]
 
-    def statuses(self, leases: Iterable[Lease]) -> list[GpuStatus]:
+    def statuses(
+        self, leases: Iterable[Lease], reservations: Mapping[str, Reservation] | None = None
+    ) -> list[GpuStatus]:
+        """Each GPU's status; `reservations` are the GPUs held for waiters, by UUID."""
         holders = holders_of(leases)
+        reserved = reservations or {}
         return [
             GpuStatus(
                 gpu=gpu,
                 live=self._live.get(gpu.uuid, HEALTHY),
                 lease=holders.get(gpu.uuid),
                 foreign_pids=self._foreign_pids(gpu.uuid, holders.get(gpu.uuid)),
+                reserved_for=reserved.get(gpu.uuid),
             )
             for gpu in self._topology.gpus
         ]
