@@ -59,6 +59,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         wait: bool = False,
         timeout: float | None = None,
         label: str | None = None,
+        min_free_memory_bytes: int | None = None,
         socket: str | os.PathLike[str] | None = None,
         visible: str = "uuid",
         on_revoke: OnRevoke = "warn",
@@ -71,6 +72,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
             "policy": policy,
             "ttl": ttl,
             "label": label,
+            "min_free_memory_bytes": min_free_memory_bytes,
         }
         self._wait, self._timeout = wait, timeout
         self._socket, self._visible, self._on_revoke = socket, visible, on_revoke
