@@ -101,12 +101,14 @@ def test_kill_9_loses_no_acknowledged_lease(
 
 
 def test_nvml_without_a_gpu_fails_with_one_clear_line(short_dir: Path) -> None:
-    """--inventory nvml on a machine without NVML: exit 69, one line, how to run instead."""
+    """--inventory nvml on a machine without NVML: exit 69, one line, how to run instead,
+    and a line with the bundled examples it can run on."""
     proc = run_daemon_once(short_dir, "--inventory", "nvml")
     assert proc.returncode == HardwareUnavailable.exit_code == 69
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
+    assert len(lines) == 2, proc.stderr
     assert "NVML" in lines[0] and "--inventory" in lines[0]
+    assert lines[1].startswith("gpuallocd: bundled examples (--inventory example:NAME): ")
 
 
 def test_unknown_topology_file_is_a_clear_error(short_dir: Path) -> None:

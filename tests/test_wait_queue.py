@@ -56,7 +56,7 @@ def test_waiters_are_served_first_come_first_served(daemon: ThreadDaemon) -> Non
         holder = client.allocate(4)
         first = enqueue(daemon, client, count=2)
         second = enqueue(daemon, client, count=2)
-        assert [w["position"] for w in client.queue()] == [0, 1]
+        assert [w["position"] for w in client.queue()] == [1, 2]
         client.free(holder.id)
         first.join(10)
         second.join(10)

@@ -81,6 +81,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         label: str | None = None,
         memory: str | int | None = None,
         mig: str | None = None,
+        min_free_memory_bytes: int | None = None,
         socket: str | os.PathLike[str] | None = None,
         visible: str = "uuid",
         on_revoke: OnRevoke = "warn",
@@ -97,6 +98,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
             "label": label,
             "memory_bytes": None if memory is None else parse_size(memory),
             "mig_profile": mig,
+            "min_free_memory_bytes": min_free_memory_bytes,
         }
         self._wait, self._timeout = wait, timeout
         self._socket, self._visible, self._on_revoke = socket, visible, on_revoke

@@ -13,16 +13,16 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
+from gpuallocd.allocator.events_log import JournalWorker, Transition, write_log
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.node_view import GpuStatus
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.allocator.waitqueue import WaitQueue
 from gpuallocd.allocator.watcher import ProcessWatcher
-from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import Caller, HistoryEvent, Lease, LiveState, Topology
+from gpuallocd.model import Caller, HistoryEvent, Lease, LeaseEvent, LiveState, Topology
 
 __all__ = ["AllocatorFacade"]
 
@@ -42,7 +42,9 @@ class AllocatorFacade:
     ) -> None:
         self._lifecycle = lifecycle
         self._observer = observer
-        self._worker = SerialWorker(ledger.unit_of_work, on_commit_failure=lifecycle.reload)
+        self._worker = JournalWorker(
+            lifecycle.take_journal, self._publish, ledger.unit_of_work, lifecycle.reload
+        )
         self._queue = WaitQueue(lifecycle, self._worker, clock)
         self._watcher = ProcessWatcher(self._process_exited)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -50,6 +52,15 @@ class AllocatorFacade:
     @property
     def topology(self) -> Topology:
         return self._lifecycle.topology
+
+    def _publish(self, transitions: list[Transition]) -> None:
+        """Durable transitions: one log line each, and the observer told."""
+        write_log(transitions)
+        for transition in transitions:
+            if transition.event is LeaseEvent.GRANTED:
+                self._observer.lease_granted(transition.lease)
+            else:
+                self._observer.lease_ended(transition.lease)
 
     # Requests -------------------------------------------------------------------------------
 
@@ -82,13 +93,17 @@ class AllocatorFacade:
         return await self._worker.run(self._lifecycle.leases)
 
     async def gpu_status(self) -> list[GpuStatus]:
-        return await self._worker.run(self._lifecycle.gpu_status)
+        """Every GPU; free ones held for a waiter show as reserved."""
+        return await self._worker.run(self._gpu_status)
+
+    def _gpu_status(self) -> list[GpuStatus]:
+        return self._lifecycle.gpu_status(self._queue.reservations())
 
     async def history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
         return await self._worker.run(self._lifecycle.history, lease_id, limit)
 
-    def waiters(self) -> list[dict[str, Any]]:
-        return self._queue.waiters()
+    async def waiters(self) -> list[dict[str, Any]]:
+        return await self._worker.run(self._queue.waiters)
 
     async def adopt_topology(self, topology: Topology) -> Topology:
         """Take a rediscovered topology; GPUs that came back may serve the queue. Leases of
@@ -116,9 +131,7 @@ class AllocatorFacade:
 
     async def expire_due(self) -> list[Lease]:
         """End leases whose TTL ran out, and stop watching processes of ended leases."""
-        expired = await self._worker.run(self._lifecycle.expire_due)
-        for lease in expired:
-            log.info("lease %s of %s expired", lease.id, lease.owner_name)
+        expired = await self._worker.run(self._lifecycle.expire_due)  # logged: events_log
         self._released(expired)
         bound = await self._worker.run(self._lifecycle.bound_leases)
         self._watcher.retain(lease.id for lease in bound)
@@ -154,8 +167,7 @@ class AllocatorFacade:
         except GpuallocError as exc:
             log.error("ending leases of an exited process failed: %s", exc.message)
             return
-        for lease in ended:  # leases freed before their process exited are not listed
-            log.info("lease %s ended: its process %s exited", lease.id, lease.pid)
+        # Logged by events_log; leases freed before their process exited are not listed.
         self._released(ended)
 
     def _released(self, leases: Sequence[Lease]) -> None:

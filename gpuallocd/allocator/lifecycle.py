@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from gpuallocd.allocator.enforcer import ShareEnforcer
-from gpuallocd.allocator.node_view import GpuStatus, NodeView
-from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver
+from gpuallocd.allocator.events_log import Transition
+from gpuallocd.allocator.node_view import GpuStatus, NodeView, Reservation
 from gpuallocd.allocator.sharing import share_capacity
 from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
 from gpuallocd.allocator.units import leased_units, place_units, vanished_units
@@ -33,6 +33,7 @@ from gpuallocd.model import (
     LiveState,
     Topology,
 )
+from gpuallocd.model.lease import ENDING_EVENT
 from gpuallocd.policies import Policy, get_policy
 from gpuallocd.policies.rules import check_choice, request_for
 
@@ -59,10 +60,8 @@ class LeaseLifecycle:
         clock: Clock,
         settings: AllocatorSettings = DEFAULT_SETTINGS,
         start_time_of: Callable[[int], int | None] = process_start_time,
-        observer: LeaseObserver = NO_OBSERVER,
     ) -> None:
         self._ledger = ledger
-        self._observer = observer
         self._clock = clock
         self._start_time_of = start_time_of
         self._settings = settings
@@ -71,6 +70,7 @@ class LeaseLifecycle:
         self.node = NodeView(topology)
         self._sync_units(topology)
         self._active = {lease.id: lease for lease in ledger.active_leases()}
+        self._journal: list[Transition] = []  # written to the log after the commit
         get_policy(settings.default_policy)  # fail at start, not at the first request
 
     # Node -----------------------------------------------------------------------------------
@@ -107,6 +107,12 @@ class LeaseLifecycle:
     def reload(self) -> None:
         """Forget the in-memory view and read it again from the ledger (after a failed commit)."""
         self._active = {lease.id: lease for lease in self._ledger.active_leases()}
+        self._journal.clear()  # those transitions were rolled back
+
+    def take_journal(self) -> list[Transition]:
+        """The transitions made since the last call, oldest first (for the events log)."""
+        taken, self._journal = self._journal, []
+        return taken
 
     # Queries --------------------------------------------------------------------------------
 
@@ -123,12 +129,20 @@ class LeaseLifecycle:
             raise UnknownLease(f"no lease {lease_id!r}", lease=lease_id)
         return found
 
-    def gpu_status(self) -> list[GpuStatus]:
+    def gpu_status(self, reservations: Mapping[str, Reservation] | None = None) -> list[GpuStatus]:
         self.expire_due()
-        return self.node.statuses(self._active.values())
+        return self.node.statuses(self._active.values(), reservations)
 
     def history(self, lease_id: str | None = None, limit: int = 100) -> list[HistoryEvent]:
-        return self._ledger.history(lease_id, limit)
+        events = self._ledger.history(lease_id, limit)
+        if lease_id is not None and not events and self._ledger.lease(lease_id) is None:
+            raise UnknownLease(f"no lease {lease_id!r}", lease=lease_id)
+        return events
+
+    def ttl_of(self, spec: AllocateSpec) -> float:
+        """The lifetime a grant of `spec` would get (clamped to the maximum)."""
+        ttl = spec.ttl_seconds or self._settings.default_ttl_seconds
+        return min(ttl, self._settings.max_ttl_seconds)
 
     def bound_leases(self) -> list[Lease]:
         return [lease for lease in self._active.values() if lease.bound]
@@ -169,7 +183,7 @@ class LeaseLifecycle:
         lease = self._new_lease(caller, spec, policy_name, units)
         self._ledger.grant(lease, caller.uid)
         self._active[lease.id] = lease
-        self._observer.lease_granted(lease)
+        self._journal.append(Transition(LeaseEvent.GRANTED, lease, caller.uid))
         return lease
 
     def renew(self, caller: Caller, lease_id: str, ttl_seconds: float | None = None) -> Lease:
@@ -246,7 +260,7 @@ class LeaseLifecycle:
         self._ledger.end(ended, actor_uid, detail)
         for lease in ended:
             self._active.pop(lease.id, None)
-            self._observer.lease_ended(lease)
+            self._journal.append(Transition(ENDING_EVENT[state], lease, actor_uid, detail))
         return ended
 
     def _active_lease(self, lease_id: str) -> Lease:

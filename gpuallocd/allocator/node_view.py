@@ -16,13 +16,31 @@ from gpuallocd.model import HEALTHY, Gpu, Lease, LeasedGpu, LiveState, MigDevice
 from gpuallocd.policies import NodeSnapshot
 
 # Every state GpuStatus.state may take; metrics export a series for each, so add new ones here.
-GPU_STATES = ("free", "leased", "in-use", "unhealthy", "mig", "shared")
+GPU_STATES = ("free", "leased", "in-use", "unhealthy", "mig", "shared", "reserved")
 
-__all__ = ["GPU_STATES", "GpuStatus", "NodeView"]
+__all__ = ["GPU_STATES", "GpuStatus", "NodeView", "Reservation"]
 
 
 def _holder(lease: Lease | None) -> dict[str, object] | None:
     return {"uid": lease.owner_uid, "user": lease.owner_name} if lease else None
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A free GPU held for a waiter: nobody behind it in the queue may take it."""
+
+    waiter_id: str
+    position: int  # in the queue, from 1
+    uid: int
+    user: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "waiter": self.waiter_id,
+            "position": self.position,
+            "uid": self.uid,
+            "user": self.user,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +58,7 @@ class GpuStatus:
     instances: tuple[tuple[MigDevice, Lease | None], ...] = ()
     shares: tuple[tuple[Lease, LeasedGpu], ...] = ()
     share_capacity_bytes: int | None = None
+    reserved_for: Reservation | None = None
 
     @property
     def state(self) -> str:
@@ -51,7 +70,13 @@ class GpuStatus:
             return "mig"
         if self.shares:
             return "shared"
-        return "in-use" if self.foreign_pids else "free"
+        if self.foreign_pids:
+            return "in-use"
+        return "reserved" if self.reserved_for is not None else "free"
+
+    def _foreign_processes(self) -> list[dict[str, object]]:
+        uids = {p.pid: p.uid for p in self.live.processes}
+        return [{"pid": pid, "uid": uids.get(pid)} for pid in self.foreign_pids]
 
     def to_json(self) -> dict[str, object]:
         lease = self.lease
@@ -68,6 +93,8 @@ class GpuStatus:
             "healthy": self.live.healthy,
             "health_reason": self.live.health_reason,
             "foreign_pids": list(self.foreign_pids),
+            "foreign_processes": self._foreign_processes(),
+            "reserved_for": self.reserved_for.to_json() if self.reserved_for else None,
             "lease_id": lease.id if lease else None,
             "holder": _holder(lease),
             "expires_at": lease.expires_at if lease else None,
@@ -76,6 +103,7 @@ class GpuStatus:
             "instances": [_instance_json(mig, held) for mig, held in self.instances],
             "share_capacity_bytes": self.share_capacity_bytes,
             "shares": [_share_json(held, unit) for held, unit in self.shares],
+            "label": lease.label if lease else None,
         }
 
 
@@ -127,8 +155,12 @@ class NodeView:
     def gpu(self, uuid: str) -> Gpu:
         return self._by_uuid[uuid]
 
-    def statuses(self, leases: Iterable[Lease]) -> list[GpuStatus]:
+    def statuses(
+        self, leases: Iterable[Lease], reservations: Mapping[str, Reservation] | None = None
+    ) -> list[GpuStatus]:
+        """Each GPU's status; `reservations` are the GPUs held for waiters, by UUID."""
         holders = UnitHolders.of(leases)
+        reserved = reservations or {}
         return [
             GpuStatus(
                 gpu=gpu,
@@ -140,6 +172,7 @@ class NodeView:
                 ),
                 shares=tuple(holders.shares.get(gpu.uuid, ())),
                 share_capacity_bytes=self.share_capacity.get(gpu.uuid),
+                reserved_for=reserved.get(gpu.uuid),
             )
             for gpu in self._topology.gpus
         ]

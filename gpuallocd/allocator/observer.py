@@ -1,12 +1,10 @@
 """Watching the allocator from outside: each lease transition and each allocation's duration.
 
-The lease lifecycle tells an observer of every lease it granted or ended once the ledger has
-recorded it; the façade tells it how long each allocate call took. Metrics implement this;
-without one, `NO_OBSERVER` ignores everything. An observer is called on the event loop
-thread, inside the serial worker for transitions, so it must be quick and must not raise.
-
-A batch of concurrent calls commits together (group commit): in the rare case that the
-commit itself fails, the transitions of that batch were already reported.
+The façade tells an observer of every lease granted or ended once the ledger commit that
+recorded it has returned (from the lifecycle's journal, see `events_log.py`), and how long each
+allocate call took. Metrics implement this; without one, `NO_OBSERVER` ignores everything. An
+observer is called on the event loop thread, so it must be quick and must not raise. A
+transition whose commit failed is never reported.
 """
 
 from __future__ import annotations

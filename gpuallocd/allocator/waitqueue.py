@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.node_view import Reservation
+from gpuallocd.allocator.queue_view import WaitInfo, describe_waiters, reservations
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
@@ -39,10 +41,15 @@ class Waiter:
     future: asyncio.Future[Lease]
     id: str = field(default_factory=lambda: secrets.token_hex(4))
 
-    def to_json(self, position: int) -> dict[str, Any]:
+    def to_json(self, position: int, info: WaitInfo, now: float) -> dict[str, Any]:
+        """As `queue` shows it: `position` from 1, why it waits and when it may start."""
         return {
             "id": self.id,
             "position": position,
+            "waited_seconds": max(0.0, now - self.since),
+            "reason": info.reason,
+            "reason_detail": info.detail,
+            "estimated_start_at": info.estimated_start_at,
             "owner": {"uid": self.caller.uid, "user": self.caller.user},
             "pid": self.caller.pid,
             "count": self.spec.count,
@@ -93,7 +100,24 @@ class WaitQueue:
         self._again = False
 
     def waiters(self) -> list[dict[str, Any]]:
-        return [w.to_json(i) for i, w in enumerate(self._waiters)]
+        """The queue in order, with reasons and estimates (run it in the serial worker)."""
+        waiters = list(self._waiters)
+        now = self._clock()
+        infos = describe_waiters(
+            waiters,
+            self._lifecycle.gpu_status(),
+            self._lifecycle.usable_gpus,
+            now=now,
+            ttl_of=self._lifecycle.ttl_of,
+        )
+        return [
+            waiter.to_json(position, info, now)
+            for position, (waiter, info) in enumerate(zip(waiters, infos, strict=True), start=1)
+        ]
+
+    def reservations(self) -> dict[str, Reservation]:
+        """The free GPUs held for waiters, by UUID."""
+        return reservations(self._waiters, self._lifecycle.usable_gpus)
 
     async def allocate(
         self, caller: Caller, spec: AllocateSpec, *, wait: bool, timeout: float | None

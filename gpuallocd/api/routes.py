@@ -165,7 +165,7 @@ async def rescan(request: web.Request) -> web.Response:
 
 async def list_queue(request: web.Request) -> web.Response:
     _caller(request)
-    return _json({"waiters": _facade(request).waiters()})
+    return _json({"waiters": await _facade(request).waiters()})
 
 
 async def list_policies(request: web.Request) -> web.Response:

@@ -3,30 +3,42 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import pwd
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from gpuallocd.cli.units import ByteSize, Duration
+
 if TYPE_CHECKING:
     from gpulease import Client
 
-__all__ = ["daemon_client", "format_expiry", "lease_request_options", "memory_size"]
+__all__ = [
+    "MIN_TTL_SECONDS",
+    "TTL",
+    "daemon_client",
+    "format_expiry",
+    "lease_request_options",
+    "user_of",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
+MIN_TTL_SECONDS = 10.0
+TTL = Duration(MIN_TTL_SECONDS, why_minimum="a lease this short expires before it is used")
 
 
-def memory_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    """A memory size option (`20G`, `512M`, bytes; binary units) as bytes."""
-    from gpulease import parse_size
-
-    if value is None:
-        return None
+@functools.lru_cache(maxsize=256)
+def user_of(uid: int | None) -> str:
+    """The user name of a uid on this node; the uid itself where it has none, `?` if unknown."""
+    if uid is None:
+        return "?"
     try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def lease_request_options(ttl_help: str, label_help: str) -> Callable[[F], F]:
@@ -42,19 +54,24 @@ def lease_request_options(ttl_help: str, label_help: str) -> Callable[[F], F]:
         ),
         click.option(
             "--memory",
-            callback=memory_size,
+            type=ByteSize(),
             metavar="SIZE",
             help="A share of this much memory (20G, 512M) on each of -n shared GPUs.",
         ),
         click.option("--mig", help="MIG instances of this profile (1g.10gb), -n of them."),
         click.option("--policy", help="Allocation policy (default: the daemon's)."),
-        click.option("--ttl", type=click.FloatRange(min=0, min_open=True), help=ttl_help),
+        click.option("--ttl", type=TTL, help=ttl_help),
         click.option("--label", help=label_help),
+        click.option(
+            "--min-free-memory",
+            type=ByteSize(),
+            help="Only GPUs with at least this much memory free: 20G, 512M (GiB, MiB).",
+        ),
         click.option("--wait", is_flag=True, help="Queue until the GPUs are free."),
         click.option(
             "--timeout",
-            type=click.FloatRange(min=0, min_open=True),
-            help="Wait at most this long.",
+            type=Duration(),
+            help="Wait at most this long: 90s, 30m, 2h (default: as long as it takes).",
         ),
     )
 

@@ -40,6 +40,19 @@ _EXIT_BY_CODE = {
 }
 
 
+NO_DAEMON_HINT = (
+    "start one: `sudo systemctl start gpuallocd` (the service, README), or to try it without "
+    "GPUs: `gpuallocd --inventory example:workstation-4gpu-nvbridge "
+    "--socket /tmp/gpuallocd-$USER/gpuallocd.sock --state-dir /tmp/gpuallocd-$USER/state` "
+    "and `export GPUALLOCD_SOCKET=/tmp/gpuallocd-$USER/gpuallocd.sock`"
+)
+
+
+def _hint(code: str) -> str:
+    """A second line that says the fix, for the errors people meet first."""
+    return f"\n{NO_DAEMON_HINT}" if code == "daemon_unavailable" else ""
+
+
 class CliError(click.ClickException):
     """A one-line error with its own exit code (click's ClassVar, set per instance)."""
 
@@ -75,7 +88,7 @@ def as_cli_error(exc: BaseException) -> CliError | None:
         code: str = getattr(exc, "code", "internal_error")
         message: str = getattr(exc, "message", str(exc))
         caller = any(base.__name__ == "CallerError" for base in type(exc).__mro__)
-        return CliError(f"{message} [{code}]", _exit_code(code, caller))
+        return CliError(f"{message} [{code}]{_hint(code)}", _exit_code(code, caller))
     return None
 
 

@@ -1,20 +1,20 @@
-"""Commands that talk to a running daemon: status, leases, allocate, renew, free, revoke."""
+"""Commands on leases: leases, allocate, renew, free, revoke."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
 import click
 
-from gpuallocd.cli.common import (
-    daemon_client,
-    format_expiry,
-    lease_request_options,
-)
-from gpuallocd.cli.output import echo_json, format_bytes, table
+from gpuallocd.cli.common import TTL, daemon_client, format_expiry, lease_request_options
+from gpuallocd.cli.output import echo_json, format_bytes
+from gpuallocd.cli.style import colour_enabled, render_table
+from gpuallocd.cli.units import format_left
+from gpuallocd.cli.waiting import queued
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "export_lines"]
 
 
 def _gpus_text(lease: dict[str, Any]) -> str:
@@ -34,90 +34,41 @@ def _print_lease(ctx: click.Context, lease: dict[str, Any]) -> None:
         click.echo(f"expires {format_expiry(lease['expires_at'])}")
 
 
-def _part_rows(gpu: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """A row under a GPU for each MIG instance and each memory share it has."""
-    instances = [
-        (
-            f"{gpu['index']}/mig",
-            m["uuid"],
-            m["mig_profile"],
-            format_bytes(m["memory_total_bytes"]),
-            m["state"],
-            m["holder"]["user"] if m["holder"] else None,
-            m["lease_id"],
-            format_expiry(m["expires_at"]),
-        )
-        for m in gpu.get("instances", [])
-    ]
-    shares = [
-        (
-            f"{gpu['index']}/share",
-            None,
-            None,
-            format_bytes(s["memory_bytes"]),
-            "leased",
-            s["holder"]["user"],
-            s["lease_id"],
-            format_expiry(s["expires_at"]),
-        )
-        for s in gpu.get("shares", [])
-    ]
-    return instances + shares
+def export_lines(environment: dict[str, str]) -> str:
+    """`export NAME=VALUE` lines for a shell's `eval`, values quoted for the shell."""
+    return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in environment.items())
+
+
+def _print_export(lease: Any, visible: str) -> None:
+    from gpulease import visible_devices_env
+
+    click.echo(export_lines(visible_devices_env(lease, visible)))
+    left = format_left(lease.expires_at, time.time())
+    click.echo(
+        f"gpuallocctl: lease {lease.id}: GPU {_gpus_text(lease.raw)}, {left} left; "
+        f"give it back with: gpuallocctl free {lease.id}",
+        err=True,
+    )
 
 
 @click.command()
-@click.pass_context
-def status(ctx: click.Context) -> None:
-    """Every GPU: index, UUID, name, memory, state, holder, expiry."""
-    with daemon_client(ctx) as client:
-        gpus = client.request("GET", "/v1/gpus")["gpus"]
-    if ctx.obj.json:
-        echo_json({"gpus": gpus})
-        return
-    rows = [
-        (
-            g["index"],
-            g["uuid"],
-            g["name"],
-            format_bytes(g["memory_total_bytes"]),
-            g["state"],
-            g["holder"]["user"] if g["holder"] else None,
-            g["lease_id"],
-            format_expiry(g["expires_at"]),
-        )
-        for g in gpus
-    ]
-    rows = [row for g, gpu_row in zip(gpus, rows, strict=True) for row in (gpu_row, *_part_rows(g))]
-    headers = ("IDX", "UUID", "NAME", "MEMORY", "STATE", "HOLDER", "LEASE", "EXPIRES")
-    click.echo(table(headers, rows))
-
-
-@click.command(name="leases")
-@click.pass_context
-def list_leases(ctx: click.Context) -> None:
-    """Active leases: id, GPUs, owner, pid, label, expiry."""
-    with daemon_client(ctx) as client:
-        leases = client.request("GET", "/v1/leases")["leases"]
-    if ctx.obj.json:
-        echo_json({"leases": leases})
-        return
-    rows = [
-        (
-            lease["id"],
-            _gpus_text(lease),
-            lease["owner"]["user"],
-            lease["pid"],
-            lease["label"],
-            lease["policy"],
-            format_expiry(lease["expires_at"]),
-        )
-        for lease in leases
-    ]
-    click.echo(table(("LEASE", "GPUS", "USER", "PID", "LABEL", "POLICY", "EXPIRES"), rows))
-
-
-@click.command()
-@lease_request_options(ttl_help="Lifetime in seconds.", label_help="A note shown in `leases`.")
+@lease_request_options(
+    ttl_help="Lifetime: 30m, 8h, 2d or seconds (default: the daemon's, 1h).",
+    label_help="A note shown in `leases`.",
+)
+@click.option(
+    "--export",
+    "export",
+    is_flag=True,
+    help="Print `export CUDA_VISIBLE_DEVICES=... GPUALLOCD_LEASE_ID=...` lines for eval.",
+)
+@click.option(
+    "--visible",
+    type=click.Choice(["uuid", "index"]),
+    default="uuid",
+    show_default=True,
+    help="With --export: how CUDA_VISIBLE_DEVICES names the GPUs.",
+)
 @click.pass_context
 def allocate(
     ctx: click.Context,
@@ -128,31 +79,69 @@ def allocate(
     policy: str | None,
     ttl: float | None,
     label: str | None,
+    min_free_memory: int | None,
     wait: bool,
     timeout: float | None,
+    export: bool,
+    visible: str,
 ) -> None:
     """Lease GPUs until freed or expired: -n N, or --gpu ID ... (or both); --memory SIZE for
-    a share of a GPU, --mig PROFILE for MIG instances."""
+    a share of a GPU, --mig PROFILE for MIG instances.
+
+    For a notebook or a shell: eval "$(gpuallocctl allocate -n 1 --ttl 8h --export)".
+    """
     if count is None and not gpus and memory is None and mig is None:
         raise click.UsageError("give -n N, --gpu, --memory or --mig")
-    with daemon_client(ctx) as client:
+    if export and ctx.obj.json:
+        raise click.UsageError("use --export or --json, not both")
+    with queued(ctx, wait), daemon_client(ctx) as client:
         lease = client.allocate(
             count,
             gpus=list(gpus) or None,
             policy=policy,
             ttl=ttl,
             label=label,
+            min_free_memory_bytes=min_free_memory,
             wait=wait,
             timeout=timeout,
             memory_bytes=memory,
             mig_profile=mig,
         )
+    if export:
+        _print_export(lease, visible)
+        return
     _print_lease(ctx, lease.raw)
+
+
+@click.command(name="leases")
+@click.pass_context
+def list_leases(ctx: click.Context) -> None:
+    """Active leases: id, GPUs, user, pid (of a lease bound to a process), time left, label."""
+    with daemon_client(ctx) as client:
+        leases = client.request("GET", "/v1/leases")["leases"]
+    if ctx.obj.json:
+        echo_json({"leases": leases})
+        return
+    now = time.time()
+    rows = [
+        (
+            lease["id"],
+            _gpus_text(lease),
+            lease["owner"]["user"],
+            lease["pid"] if lease.get("bound_to_process") else None,
+            lease["policy"],
+            format_left(lease["expires_at"], now),
+            lease["label"],
+        )
+        for lease in leases
+    ]
+    headers = ("LEASE", "GPUS", "USER", "PID", "POLICY", "LEFT", "LABEL")
+    click.echo(render_table(headers, rows, colour=colour_enabled()))
 
 
 @click.command()
 @click.argument("lease_id")
-@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), help="New lifetime in seconds.")
+@click.option("--ttl", type=TTL, help="New lifetime from now: 30m, 8h, 2d or seconds.")
 @click.pass_context
 def renew(ctx: click.Context, lease_id: str, ttl: float | None) -> None:
     """Extend a lease's lifetime."""
@@ -179,51 +168,4 @@ def revoke(ctx: click.Context, lease_id: str, reason: str | None) -> None:
         _print_lease(ctx, client.revoke(lease_id, reason).raw)
 
 
-@click.command()
-@click.pass_context
-def queue(ctx: click.Context) -> None:
-    """Requests waiting for GPUs, in the order they will be served."""
-    with daemon_client(ctx) as client:
-        waiters = client.queue()
-    if ctx.obj.json:
-        echo_json({"waiters": waiters})
-        return
-    rows = [
-        (
-            w["position"],
-            w["owner"]["user"],
-            w["pid"],
-            w["count"],
-            ",".join(str(g) for g in w["gpus"]) or None,
-            w["label"],
-        )
-        for w in waiters
-    ]
-    click.echo(table(("POS", "USER", "PID", "COUNT", "GPUS", "LABEL"), rows))
-
-
-@click.command()
-@click.option("--lease", "lease_id", help="Only this lease's events.")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.pass_context
-def history(ctx: click.Context, lease_id: str | None, limit: int) -> None:
-    """The ledger's record of lease transitions, oldest first."""
-    with daemon_client(ctx) as client:
-        events = client.history(lease_id, limit)
-    if ctx.obj.json:
-        echo_json({"events": events})
-        return
-    rows = [
-        (
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["at"])),
-            e["lease_id"],
-            e["event"],
-            e["actor_uid"],
-            e["detail"],
-        )
-        for e in events
-    ]
-    click.echo(table(("TIME", "LEASE", "EVENT", "ACTOR", "DETAIL"), rows))
-
-
-COMMANDS = (status, list_leases, allocate, renew, free, revoke, queue, history)
+COMMANDS = (list_leases, allocate, renew, free, revoke)

@@ -8,8 +8,8 @@ from typing import IO, Any
 
 import click
 
-from gpuallocd.cli.common import memory_size
 from gpuallocd.cli.output import echo_json, table
+from gpuallocd.cli.units import ByteSize
 from gpuallocd.errors import InvalidRequest
 from gpuallocd.model import Topology
 from gpuallocd.planning import (
@@ -107,7 +107,7 @@ def _print_plan(result: Plan) -> None:
 @click.option("--busy", metavar="LIST", default="", help="Leased GPUs: indices or UUIDs, a,b,c.")
 @click.option("--require", metavar="LIST", default="", help="GPUs the set must hold: a,b,c.")
 @click.option(
-    "--memory", metavar="SIZE", callback=memory_size, help="Plan shares of SIZE (every GPU shared)."
+    "--memory", metavar="SIZE", type=ByteSize(), help="Plan shares of SIZE (every GPU shared)."
 )
 @click.option("--mig", metavar="PROFILE", help="Plan MIG instances of PROFILE.")
 @_options_option

@@ -9,12 +9,14 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from types import FrameType
+from typing import Any
 
 import click
 
 from gpuallocd.cli.common import lease_request_options
+from gpuallocd.cli.waiting import queued
 
-__all__ = ["COMMANDS", "FORWARDED_SIGNALS"]
+__all__ = ["COMMANDS", "FORWARDED_SIGNALS", "run_leased"]
 
 # SIGINT is not forwarded: a Ctrl-C at the terminal reaches the command directly (it shares
 # our process group), and forwarding it too would interrupt it twice. It is ignored here
@@ -52,61 +54,74 @@ def run_command(command: Sequence[str]) -> int:
     return 128 - code if code < 0 else code
 
 
-@click.command(context_settings={"allow_interspersed_args": False})
-@lease_request_options(
-    ttl_help="Lease lifetime between renewals, in seconds.",
-    label_help="A note shown in `leases` (default: the command).",
-)
-@click.option(
+_visible_option = click.option(
     "--visible",
     type=click.Choice(["uuid", "index"]),
     default="uuid",
     show_default=True,
     help="How CUDA_VISIBLE_DEVICES names the GPUs.",
 )
+
+
+def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, Any]) -> int:
+    """Lease as `request` says (gpu_lease's arguments), run `command` under it, free it.
+
+    While queued, the waiting line shows on stderr and Ctrl-C leaves the queue (exit 130).
+    """
+    from gpulease import gpu_lease
+
+    count, gpus = request.pop("count"), request.pop("gpus")
+    if count is None and not gpus:
+        count = 1
+    lease = gpu_lease(count or 1, gpus=list(gpus) or None, socket=ctx.obj.socket, **request)
+    with contextlib.ExitStack() as stack:
+        with queued(ctx, bool(request.get("wait"))):
+            granted = stack.enter_context(lease)
+        if not ctx.obj.json:
+            gpu_list = ",".join(str(g.index) for g in granted.gpus)
+            click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
+        return run_command(command)
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@lease_request_options(
+    ttl_help="Lease lifetime between renewals: 10m, 1h or seconds.",
+    label_help="A note shown in `leases` (default: the command).",
+)
+@_visible_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
-def run(
-    ctx: click.Context,
-    count: int | None,
-    gpus: tuple[str, ...],
-    memory: int | None,
-    mig: str | None,
-    policy: str | None,
-    ttl: float | None,
-    label: str | None,
-    wait: bool,
-    timeout: float | None,
-    visible: str,
-    command: tuple[str, ...],
-) -> None:
+def run(ctx: click.Context, /, command: tuple[str, ...], label: str | None, **request: Any) -> None:
     """Lease GPUs, run COMMAND with CUDA_VISIBLE_DEVICES set, free them when it exits.
 
     Exits with the command's exit code. Example: gpuallocctl run -n 2 -- python train.py
     """
-    from gpulease import gpu_lease
-
-    if count is None and not gpus:
-        count = 1
-    lease = gpu_lease(
-        count or 1,
-        gpus=list(gpus) or None,
-        policy=policy,
-        ttl=ttl,
-        wait=wait,
-        timeout=timeout,
-        label=label or " ".join(command)[:200],
-        memory=memory,
-        mig=mig,
-        socket=ctx.obj.socket,
-        visible=visible,
-    )
-    with lease as granted:
-        if not ctx.obj.json:
-            gpu_list = ",".join(g.uuid if g.kind == "mig" else str(g.index) for g in granted.gpus)
-            click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
-        code = run_command(command)
-    sys.exit(code)
+    request["label"] = label or " ".join(command)[:200]
+    sys.exit(run_leased(ctx, command, _gpu_lease_arguments(request)))
 
 
-COMMANDS = (run,)
+def _gpu_lease_arguments(options: dict[str, Any]) -> dict[str, Any]:
+    """The command's options under gpu_lease's names."""
+    arguments = dict(options)
+    arguments["min_free_memory_bytes"] = arguments.pop("min_free_memory")
+    return arguments
+
+
+@click.command(name="shell")
+@lease_request_options(
+    ttl_help="Lease lifetime between renewals: 10m, 1h or seconds.",
+    label_help="A note shown in `leases` (default: shell).",
+)
+@_visible_option
+@click.pass_context
+def shell(ctx: click.Context, /, label: str | None, **request: Any) -> None:
+    """Open your shell ($SHELL) under a lease, as salloc does; exit the shell to free it.
+
+    Example: gpuallocctl shell -n 2 --wait
+    """
+    login_shell = os.environ.get("SHELL") or "/bin/sh"
+    request["label"] = label or "shell"
+    sys.exit(run_leased(ctx, [login_shell], _gpu_lease_arguments(request)))
+
+
+COMMANDS = (run, shell)

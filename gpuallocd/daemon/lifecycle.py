@@ -111,7 +111,6 @@ class Daemon:
             inventory.topology(),
             clock=self._clock,
             settings=settings,
-            observer=self._metrics,
         )
         return AllocatorFacade(lifecycle, ledger, clock=self._clock, observer=self._metrics)
 

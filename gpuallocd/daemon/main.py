@@ -18,8 +18,9 @@ import click
 
 from gpuallocd import __version__
 from gpuallocd.daemon.config import load_config, parse_text
+from gpuallocd.daemon.hints import hint_for
 from gpuallocd.daemon.lifecycle import Daemon
-from gpuallocd.daemon.settings import Setting, render_markdown, render_toml, settings
+from gpuallocd.daemon.settings import DaemonConfig, Setting, render_markdown, render_toml, settings
 from gpuallocd.errors import ConfigError, GpuallocError, StartupError
 
 __all__ = ["EXIT_UNEXPECTED", "main"]
@@ -99,6 +100,7 @@ def exit_code_for(exc: BaseException) -> int:
 @click.version_option(__version__, prog_name="gpuallocd")
 def main(config_file: Path | None, **options: Any) -> None:
     """Run the GPU allocation daemon in the foreground."""
+    config: DaemonConfig | None = None
     try:
         config = load_config(config_file, **options)
         _configure_logging(config.log_level)
@@ -106,6 +108,9 @@ def main(config_file: Path | None, **options: Any) -> None:
     except GpuallocError as exc:
         log.debug("startup failed", exc_info=exc)
         click.echo(f"gpuallocd: {exc.message}", err=True)
+        hint = hint_for(exc, config)
+        if hint is not None:
+            click.echo(f"gpuallocd: {hint}", err=True)
         sys.exit(exit_code_for(exc))
     except OSError as exc:  # a file the daemon needs, outside the paths translated above
         click.echo(f"gpuallocd: {exc}", err=True)

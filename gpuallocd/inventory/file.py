@@ -6,9 +6,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpuallocd.model import LiveState, Topology
-from gpuallocd.topology import load_topology
+from gpuallocd.topology import example_names, load_topology
 
-__all__ = ["FileInventory"]
+__all__ = ["FileInventory", "bundled_examples"]
+
+
+def bundled_examples() -> list[str]:
+    """The bundled example topologies, each served by `--inventory example:NAME`."""
+    return example_names()
 
 
 class FileInventory:

@@ -36,7 +36,8 @@ async def take_sample(facade: AllocatorFacade, inventory: Inventory) -> NodeSamp
     gpus = await facade.gpu_status()
     leases = await facade.leases()
     xids = inventory.xid_counts() if isinstance(inventory, XidCounting) else None
-    return NodeSample(tuple(gpus), tuple(leases), len(facade.waiters()), xids)
+    waiters = await facade.waiters()
+    return NodeSample(tuple(gpus), tuple(leases), len(waiters), xids)
 
 
 def _gpu_labels(status: GpuStatus) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from importlib import resources
 from pathlib import Path
@@ -58,7 +59,19 @@ def _read_example(name: str) -> str:
         if entry.is_file():
             return entry.read_text(encoding="utf-8")
     known = ", ".join(example_names())
-    raise InventoryError(f"no bundled example topology {name!r}; known: {known}")
+    close = difflib.get_close_matches(name, example_names(), n=1)
+    hint = f"did you mean `{EXAMPLE_PREFIX}{close[0]}`? " if close else ""
+    raise InventoryError(f"no bundled example topology {name!r}; {hint}known: {known}")
+
+
+def _example_hint(spec: str) -> str:
+    """`; did you mean example:NAME?` where a missing file is named like a bundled example."""
+    if "/" in spec:
+        return ""
+    stem = spec.rsplit(".", 1)[0] if spec.endswith(_SUFFIXES) else spec
+    if stem in example_names():
+        return f"; did you mean `{EXAMPLE_PREFIX}{stem}` (a bundled example)?"
+    return ""
 
 
 def load_topology(spec: str | Path) -> Topology:
@@ -71,5 +84,7 @@ def load_topology(spec: str | Path) -> Topology:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise InventoryError(f"cannot read topology file {path}: {exc.strerror}") from None
+        raise InventoryError(
+            f"cannot read topology file {path}: {exc.strerror}{_example_hint(text_spec)}"
+        ) from None
     return parse_topology(text, name=path.stem)

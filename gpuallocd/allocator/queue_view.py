@@ -1,0 +1,184 @@
+"""What the wait queue looks like from outside: who holds which free GPU, why each waiter
+waits, and when it may start.
+
+Pure functions over the queue in order and the GPUs' statuses; nothing here decides a grant.
+The reasons follow squeue's words: `Resources` (not enough of the GPUs it can use are free)
+and `Reserved` (enough are free, but they are held for a waiter ahead of it). The estimate
+plays the queue forward through the soonest lease expiries, in order, as the queue itself
+serves: each lease ends at its current expiry and each waiter, once granted, holds its GPUs
+for its TTL. A lease renewed by its holder pushes the estimate back; it is a floor, not a
+promise (squeue --start gives the same kind).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from gpuallocd.allocator.node_view import GpuStatus, Reservation
+from gpuallocd.allocator.specs import AllocateSpec
+from gpuallocd.model import Caller
+
+__all__ = ["QueuedRequest", "WaitInfo", "describe_waiters", "reservations"]
+
+RESOURCES = "Resources"
+RESERVED = "Reserved"
+
+Usable = Callable[[AllocateSpec], frozenset[str]]
+
+
+class QueuedRequest(Protocol):
+    """A waiter as this module reads it."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def caller(self) -> Caller: ...
+
+    @property
+    def spec(self) -> AllocateSpec: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WaitInfo:
+    """Why a waiter waits, what blocks it in words, and its estimated start (epoch seconds)."""
+
+    reason: str
+    detail: str
+    estimated_start_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Need:
+    named: frozenset[str]  # GPUs the request names
+    pool: frozenset[str]  # every GPU that could serve it
+    count: int
+
+    def fits(self, available: set[str]) -> bool:
+        return self.named <= available and len(self.pool & available) >= self.count
+
+    def take(self, available: set[str]) -> frozenset[str]:
+        extra = sorted((self.pool & available) - self.named)[: self.count - len(self.named)]
+        return self.named | frozenset(extra)
+
+
+def _need(spec: AllocateSpec, usable: Usable) -> _Need:
+    named = usable(replace(spec, count=None)) if spec.gpus else frozenset()
+    return _Need(named, usable(spec), max(spec.count or 0, len(named)))
+
+
+def reservations(waiters: Sequence[QueuedRequest], usable: Usable) -> dict[str, Reservation]:
+    """The waiter each GPU is held for: the first in the queue that could use it."""
+    held: dict[str, Reservation] = {}
+    for position, waiter in enumerate(waiters, start=1):
+        caller = waiter.caller
+        reservation = Reservation(waiter.id, position, caller.uid, caller.user)
+        for uuid in sorted(usable(waiter.spec)):
+            held.setdefault(uuid, reservation)
+    return held
+
+
+def _releases(statuses: Sequence[GpuStatus]) -> list[tuple[float, frozenset[str]]]:
+    """When each lease's GPUs come back, soonest first (only GPUs that are otherwise fine)."""
+    by_lease: dict[str, tuple[float, set[str]]] = {}
+    for status in statuses:
+        lease = status.lease
+        if lease is not None and status.live.healthy and not status.foreign_pids:
+            by_lease.setdefault(lease.id, (lease.expires_at, set()))[1].add(status.gpu.uuid)
+    releases = [(at, frozenset(uuids)) for at, uuids in by_lease.values()]
+    heapq.heapify(releases)
+    return releases
+
+
+def _detail(need: _Need, free: set[str], statuses: Mapping[str, GpuStatus]) -> str:
+    if need.named:
+        busy = sorted(need.named - free, key=lambda uuid: statuses[uuid].gpu.index)
+        held = ", ".join(_holder_text(statuses[uuid]) for uuid in busy)
+        return f"wants GPU {_indices(need.named, statuses)}; {held}"
+    return f"wants {need.count} GPU(s); {len(need.pool & free)} free"
+
+
+def _indices(uuids: frozenset[str], statuses: Mapping[str, GpuStatus]) -> str:
+    return ",".join(str(i) for i in sorted(statuses[u].gpu.index for u in uuids if u in statuses))
+
+
+def _holder_text(status: GpuStatus) -> str:
+    lease = status.lease
+    index = status.gpu.index
+    if lease is not None:
+        return f"GPU {index} leased by {lease.owner_name}"
+    return f"GPU {index} {status.state}"
+
+
+def describe_waiters(
+    waiters: Sequence[QueuedRequest],
+    statuses: Sequence[GpuStatus],
+    usable: Usable,
+    *,
+    now: float,
+    ttl_of: Callable[[AllocateSpec], float],
+) -> list[WaitInfo]:
+    """Reason, detail and estimated start of each waiter, in queue order.
+
+    `statuses` are the GPUs without reservations (free means nobody holds or uses it).
+    """
+    by_uuid = {s.gpu.uuid: s for s in statuses}
+    needs = [_need(w.spec, usable) for w in waiters]
+    free = {s.gpu.uuid for s in statuses if s.state == "free"}
+    reasons = _reasons(needs, free, by_uuid)
+    starts = _play_forward(needs, free, _releases(statuses), now, [ttl_of(w.spec) for w in waiters])
+    return [
+        WaitInfo(reason, detail, start if start is not None and start > now else None)
+        for (reason, detail), start in zip(reasons, starts, strict=True)
+    ]
+
+
+def _reasons(
+    needs: Sequence[_Need], free: set[str], statuses: Mapping[str, GpuStatus]
+) -> list[tuple[str, str]]:
+    reasons: list[tuple[str, str]] = []
+    held: dict[str, int] = {}  # GPU -> position of the waiter it is held for
+    for position, need in enumerate(needs, start=1):
+        blocked = {uuid for uuid in need.pool if uuid in held}
+        if need.fits(free) and not need.fits(free - blocked):
+            first = min(held[uuid] for uuid in blocked)
+            reasons.append((RESERVED, f"free GPUs are held for position {first}"))
+        else:
+            reasons.append((RESOURCES, _detail(need, free, statuses)))
+        for uuid in need.pool:
+            held.setdefault(uuid, position)
+    return reasons
+
+
+def _play_forward(
+    needs: Sequence[_Need],
+    free_now: set[str],
+    releases: list[tuple[float, frozenset[str]]],
+    now: float,
+    ttls: Sequence[float],
+) -> list[float | None]:
+    """Serve the queue as the daemon does, at now and at each release; when each would start."""
+    starts: list[float | None] = [None] * len(needs)
+    free, pending, at = set(free_now), list(range(len(needs))), now
+    while pending:
+        blocked: set[str] = set()
+        for i in list(pending):
+            available = free - blocked
+            if needs[i].fits(available):
+                taken = needs[i].take(available)
+                free -= taken
+                starts[i] = at
+                pending.remove(i)
+                heapq.heappush(releases, (at + ttls[i], taken))
+            else:
+                blocked |= needs[i].pool
+        if not pending or not releases:
+            break
+        at, gpus = heapq.heappop(releases)
+        free |= gpus
+        while releases and releases[0][0] <= at:
+            free |= heapq.heappop(releases)[1]
+    return starts

@@ -1,0 +1,101 @@
+"""`queue` (who waits, why, since when, until when) and `history` (what happened to leases)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from gpuallocd.cli.common import daemon_client, user_of
+from gpuallocd.cli.output import echo_json
+from gpuallocd.cli.style import Styled, colour_enabled, render_table
+from gpuallocd.cli.units import format_duration
+
+__all__ = ["COMMANDS", "queue_rows"]
+
+QUEUE_HEADERS = ("POS", "USER", "PID", "WANTS", "WAITED", "START", "REASON", "LABEL")
+REASON_COLOURS = {"Resources": "yellow", "Reserved": "magenta", "QuotaLimit": "red"}
+
+
+def _wants(waiter: dict[str, Any]) -> str:
+    named = ",".join(str(g) for g in waiter.get("gpus") or [])
+    count = waiter.get("count")
+    if named and (count is None or count <= len(waiter["gpus"])):
+        return f"GPU {named}"
+    text = f"{count} GPU" + ("" if count == 1 else "s")
+    return f"{text} incl. {named}" if named else text
+
+
+def _start(waiter: dict[str, Any], now: float) -> str | None:
+    start = waiter.get("estimated_start_at")
+    if start is None:
+        return None
+    return time.strftime("%H:%M", time.localtime(start)) + f" (~{format_duration(start - now)})"
+
+
+def queue_rows(waiters: list[dict[str, Any]], now: float) -> list[tuple[object, ...]]:
+    """The rows of the queue table (the label may be cut to fit)."""
+    return [
+        (
+            w["position"],
+            w["owner"]["user"],
+            w["pid"],
+            _wants(w),
+            format_duration(w.get("waited_seconds", now - w.get("since", now))),
+            _start(w, now),
+            Styled(str(w.get("reason", "-")), fg=REASON_COLOURS.get(str(w.get("reason")))),
+            w["label"],
+        )
+        for w in waiters
+    ]
+
+
+@click.command()
+@click.option("-v", "--verbose", is_flag=True, help="Also say what each request waits for.")
+@click.pass_context
+def queue(ctx: click.Context, verbose: bool) -> None:
+    """Requests waiting for GPUs, in the order they will be served (positions from 1).
+
+    REASON is why, as squeue says it: Resources (too few of the GPUs it can use are free),
+    Reserved (free ones are held for a request ahead). START is the earliest start if every
+    lease ends at its expiry; renewals push it back.
+    """
+    with daemon_client(ctx) as client:
+        waiters = client.queue()
+    if ctx.obj.json:
+        echo_json({"waiters": waiters})
+        return
+    now = time.time()
+    click.echo(render_table(QUEUE_HEADERS, queue_rows(waiters, now), colour=colour_enabled()))
+    if verbose:
+        for waiter in waiters:
+            click.echo(f"{waiter['position']}: {waiter.get('reason_detail') or '-'}")
+
+
+@click.command()
+@click.option("--lease", "lease_id", help="Only this lease's events.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.pass_context
+def history(ctx: click.Context, lease_id: str | None, limit: int) -> None:
+    """The ledger's record of lease transitions, oldest first, with who did each."""
+    with daemon_client(ctx) as client:
+        events = client.history(lease_id, limit)
+    if ctx.obj.json:
+        echo_json({"events": events})
+        return
+    rows = [
+        (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["at"])),
+            e["lease_id"],
+            e["event"],
+            user_of(e["actor_uid"]),
+            e["detail"],
+        )
+        for e in events
+    ]
+    headers = ("TIME", "LEASE", "EVENT", "BY", "DETAIL")
+    click.echo(render_table(headers, rows, colour=colour_enabled()))
+
+
+COMMANDS = (queue, history)

@@ -1,0 +1,189 @@
+"""`gpuallocctl status`: every GPU as gpustat shows it, with who holds it and for how long."""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from typing import Any
+
+import click
+
+from gpuallocd.cli.common import daemon_client, user_of
+from gpuallocd.cli.output import echo_json
+from gpuallocd.cli.style import colour_enabled, render_table, short_uuid, state_cell
+from gpuallocd.cli.units import Duration, format_left
+from gpuallocd.cli.watch import watch_frames
+
+__all__ = ["COMMANDS", "render_status"]
+
+NAME_WIDTH = 20
+VENDOR_PREFIXES = ("NVIDIA ", "AMD ")
+HEADERS = ("IDX", "UUID", "NAME", "MEMORY", "UTIL", "STATE", "HOLDER")
+
+
+def _gib(value: int) -> str:
+    gib = value / 2**30
+    return f"{gib:.0f}" if gib >= 100 else f"{gib:.1f}"
+
+
+def _memory(gpu: dict[str, Any]) -> str | None:
+    total, used = gpu.get("memory_total_bytes"), gpu.get("memory_used_bytes")
+    if total is None:
+        return None if used is None else f"{_gib(used)} GiB used"
+    return f"{_gib(total)} GiB" if used is None else f"{_gib(used)}/{_gib(total)} GiB"
+
+
+def _name(name: str, verbose: bool) -> str:
+    if verbose:
+        return name
+    for prefix in VENDOR_PREFIXES:
+        name = name.removeprefix(prefix)
+    return name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
+
+
+def _utilisation(gpu: dict[str, Any]) -> str | None:
+    percent = gpu.get("utilization_percent")
+    return None if percent is None else f"{percent:.0f}%"
+
+
+def _foreign(gpu: dict[str, Any]) -> list[str]:
+    processes = gpu.get("foreign_processes")
+    if processes is None:  # a daemon from before foreign_processes: pids only
+        processes = [{"pid": pid, "uid": None} for pid in gpu.get("foreign_pids", [])]
+    return [f"{user_of(p.get('uid'))}({p['pid']})" for p in processes]
+
+
+def _holder(gpu: dict[str, Any], now: float) -> str | None:
+    parts: list[str] = []
+    holder, reserved = gpu.get("holder"), gpu.get("reserved_for")
+    if holder is not None:
+        label = f" ({gpu['label']})" if gpu.get("label") else ""
+        left = format_left(gpu.get("expires_at"), now)
+        parts.append(f"{holder['user']}{label}" + (f" {left} left" if left else ""))
+    elif reserved is not None and gpu.get("state") == "reserved":
+        parts.append(f"for {reserved['user']} (queue {reserved['position']})")
+    if not gpu.get("healthy", True) and gpu.get("health_reason"):
+        parts.append(str(gpu["health_reason"]))
+    parts += _foreign(gpu)
+    return "; ".join(parts) or None
+
+
+def _row(gpu: dict[str, Any], now: float, verbose: bool) -> tuple[object, ...]:
+    uuid = gpu["uuid"] if verbose else short_uuid(gpu["uuid"])
+    return (
+        gpu["index"],
+        uuid,
+        _name(gpu.get("name") or "unknown", verbose),
+        _memory(gpu),
+        _utilisation(gpu),
+        state_cell(str(gpu["state"])),
+        _holder(gpu, now),
+    )
+
+
+def _lease_holder(part: dict[str, Any], now: float) -> str | None:
+    """`alice (lease 3f2a9c01d4e5) 59m12s left` for a leased instance or share."""
+    holder = part.get("holder")
+    if holder is None:
+        return None
+    left = format_left(part.get("expires_at"), now)
+    return f"{holder['user']} (lease {part['lease_id']})" + (f" {left} left" if left else "")
+
+
+def _part_rows(gpu: dict[str, Any], now: float, verbose: bool) -> list[tuple[object, ...]]:
+    """A row under a GPU for each of its MIG instances and memory shares."""
+    index = gpu["index"]
+    instances: list[tuple[object, ...]] = [
+        (
+            f"{index}/mig",
+            m["uuid"] if verbose else short_uuid(m["uuid"]),
+            m["mig_profile"],
+            f"{_gib(m['memory_total_bytes'])} GiB" if m.get("memory_total_bytes") else None,
+            None,
+            state_cell(str(m["state"])),
+            _lease_holder(m, now),
+        )
+        for m in gpu.get("instances") or []
+    ]
+    shares = [
+        (
+            f"{index}/share",
+            s["lease_id"],
+            None,
+            f"{_gib(s['memory_bytes'])} GiB",
+            None,
+            state_cell("leased"),
+            _lease_holder(s, now),
+        )
+        for s in gpu.get("shares") or []
+    ]
+    return instances + shares
+
+
+def _summary(gpus: list[dict[str, Any]], waiters: int) -> str:
+    counts = collections.Counter(str(g["state"]) for g in gpus)
+    states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    queue = f"{waiters} waiting" if waiters else "nobody waiting"
+    return f"{len(gpus)} GPUs: {states}; {queue}"
+
+
+def render_status(
+    gpus: list[dict[str, Any]], waiters: int, *, now: float, verbose: bool, colour: bool
+) -> str:
+    """The summary line and the table, as `status` prints them."""
+    rows = [
+        row
+        for g in sorted(gpus, key=lambda g: g["index"])
+        for row in (_row(g, now, verbose), *_part_rows(g, now, verbose))
+    ]
+    table = render_table(HEADERS, rows, colour=colour, width=None if verbose else 100)
+    summary = _summary(gpus, waiters)
+    return f"{click.style(summary, dim=True) if colour else summary}\n{table}"
+
+
+def _fetch(ctx: click.Context) -> tuple[list[dict[str, Any]], int]:
+    with daemon_client(ctx) as client:
+        gpus: list[dict[str, Any]] = client.request("GET", "/v1/gpus")["gpus"]
+        waiters = len(client.queue())
+    return gpus, waiters
+
+
+def _frame(ctx: click.Context, verbose: bool, colour: bool) -> str:
+    gpus, waiters = _fetch(ctx)
+    if ctx.obj.json:
+        return json.dumps({"gpus": gpus, "at": time.time()}, sort_keys=True)
+    return render_status(gpus, waiters, now=time.time(), verbose=verbose, colour=colour)
+
+
+@click.command()
+@click.option("-v", "--verbose", is_flag=True, help="Full UUIDs and names; no width limit.")
+@click.option(
+    "-w",
+    "--watch",
+    type=Duration(minimum=0.1),
+    is_flag=False,
+    flag_value="2",
+    default=None,
+    metavar="[SECONDS]",
+    help="Redraw every SECONDS (default 2; 5s, 1m ...) until Ctrl-C.",
+)
+@click.pass_context
+def status(ctx: click.Context, verbose: bool, watch: float | None) -> None:
+    """Every GPU: index, UUID, name, memory used, utilisation, state, holder.
+
+    States: free, leased, reserved (held for a waiter), in-use (someone's process outside a
+    lease), draining, unhealthy. HOLDER gives the lease's user, label and time left, the
+    waiter a reserved GPU is held for, and foreign processes as user(pid).
+    """
+    colour = colour_enabled()
+    if watch is None:
+        if ctx.obj.json:
+            echo_json({"gpus": _fetch(ctx)[0]})
+            return
+        click.echo(_frame(ctx, verbose, colour))
+        return
+    watch_frames(lambda: _frame(ctx, verbose, colour), watch, json_lines=ctx.obj.json)
+
+
+COMMANDS = (status,)

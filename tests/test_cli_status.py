@@ -1,0 +1,194 @@
+"""`gpuallocctl status` against real daemons: what a person sees, and what scripts read."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gpuallocd.cli import cli
+from gpuallocd.cli.style import render_table, short_uuid
+from tests.harness import ThreadDaemon
+
+A100 = "nvml-recording:dgx-a100-mig"
+
+
+def ctl(daemon: ThreadDaemon, *args: str, **env: str) -> Result:
+    runner = CliRunner(env={"NO_COLOR": None, **env})
+    return runner.invoke(cli, ["--socket", str(daemon.paths.socket), *args])
+
+
+def rows_by_index(output: str) -> dict[int, str]:
+    lines = output.splitlines()[2:]  # the summary line and the header
+    # Rows of MIG instances and shares (`7/mig`, `3/share`) stand under their GPU's row.
+    return {int(line.split()[0]): line for line in lines if line.split()[0].isdigit()}
+
+
+@pytest.fixture
+def a100(start_daemon: Callable[..., ThreadDaemon]) -> ThreadDaemon:
+    """A daemon on the recorded DGX A100 (GPU 0: 10 GiB used, 87% busy, foreign pid 4242)."""
+    return start_daemon(inventory=A100, default_policy="simple", sample_interval_seconds=0.1)
+
+
+def test_status_shows_memory_utilisation_and_foreign_processes(a100: ThreadDaemon) -> None:
+    """A GPU someone uses outside a lease shows its memory used, its load and user(pid)."""
+    result = ctl(a100, "status")
+    assert result.exit_code == 0, result.output
+    header = result.output.splitlines()[1].split()
+    assert header == ["IDX", "UUID", "NAME", "MEMORY", "UTIL", "STATE", "HOLDER"]
+    gpu0 = rows_by_index(result.output)[0].split()
+    assert gpu0[2:] == ["A100-SXM4-80GB", "10.0/80.0", "GiB", "87%", "in-use", "?(4242)"]
+
+
+def test_status_fits_100_columns_with_short_uuids(a100: ThreadDaemon) -> None:
+    """Rows fit 100 columns and show short UUIDs; -v shows them whole."""
+    ctl(a100, "allocate", "-n", "2", "--label", "a-rather-long-label-for-a-sweep " * 3)
+    short = ctl(a100, "status")
+    assert max(len(line) for line in short.output.splitlines()) <= 100
+    uuids = [g["uuid"] for g in json.loads(ctl(a100, "status", "--json").output)["gpus"]]
+    assert short_uuid(uuids[1]) in short.output and uuids[1] not in short.output
+    verbose = ctl(a100, "status", "-v")
+    assert all(uuid in verbose.output for uuid in uuids)
+
+
+def test_leased_gpu_shows_user_label_and_time_left(a100: ThreadDaemon) -> None:
+    """HOLDER of a leased GPU: the user, the label, and the time left in hours and minutes."""
+    lease = json.loads(
+        ctl(a100, "allocate", "-n", "1", "--ttl", "8h", "--label", "nb", "--json").output
+    )
+    row = rows_by_index(ctl(a100, "status").output)[lease["gpus"][0]["index"]]
+    assert "leased" in row and "root (nb) 7h59m left" in row
+
+
+def test_gpus_held_for_a_waiter_show_as_reserved(daemon: ThreadDaemon) -> None:
+    """A free GPU that a waiter ahead holds reads `reserved`, with whom it waits for."""
+    ctl(daemon, "allocate", "-n", "3")
+    waiter = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuallocd.cli",
+            "--socket",
+            str(daemon.paths.socket),
+            "allocate",
+            "-n",
+            "2",
+            "--wait",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with daemon.client() as client:
+            wait_until_queued(client, 1)
+        states = [g["state"] for g in json.loads(ctl(daemon, "status", "--json").output)["gpus"]]
+        assert sorted(states) == ["leased", "leased", "leased", "reserved"]
+        table = ctl(daemon, "status").output.splitlines()[2:]
+        reserved = next(line for line in table if "reserved" in line)
+        assert "for root (queue 1)" in reserved
+        free = ctl(daemon, "allocate", "-n", "1")
+        assert free.exit_code == 4 and "gpus_unavailable" in free.output
+    finally:
+        waiter.send_signal(signal.SIGINT)
+        waiter.wait(30)
+
+
+def wait_until_queued(client: Any, count: int) -> None:
+    from tests.harness import wait_for
+
+    wait_for(lambda: len(client.queue()) == count, timeout=20)
+
+
+def test_json_and_socket_go_before_or_after_the_command(daemon: ThreadDaemon) -> None:
+    """`status --json`, `--json status` and `free ID --socket S` all work."""
+    runner = CliRunner()
+    socket = str(daemon.paths.socket)
+    after = runner.invoke(cli, ["status", "--json", "--socket", socket])
+    before = runner.invoke(cli, ["--json", "--socket", socket, "status"])
+    assert after.exit_code == 0 and before.exit_code == 0, after.output
+    assert [g["uuid"] for g in json.loads(after.output)["gpus"]] == [
+        g["uuid"] for g in json.loads(before.output)["gpus"]
+    ]
+    lease = json.loads(
+        runner.invoke(cli, ["allocate", "-n", "1", "--socket", socket, "--json"]).output
+    )
+    freed = runner.invoke(cli, ["free", lease["id"], "--socket", socket, "--json"])
+    assert json.loads(freed.output)["state"] == "freed"
+
+
+def test_colour_on_a_terminal_only_and_never_with_no_color() -> None:
+    """States are coloured when asked, and the alignment is the same with and without colour."""
+    from gpuallocd.cli.status import render_status
+
+    gpus = [
+        {"index": 0, "uuid": "GPU-0123456789", "name": "X", "state": "free"},
+        {"index": 1, "uuid": "GPU-abcdef0123", "name": "X", "state": "drained"},
+    ]
+    plain = render_status(gpus, 0, now=0, verbose=False, colour=False)
+    painted = render_status(gpus, 0, now=0, verbose=False, colour=True)
+    assert "\x1b[" not in plain and "\x1b[32m" in painted  # green for free
+    assert "drained" in plain  # a state this version never made still shows
+    assert CliRunner().invoke(cli, ["--version"]).output.startswith("gpuallocctl, version ")
+
+
+def test_tables_cut_the_last_column_to_the_width() -> None:
+    """A long last cell is cut with an ellipsis at the width; other columns stay whole."""
+    text = render_table(("A", "B"), [("x" * 10, "y" * 200)], width=40)
+    assert max(len(line) for line in text.splitlines()) == 40 and text.endswith("…")
+
+
+def test_status_watch_prints_frames_until_interrupted(a100: ThreadDaemon) -> None:
+    """--watch off a terminal prints one frame after another; Ctrl-C ends it with status 0."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuallocd.cli",
+            "--socket",
+            str(a100.paths.socket),
+            "status",
+            "--watch",
+            "0.2",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    headers = 0
+    while headers < 2:
+        line = proc.stdout.readline()
+        assert line, "the watch ended by itself"
+        headers += line.startswith("IDX")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 0
+
+
+def test_status_json_watch_prints_one_document_per_line(a100: ThreadDaemon) -> None:
+    """--json --watch prints JSON lines, each a whole status with its time."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuallocd.cli",
+            "status",
+            "--json",
+            "-w",
+            "0.2",
+            "--socket",
+            str(a100.paths.socket),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    documents = [json.loads(proc.stdout.readline()) for _ in range(2)]
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert all(len(d["gpus"]) == 8 and d["at"] > 0 for d in documents)
