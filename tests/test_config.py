@@ -28,6 +28,10 @@ SAMPLES = {
     "ledger_sync": "normal",
     "shutdown_grace_seconds": "1",
     "log_level": "DEBUG",
+    "admin_groups": "gpuadmin, wheel",
+    "idle_reclaim_minutes": "30",
+    "idle_grace_minutes": "5",
+    "history_retention_days": "30",
 }
 
 

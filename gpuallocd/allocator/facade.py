@@ -13,15 +13,27 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
+from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.node_view import GpuStatus
+from gpuallocd.allocator.reclaim import IdleReclaimer
+from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.allocator.waitqueue import WaitQueue
 from gpuallocd.allocator.watcher import ProcessWatcher
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import Caller, HistoryEvent, Lease, LiveState, Topology
+from gpuallocd.model import (
+    AdminAction,
+    Caller,
+    HistoryEvent,
+    Lease,
+    LiveState,
+    Topology,
+    UserUsage,
+    usage_by_user,
+)
 
 __all__ = ["AllocatorFacade"]
 
@@ -32,11 +44,21 @@ class AllocatorFacade:
     """Async entry points over one lease lifecycle, its worker, wait queue and process watcher."""
 
     def __init__(
-        self, lifecycle: LeaseLifecycle, ledger: Ledger, *, clock: Callable[[], float]
+        self,
+        lifecycle: LeaseLifecycle,
+        ledger: Ledger,
+        *,
+        clock: Callable[[], float],
+        idle: IdleRules | None = None,
     ) -> None:
         self._lifecycle = lifecycle
+        self._ledger = ledger
+        self._clock = clock
         self._worker = SerialWorker(ledger.unit_of_work, on_commit_failure=lifecycle.reload)
         self._queue = WaitQueue(lifecycle, self._worker, clock)
+        self._reclaimer = IdleReclaimer(
+            lifecycle, self._worker, self._queue, idle or IdleRules(), clock
+        )
         self._watcher = ProcessWatcher(self._process_exited)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -82,6 +104,57 @@ class AllocatorFacade:
     def waiters(self) -> list[dict[str, Any]]:
         return self._queue.waiters()
 
+    def idle_notice(self, lease_id: str) -> dict[str, float] | None:
+        """For the renew answer: since when the lease is idle and when it may be revoked."""
+        return self._reclaimer.notice(lease_id)
+
+    # Site rules: admins, drains, limits, accounting ----------------------------------------
+
+    def set_rules(self, rules: SiteRules) -> None:
+        """Adopt reloaded limits and admin groups; leases and waiters are left as they are."""
+        self._lifecycle.quota.rules = rules
+
+    async def drain(
+        self, caller: Caller, refs: Sequence[str | int], reason: str
+    ) -> list[GpuStatus]:
+        return await self._worker.run(self._lifecycle.drain, caller, refs, reason)
+
+    async def undrain(self, caller: Caller, refs: Sequence[str | int]) -> list[GpuStatus]:
+        statuses = await self._worker.run(self._lifecycle.undrain, caller, refs)
+        self._queue.kick()
+        return statuses
+
+    async def limits(self, subject: Caller) -> dict[str, Any]:
+        waiting = self._queue.waiting_of(subject.uid)
+        return await self._worker.run(self._lifecycle.limits_report, subject, waiting)
+
+    async def usage(
+        self, since: float, until: float | None, user: str | None
+    ) -> tuple[float, list[UserUsage]]:
+        """The window's end (now by default), and each user's GPU-hours, leases and waiting
+        time inside [since, end]; only `user` (a name or a uid) where given."""
+        end = self._clock() if until is None else until
+        spans = await self._worker.run(self._ledger.lease_spans, since, end)
+        found = usage_by_user(spans, since, end)
+        if user is not None:
+            found = [u for u in found if user in (u.user, str(u.uid))]
+        return end, found
+
+    async def admin_actions(self, limit: int) -> list[AdminAction]:
+        return await self._worker.run(self._ledger.admin_actions, limit)
+
+    async def purge_history(self, retention_seconds: float, batch: int = 500) -> int:
+        """Delete leases that ended more than `retention_seconds` ago, `batch` at a time; the
+        worker serves requests between batches, so a long purge never stalls them."""
+        cutoff = self._clock() - retention_seconds
+        purged = 0
+        while True:
+            done = await self._worker.run(self._ledger.purge_before, cutoff, batch)
+            purged += done
+            if done < batch:
+                return purged
+            await asyncio.sleep(0)  # let waiting requests in before the next batch
+
     async def adopt_topology(self, topology: Topology) -> Topology:
         """Take a rediscovered topology; GPUs that came back may serve the queue."""
         await self._worker.run(self._lifecycle.set_topology, topology)
@@ -115,6 +188,7 @@ class AllocatorFacade:
         """A new live sample; a GPU may have come back to health, so serve the queue."""
         await self._worker.run(self._lifecycle.update_live, states)
         self._queue.kick()
+        await self._reclaimer.after_sample()
 
     async def poll_processes(self) -> None:
         """Watch processes that have no pidfd by polling /proc (runs until cancelled)."""

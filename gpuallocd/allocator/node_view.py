@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.errors import UnknownGpu
-from gpuallocd.model import HEALTHY, Gpu, Lease, LiveState, Topology
+from gpuallocd.model import HEALTHY, Drain, Gpu, Lease, LiveState, Topology
 from gpuallocd.policies import NodeSnapshot
 
 __all__ = ["GpuStatus", "NodeView"]
@@ -25,9 +25,12 @@ class GpuStatus:
     live: LiveState
     lease: Lease | None
     foreign_pids: tuple[int, ...] = field(default=())
+    drain: Drain | None = None
 
     @property
     def state(self) -> str:
+        if self.drain is not None:  # an admin's drain: `draining` until its lease ends
+            return "draining" if self.lease is not None else "drained"
         if not self.live.healthy:
             return "unhealthy"
         if self.lease is not None:
@@ -52,6 +55,7 @@ class GpuStatus:
             "lease_id": lease.id if lease else None,
             "holder": {"uid": lease.owner_uid, "user": lease.owner_name} if lease else None,
             "expires_at": lease.expires_at if lease else None,
+            "drain": self.drain.to_json() if self.drain else None,
         }
 
 
@@ -82,14 +86,22 @@ class NodeView:
     def gpu(self, uuid: str) -> Gpu:
         return self._by_uuid[uuid]
 
-    def statuses(self, leases: Iterable[Lease]) -> list[GpuStatus]:
+    def live(self, uuid: str) -> LiveState:
+        """The latest sample of one GPU (healthy and unknown use before the first)."""
+        return self._live.get(uuid, HEALTHY)
+
+    def statuses(
+        self, leases: Iterable[Lease], drains: Mapping[str, Drain] | None = None
+    ) -> list[GpuStatus]:
         holders = holders_of(leases)
+        drains = drains or {}
         return [
             GpuStatus(
                 gpu=gpu,
                 live=self._live.get(gpu.uuid, HEALTHY),
                 lease=holders.get(gpu.uuid),
                 foreign_pids=self._foreign_pids(gpu.uuid, holders.get(gpu.uuid)),
+                drain=drains.get(gpu.uuid),
             )
             for gpu in self._topology.gpus
         ]

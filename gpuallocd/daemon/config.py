@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpuallocd.daemon.limits_config import check_rule_settings, parse_limits
 from gpuallocd.daemon.settings import DaemonConfig, Setting, settings
 from gpuallocd.errors import ConfigError
 
@@ -28,6 +29,10 @@ _BOOL_WORDS = {"1": True, "true": True, "yes": True, "0": False, "false": False,
 
 def _checked(setting: Setting, value: Any, where: str) -> Any:
     """A value of the setting's type and choices, else a ConfigError naming `where`."""
+    if setting.type is tuple:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: {setting.name} must be a list of strings")
+        return tuple(value)
     expected = (int, float) if setting.type is float else (setting.type,)
     if (isinstance(value, bool) and setting.type is not bool) or not isinstance(value, expected):
         raise ConfigError(f"{where}: {setting.name} must be {setting.type.__name__}")
@@ -46,6 +51,8 @@ def parse_text(setting: Setting, text: str, where: str) -> Any:
             return _checked(setting, int(text.strip().removeprefix("0o"), base), where)
         if setting.type is float:
             return _checked(setting, float(text), where)
+        if setting.type is tuple:  # comma-separated
+            return _checked(setting, [v.strip() for v in text.split(",") if v.strip()], where)
     except (ValueError, KeyError):
         raise ConfigError(
             f"{where}: {setting.name} must be {setting.type.__name__}, not {text!r}"
@@ -62,8 +69,12 @@ def _from_file(path: Path, table: Mapping[str, Setting]) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
     section = data.get("gpuallocd", data)
-    values = {}
+    values: dict[str, Any] = {}
+    if "limits" in section or "limits" in data:
+        values["limits"] = parse_limits(section.get("limits", data.get("limits")), where)
     for key, value in section.items():
+        if key == "limits":
+            continue
         if key not in table:
             raise ConfigError(f"{where}: unknown setting {key!r}")
         values[key] = _checked(table[key], value, where)
@@ -98,4 +109,6 @@ def load_config(
         for k, v in options.items()
         if v is not None
     }
-    return replace(config, **given)
+    config = replace(config, **given)
+    check_rule_settings(config)
+    return config

@@ -16,6 +16,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE leases ADD COLUMN bound BOOLEAN NOT NULL DEFAULT 0",
         "ALTER TABLE leases ADD COLUMN pid_start_time INTEGER",
     ),
+    # 3: waiting time per lease (accounting), indexes for usage and purge by end time; the
+    # new tables (drains, admin_actions) are created after the migrations run.
+    3: (
+        "ALTER TABLE leases ADD COLUMN waited_seconds FLOAT NOT NULL DEFAULT 0",
+        "CREATE INDEX IF NOT EXISTS leases_by_end ON leases (ended_at)",
+        "CREATE INDEX IF NOT EXISTS leases_by_owner ON leases (owner_uid, ended_at)",
+    ),
 }
 
 

@@ -32,7 +32,9 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from gpuallocd.errors import GpuBusy, LedgerError
 from gpuallocd.ledger import schema
+from gpuallocd.ledger.admin_records import AdminRecords
 from gpuallocd.ledger.migrations import migrate
+from gpuallocd.ledger.usage_records import UsageRecords
 from gpuallocd.model import Gpu
 from gpuallocd.model.lease import (
     ENDING_EVENT,
@@ -95,8 +97,9 @@ def _make_engine(path: Path, sync: str) -> Engine:
     return engine
 
 
-class Ledger:
-    """GPUs, leases and their history, in one SQLite file."""
+class Ledger(AdminRecords, UsageRecords):
+    """GPUs, leases and their history, in one SQLite file (drains, admin actions and
+    accounting reads in the base classes)."""
 
     def __init__(self, path: Path, *, sync: str = "full") -> None:
         if sync not in SYNC_MODES:
@@ -295,6 +298,7 @@ def _lease_row(lease: Lease) -> dict[str, Any]:
         "ended_at": lease.ended_at,
         "bound": lease.bound,
         "pid_start_time": lease.pid_start_time,
+        "waited_seconds": lease.waited_seconds,
     }
 
 
@@ -326,6 +330,7 @@ def _lease_from_row(row: Any, gpus: tuple[LeasedGpu, ...]) -> Lease:
         ended_at=row["ended_at"],
         bound=bool(row["bound"]),
         pid_start_time=row["pid_start_time"],
+        waited_seconds=row["waited_seconds"],
     )
 
 

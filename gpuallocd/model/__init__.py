@@ -5,6 +5,7 @@ Nothing here does I/O or keeps state; every other package passes these values ar
 
 from __future__ import annotations
 
+from gpuallocd.model.admin import AdminAction, AdminActionKind, Drain
 from gpuallocd.model.lease import Caller, HistoryEvent, Lease, LeasedGpu, LeaseEvent, LeaseState
 from gpuallocd.model.node import (
     HEALTHY,
@@ -18,16 +19,21 @@ from gpuallocd.model.node import (
     Topology,
     pair_key,
 )
+from gpuallocd.model.usage import LeaseSpan, UserUsage, gpu_seconds, usage_by_user
 
 __all__ = [
     "HEALTHY",
     "NO_LINK",
+    "AdminAction",
+    "AdminActionKind",
     "Caller",
+    "Drain",
     "Gpu",
     "GpuProcess",
     "HistoryEvent",
     "Lease",
     "LeaseEvent",
+    "LeaseSpan",
     "LeaseState",
     "LeasedGpu",
     "Link",
@@ -35,5 +41,8 @@ __all__ = [
     "MigDevice",
     "PcieLevel",
     "Topology",
+    "UserUsage",
+    "gpu_seconds",
     "pair_key",
+    "usage_by_user",
 ]
