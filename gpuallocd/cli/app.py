@@ -19,6 +19,8 @@ COMMAND_MODULES = (
     "gpuallocd.cli.bench",
     "gpuallocd.cli.hardware",
     "gpuallocd.cli.plan",
+    "gpuallocd.cli.limits",
+    "gpuallocd.cli.admin",
 )
 
 

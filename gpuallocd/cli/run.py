@@ -83,6 +83,7 @@ def run(
     Exits with the command's exit code. Example: gpuallocctl run -n 2 -- python train.py
     """
     from gpulease import gpu_lease
+    from gpulease.renewer import idle_message
 
     if count is None and not gpus:
         count = 1
@@ -96,6 +97,9 @@ def run(
         label=label or " ".join(command)[:200],
         socket=ctx.obj.socket,
         visible=visible,
+        on_idle=lambda lease, idle: click.echo(
+            f"gpuallocctl: {idle_message(lease, idle)}", err=True
+        ),
     )
     with lease as granted:
         if not ctx.obj.json:
