@@ -37,12 +37,12 @@ def daemon_with_config(
     config_file = paths.root / "gpuallocd.toml"
     config_file.write_text(text)
     daemon = ThreadDaemon(paths, clock=clock, inventory_opener=inventory_opener, **settings)
+    settings.setdefault("inventory", daemon.config.inventory)
     daemon.config = load_config(
         config_file,
         environ={},
         socket=str(paths.socket),
         state_dir=str(paths.state_dir),
-        inventory=daemon.config.inventory,
         **settings,
     )
     return daemon
