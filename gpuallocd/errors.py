@@ -14,6 +14,7 @@
     │   ├── MethodNotAllowed      405   method_not_allowed
     │   ├── PermissionDenied      403   permission_denied
     │   ├── LeaseNotActive        409   lease_not_active: freed, expired or revoked already
+    │   ├── QuotaExceeded         403   quota_exceeded: over a limit of the site (docs/limits.md)
     │   └── PolicyNotApplicable   422   policy_not_applicable: the policy cannot serve this node
     ├── CapacityError            409    nothing fits right now; may succeed later
     │   ├── GpusUnavailable       409   gpus_unavailable: not enough free GPUs
@@ -70,6 +71,7 @@ __all__ = [
     "NvmlError",
     "PermissionDenied",
     "PolicyNotApplicable",
+    "QuotaExceeded",
     "StartupError",
     "StateUnusable",
     "TraceError",
@@ -179,6 +181,15 @@ class PolicyNotApplicable(CallerError):
     code = "policy_not_applicable"
     http_status = 422
     detail_keys = frozenset({"policy", "count"})
+
+
+class QuotaExceeded(CallerError):
+    """Granting the request would pass one of the caller's limits (`limit`, its `value`, the
+    caller's `current` use; for `max_ttl_seconds`, `current` is the TTL asked for)."""
+
+    code = "quota_exceeded"
+    http_status = 403
+    detail_keys = frozenset({"limit", "value", "current"})
 
 
 class CapacityError(GpuallocError):

@@ -13,6 +13,8 @@ import pytest
 
 from tests.harness import DaemonPaths, ProcessDaemon, ThreadDaemon
 
+pytest_plugins = ["tests.system_users"]  # the `system_users` fixture: real users (as root)
+
 
 @pytest.fixture(autouse=True)
 def restore_environ() -> Iterator[None]:

@@ -33,6 +33,10 @@ SAMPLES = {
     "share_enforcement": "warn",
     "metrics_listen": "127.0.0.1:9423",
     "metrics_textfile": "/tmp/gpuallocd.prom",
+    "admin_groups": "gpuadmin, wheel",
+    "idle_reclaim_minutes": "30",
+    "idle_grace_minutes": "5",
+    "history_retention_days": "30",
 }
 
 

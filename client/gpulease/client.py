@@ -152,6 +152,39 @@ class Client:
         waiters: list[dict[str, Any]] = self.request("GET", "/v1/queue")["waiters"]
         return waiters
 
+    # Rules of the node: drain, limits, accounting ---------------------------------------------
+
+    def drain(self, gpus: Sequence[GpuRef], reason: str) -> list[GpuStatus]:
+        """Take GPUs out of service (admins): no new lease on them; leases on them run out."""
+        data = self.request("POST", "/v1/drain", {"gpus": list(gpus), "reason": reason})
+        return [GpuStatus.from_json(item) for item in data["gpus"]]
+
+    def undrain(self, gpus: Sequence[GpuRef]) -> list[GpuStatus]:
+        """Put drained GPUs back in service (admins)."""
+        data = self.request("POST", "/v1/undrain", {"gpus": list(gpus)})
+        return [GpuStatus.from_json(item) for item in data["gpus"]]
+
+    def limits(self, user: str | None = None) -> dict[str, Any]:
+        """The limits that apply to `user` (default: the caller) and the current use."""
+        query = urlencode(_drop_none(user=user))
+        data: dict[str, Any] = self.request("GET", f"/v1/limits?{query}")
+        return data
+
+    def usage(
+        self, since: float | None = None, until: float | None = None, user: str | None = None
+    ) -> dict[str, Any]:
+        """GPU-hours, leases and waiting time per user between `since` and `until` (Unix time)."""
+        query = urlencode(_drop_none(since=since, until=until, user=user))
+        data: dict[str, Any] = self.request("GET", f"/v1/usage?{query}")
+        return data
+
+    def admin_actions(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The last admin actions (revoke, drain, undrain), oldest first."""
+        actions: list[dict[str, Any]] = self.request(
+            "GET", f"/v1/admin-actions?limit={int(limit)}"
+        )["actions"]
+        return actions
+
     def policies(self) -> list[str]:
         names: list[str] = self.request("GET", "/v1/policies")["policies"]
         return names

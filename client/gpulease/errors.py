@@ -39,6 +39,7 @@ __all__ = [
     "PermissionDenied",
     "PolicyNotApplicable",
     "ProtocolError",
+    "QuotaExceeded",
     "UnknownGpu",
     "UnknownLease",
     "UnknownPolicy",
@@ -150,6 +151,12 @@ class LeaseNotActive(CallerError):
 
 class PolicyNotApplicable(CallerError):
     code = "policy_not_applicable"
+
+
+class QuotaExceeded(CallerError):
+    """Over a limit of the site: `details` has `limit`, `value` and `current`."""
+
+    code = "quota_exceeded"
 
 
 class GpusUnavailable(CapacityError):

@@ -15,7 +15,7 @@ from typing import Any
 from gpulease.client import Client, GpuRef
 from gpulease.errors import DaemonUnavailable, GpuallocError, LeaseNotActive, UnknownLease
 from gpulease.models import Lease
-from gpulease.renewer import OnRevoke, Renewer
+from gpulease.renewer import OnIdle, OnRevoke, Renewer
 from gpulease.sizes import parse_size
 
 __all__ = ["gpu_lease", "visible_devices_env"]
@@ -67,6 +67,8 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     The lease is bound to this process: if the process dies (kill -9 too), the daemon frees it.
     `memory="20G"` leases a share of 20 GiB on each of `count` shared GPUs (exported as
     GPUALLOCD_MEMORY_BYTES); `mig="1g.10gb"` leases `count` MIG instances of that profile.
+    Where the daemon reclaims idle leases, a RuntimeWarning (or `on_idle(lease, idle)`) tells
+    the holder once the lease's GPUs have been idle long enough to be taken for a waiter.
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         socket: str | os.PathLike[str] | None = None,
         visible: str = "uuid",
         on_revoke: OnRevoke = "warn",
+        on_idle: OnIdle | None = None,
     ) -> None:
         if on_revoke not in ("warn", "raise") and not callable(on_revoke):
             raise ValueError("on_revoke must be 'warn', 'raise' or a callable")
@@ -102,6 +105,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         }
         self._wait, self._timeout = wait, timeout
         self._socket, self._visible, self._on_revoke = socket, visible, on_revoke
+        self._on_idle = on_idle
         self._client: Client | None = None
         self._renewer: Renewer | None = None
         self._saved_env: dict[str, str | None] = {}
@@ -122,8 +126,9 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
             raise
         self._client, self.lease = client, lease
         self._set_env(visible_devices_env(lease, self._visible))
+        idle = {"on_idle": self._on_idle} if self._on_idle else {}
         self._renewer = Renewer(
-            client, lease, self._options["ttl"], self._on_revoke, threading.get_ident()
+            client, lease, self._options["ttl"], self._on_revoke, threading.get_ident(), **idle
         )
         self._renewer.start()
         return lease

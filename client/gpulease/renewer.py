@@ -19,9 +19,10 @@ from gpulease.errors import (
 )
 from gpulease.models import Lease
 
-__all__ = ["OnRevoke", "Renewer", "renew_interval"]
+__all__ = ["OnIdle", "OnRevoke", "Renewer", "idle_message", "renew_interval"]
 
 OnRevoke = str | Callable[[Lease, GpuallocError], None]
+OnIdle = Callable[[Lease, dict[str, float]], None]
 _RETRY_SECONDS = 1.0
 
 
@@ -29,6 +30,20 @@ def renew_interval(lease: Lease) -> float:
     """Renew when a third of the lease's lifetime has passed (at least every 5 minutes)."""
     ttl = max(lease.expires_at - lease.created_at, 1.0)
     return min(max(ttl / 3.0, 0.5), 300.0)
+
+
+def idle_message(lease: Lease, idle: dict[str, float]) -> str:
+    """One line telling the holder that the daemon sees the lease idle."""
+    since = time.strftime("%H:%M", time.localtime(idle["idle_since"]))
+    revocable = time.strftime("%H:%M", time.localtime(idle["revocable_at"]))
+    return (
+        f"lease {lease.id}: its GPUs have shown no process and 0% utilisation since {since}; "
+        f"from {revocable} it may be revoked while others wait for them"
+    )
+
+
+def _warn_idle(lease: Lease, idle: dict[str, float]) -> None:
+    warnings.warn(f"gpulease: {idle_message(lease, idle)}", RuntimeWarning, stacklevel=1)
 
 
 def _raise_in_thread(thread_id: int, exc_type: type[BaseException]) -> None:
@@ -51,6 +66,7 @@ class Renewer(threading.Thread):
         ttl: float | None,
         on_revoke: OnRevoke = "warn",
         main_thread_id: int | None = None,
+        on_idle: OnIdle = _warn_idle,
     ) -> None:
         super().__init__(name=f"gpulease-renew-{lease.id}", daemon=True)
         self._client = client
@@ -59,6 +75,8 @@ class Renewer(threading.Thread):
         self._on_revoke = on_revoke
         self._main_thread_id = main_thread_id or threading.main_thread().ident or 0
         self._stopped = threading.Event()
+        self._on_idle = on_idle
+        self._idle_told = False
         self.lost: GpuallocError | None = None
 
     def stop(self) -> None:
@@ -76,6 +94,7 @@ class Renewer(threading.Thread):
     def _renew_once(self) -> float:
         try:
             self._lease = self._client.renew(self._lease.id, self._ttl)
+            self._tell_idle(self._lease.raw.get("idle"))
         except DaemonUnavailable:
             if time.time() < self._lease.expires_at:
                 return _RETRY_SECONDS
@@ -86,6 +105,12 @@ class Renewer(threading.Thread):
             print(f"gpulease: renewing lease {self._lease.id} failed: {exc}", file=sys.stderr)
             return _RETRY_SECONDS
         return renew_interval(self._lease)
+
+    def _tell_idle(self, idle: dict[str, float] | None) -> None:
+        """Tell the holder once per idle spell that the daemon may reclaim the lease."""
+        if idle is not None and not self._idle_told:
+            self._on_idle(self._lease, idle)
+        self._idle_told = idle is not None
 
     def _lose(self, exc: GpuallocError) -> None:
         self.lost = exc

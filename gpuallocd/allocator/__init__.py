@@ -10,6 +10,12 @@
     node_view.py   NodeView: topology, live state, snapshots for policies, GPU status
     specs.py       AllocateSpec, AllocatorSettings
     observer.py    LeaseObserver: who is told of each lease transition (metrics)
+    site_rules.py  SiteRules: the limits table and the admin groups (reloaded on SIGHUP)
+    limits.py      limits: which value applies to whom, the check of a request (pure)
+    quota.py       Quota: a caller's use measured and held against their limits
+    drain.py       DrainBoard: GPUs an admin took out of service
+    idle.py        IdleTracker: which leases are idle, which to reclaim (pure)
+    reclaim.py     IdleReclaimer: runs the tracker after each sample, revokes for waiters
 
 The rules a request and a policy's answer obey live in `gpuallocd.policies.rules`, where
 `plan` and `simulate` use them too.
@@ -18,9 +24,12 @@ The rules a request and a policy's answer obey live in `gpuallocd.policies.rules
 from __future__ import annotations
 
 from gpuallocd.allocator.facade import AllocatorFacade
+from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.limits import Limits, LimitsTable
 from gpuallocd.allocator.node_view import GPU_STATES, GpuStatus, NodeView
 from gpuallocd.allocator.observer import LeaseObserver
+from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
 
 __all__ = [
@@ -29,7 +38,11 @@ __all__ = [
     "AllocatorFacade",
     "AllocatorSettings",
     "GpuStatus",
+    "IdleRules",
     "LeaseLifecycle",
     "LeaseObserver",
+    "Limits",
+    "LimitsTable",
     "NodeView",
+    "SiteRules",
 ]

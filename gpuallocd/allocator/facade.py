@@ -14,19 +14,35 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from gpuallocd.allocator.events_log import JournalWorker, Transition, write_log
+from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.node_view import GpuStatus
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
+from gpuallocd.allocator.reclaim import IdleReclaimer
+from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.allocator.waitqueue import WaitQueue
 from gpuallocd.allocator.watcher import ProcessWatcher
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import Caller, HistoryEvent, Lease, LeaseEvent, LiveState, Topology
+from gpuallocd.model import (
+    AdminAction,
+    Caller,
+    HistoryEvent,
+    Lease,
+    LeaseEvent,
+    LiveState,
+    Topology,
+    UserUsage,
+    usage_by_user,
+)
 
 __all__ = ["AllocatorFacade"]
 
 log = logging.getLogger(__name__)
+
+PURGE_BATCH = 200  # leases per purge transaction: a few milliseconds of the writer's time
+PURGE_PAUSE = 0.01
 
 
 class AllocatorFacade:
@@ -39,13 +55,19 @@ class AllocatorFacade:
         *,
         clock: Callable[[], float],
         observer: LeaseObserver = NO_OBSERVER,
+        idle: IdleRules | None = None,
     ) -> None:
         self._lifecycle = lifecycle
+        self._ledger = ledger
+        self._clock = clock
         self._observer = observer
         self._worker = JournalWorker(
             lifecycle.take_journal, self._publish, ledger.unit_of_work, lifecycle.reload
         )
         self._queue = WaitQueue(lifecycle, self._worker, clock)
+        self._reclaimer = IdleReclaimer(
+            lifecycle, self._worker, self._queue, idle or IdleRules(), clock
+        )
         self._watcher = ProcessWatcher(self._process_exited)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -105,6 +127,59 @@ class AllocatorFacade:
     async def waiters(self) -> list[dict[str, Any]]:
         return await self._worker.run(self._queue.waiters)
 
+    def idle_notice(self, lease_id: str) -> dict[str, float] | None:
+        """For the renew answer: since when the lease is idle and when it may be revoked."""
+        return self._reclaimer.notice(lease_id)
+
+    # Site rules: admins, drains, limits, accounting ----------------------------------------
+
+    def set_rules(self, rules: SiteRules) -> None:
+        """Adopt reloaded limits and admin groups; leases and waiters are left as they are."""
+        self._lifecycle.quota.rules = rules
+
+    async def drain(
+        self, caller: Caller, refs: Sequence[str | int], reason: str
+    ) -> list[GpuStatus]:
+        return await self._worker.run(self._lifecycle.drain, caller, refs, reason)
+
+    async def undrain(self, caller: Caller, refs: Sequence[str | int]) -> list[GpuStatus]:
+        statuses = await self._worker.run(self._lifecycle.undrain, caller, refs)
+        self._queue.kick()
+        return statuses
+
+    async def limits(self, subject: Caller) -> dict[str, Any]:
+        waiting = self._queue.waiting_of(subject.uid)
+        return await self._worker.run(self._lifecycle.limits_report, subject, waiting)
+
+    async def usage(
+        self, since: float, until: float | None, user: str | None
+    ) -> tuple[float, list[UserUsage]]:
+        """The window's end (now by default), and each user's GPU-hours, leases and waiting
+        time inside [since, end]; only `user` (a name or a uid) where given."""
+        end = self._clock() if until is None else until
+        spans = await self._worker.run(self._ledger.lease_spans, since, end)
+        found = usage_by_user(spans, since, end)
+        if user is not None:
+            found = [u for u in found if user in (u.user, str(u.uid))]
+        return end, found
+
+    async def admin_actions(self, limit: int) -> list[AdminAction]:
+        return await self._worker.run(self._ledger.admin_actions, limit)
+
+    async def purge_history(
+        self, retention_seconds: float, batch: int = PURGE_BATCH, pause: float = PURGE_PAUSE
+    ) -> int:
+        """Delete leases that ended more than `retention_seconds` ago, `batch` at a time with
+        `pause` seconds between batches, so a long purge never stalls requests."""
+        cutoff = self._clock() - retention_seconds
+        purged = 0
+        while True:
+            done = await self._worker.run(self._ledger.purge_before, cutoff, batch)
+            purged += done
+            if done < batch:
+                return purged
+            await asyncio.sleep(pause)  # requests run between batches
+
     async def adopt_topology(self, topology: Topology) -> Topology:
         """Take a rediscovered topology; GPUs that came back may serve the queue. Leases of
         MIG instances that vanished end (revoked, with the reason in their history)."""
@@ -141,6 +216,7 @@ class AllocatorFacade:
         """A new live sample; a GPU may have come back to health, so serve the queue."""
         await self._worker.run(self._lifecycle.update_live, states)
         self._queue.kick()
+        await self._reclaimer.after_sample()
 
     async def poll_processes(self) -> None:
         """Watch processes that have no pidfd by polling /proc (runs until cancelled)."""

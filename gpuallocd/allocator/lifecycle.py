@@ -13,15 +13,25 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
+from gpuallocd.allocator.drain import DrainBoard
 from gpuallocd.allocator.enforcer import ShareEnforcer
 from gpuallocd.allocator.events_log import Transition
 from gpuallocd.allocator.node_view import GpuStatus, NodeView, Reservation
+from gpuallocd.allocator.quota import Quota
 from gpuallocd.allocator.sharing import share_capacity
+from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
 from gpuallocd.allocator.units import leased_units, place_units, vanished_units
 from gpuallocd.allocator.watcher import process_start_time
-from gpuallocd.errors import InvalidRequest, LeaseNotActive, PermissionDenied, UnknownLease
+from gpuallocd.errors import (
+    InvalidRequest,
+    LeaseNotActive,
+    LedgerError,
+    PermissionDenied,
+    UnknownLease,
+)
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
     Caller,
@@ -60,6 +70,7 @@ class LeaseLifecycle:
         clock: Clock,
         settings: AllocatorSettings = DEFAULT_SETTINGS,
         start_time_of: Callable[[int], int | None] = process_start_time,
+        rules: SiteRules | None = None,
     ) -> None:
         self._ledger = ledger
         self._clock = clock
@@ -68,6 +79,8 @@ class LeaseLifecycle:
         self._policies: dict[str, Policy] = {}
         self._enforcer = ShareEnforcer(settings.share_enforcement, self._note)
         self.node = NodeView(topology)
+        self.quota = Quota(ledger, clock, rules or SiteRules())
+        self.drains = DrainBoard(ledger)
         self._sync_units(topology)
         self._active = {lease.id: lease for lease in ledger.active_leases()}
         self._journal: list[Transition] = []  # written to the log after the commit
@@ -107,6 +120,7 @@ class LeaseLifecycle:
     def reload(self) -> None:
         """Forget the in-memory view and read it again from the ledger (after a failed commit)."""
         self._active = {lease.id: lease for lease in self._ledger.active_leases()}
+        self.drains.reload()
         self._journal.clear()  # those transitions were rolled back
 
     def take_journal(self) -> list[Transition]:
@@ -131,7 +145,7 @@ class LeaseLifecycle:
 
     def gpu_status(self, reservations: Mapping[str, Reservation] | None = None) -> list[GpuStatus]:
         self.expire_due()
-        return self.node.statuses(self._active.values(), reservations)
+        return self.node.statuses(self._active.values(), reservations, self.drains.drains)
 
     def history(self, lease_id: str | None = None, limit: int = 100) -> list[HistoryEvent]:
         events = self._ledger.history(lease_id, limit)
@@ -153,11 +167,18 @@ class LeaseLifecycle:
     # Changes --------------------------------------------------------------------------------
 
     def allocate(
-        self, caller: Caller, spec: AllocateSpec, *, reserved: frozenset[str] = frozenset()
+        self,
+        caller: Caller,
+        spec: AllocateSpec,
+        *,
+        reserved: frozenset[str] = frozenset(),
+        waited_since: float | None = None,
     ) -> Lease:
-        """Grant a lease now, or raise (GpusUnavailable, GpuBusy, ...) and change nothing.
+        """Grant a lease now, or raise (QuotaExceeded, GpusUnavailable, GpuBusy, ...) and
+        change nothing.
 
-        `reserved` GPUs are held for earlier waiters: this request may not take them.
+        `reserved` GPUs are held for earlier waiters: this request may not take them. Drained
+        GPUs are taken by nobody. `waited_since`: when the request joined the queue.
         """
         self.expire_due()
         request = request_for(
@@ -168,7 +189,12 @@ class LeaseLifecycle:
             memory_bytes=spec.memory_bytes,
             mig_profile=spec.mig_profile,
         )
-        snapshot = self.node.snapshot(self._active.values(), reserved)
+        ttl = self._ttl(caller, spec.ttl_seconds)
+        if request.kind == "whole":  # shares and slices count by their fraction, once placed
+            self._check_quota(caller, request.count, ttl)
+        self.drains.check_not_drained(request.required)
+        unavailable = reserved | self.drains.uuids()
+        snapshot = self.node.snapshot(self._active.values(), unavailable)
         if request.kind == "whole":
             policy_name = spec.policy or self._settings.default_policy
             choice = self._policy(policy_name).choose(snapshot, request)
@@ -180,7 +206,9 @@ class LeaseLifecycle:
                 "policy %s gave a set it could not prove best: %s", policy_name, choice.reason
             )
         units = leased_units(self.topology, request, choice.gpus)
-        lease = self._new_lease(caller, spec, policy_name, units)
+        if request.kind != "whole":
+            self._check_quota(caller, sum(unit.fraction for unit in units), ttl)
+        lease = self._new_lease(caller, spec, policy_name, units, ttl, waited_since)
         self._ledger.grant(lease, caller.uid)
         self._active[lease.id] = lease
         self._journal.append(Transition(LeaseEvent.GRANTED, lease, caller.uid))
@@ -189,7 +217,7 @@ class LeaseLifecycle:
     def renew(self, caller: Caller, lease_id: str, ttl_seconds: float | None = None) -> Lease:
         lease = self._owned_active(caller, lease_id)
         now = self._clock()
-        renewed = replace(lease, expires_at=now + self._ttl(ttl_seconds))
+        renewed = replace(lease, expires_at=now + self._ttl(caller, ttl_seconds))
         self._ledger.renew(lease.id, renewed.expires_at, caller.uid, now)
         self._active[lease.id] = renewed
         return renewed
@@ -199,10 +227,42 @@ class LeaseLifecycle:
         return self._end([lease], LeaseState.FREED, caller.uid)[0]
 
     def revoke(self, caller: Caller, lease_id: str, reason: str | None = None) -> Lease:
-        if not caller.is_root:
-            raise PermissionDenied("only root may revoke leases", lease=lease_id)
+        """End someone's lease (admins); the admin's name and reason go in the admin record."""
+        self.quota.rules.require_admin(caller, "revoke leases", lease=lease_id)
         lease = self._active_lease(lease_id)
-        return self._end([lease], LeaseState.REVOKED, caller.uid, reason)[0]
+        try:
+            with self._ledger.unit_of_work():  # the lease's end and the admin record together
+                ended = self._end([lease], LeaseState.REVOKED, caller.uid, reason)[0]
+                self._ledger.record_revoke(
+                    lease_id, caller.uid, caller.user, ended.ended_at or 0, reason
+                )
+        except LedgerError:
+            self.reload()
+            raise
+        return ended
+
+    def reclaim_idle(self, lease_id: str, detail: str) -> Lease:
+        """End an idle lease for someone who waits (the daemon's decision, not a caller's)."""
+        return self._end([self._active[lease_id]], LeaseState.REVOKED, 0, detail)[0]
+
+    def drain(self, caller: Caller, refs: Sequence[str | int], reason: str) -> list[GpuStatus]:
+        """Take GPUs out of service (admins); their statuses after."""
+        self.quota.rules.require_admin(caller, "drain GPUs")
+        uuids = self.topology.resolve_all(refs)
+        self.drains.drain(uuids, caller, reason, self._clock())
+        return [s for s in self.gpu_status() if s.gpu.uuid in uuids]
+
+    def undrain(self, caller: Caller, refs: Sequence[str | int]) -> list[GpuStatus]:
+        """Put drained GPUs back in service (admins); their statuses after."""
+        self.quota.rules.require_admin(caller, "undrain GPUs")
+        uuids = self.topology.resolve_all(refs)
+        self.drains.undrain(uuids, caller, self._clock())
+        return [s for s in self.gpu_status() if s.gpu.uuid in uuids]
+
+    def limits_report(self, subject: Caller, waiting: int) -> dict[str, Any]:
+        """The limits that apply to `subject` and their current use (`gpuallocctl limits`)."""
+        self.expire_due()
+        return self.quota.report(subject, self._active.values(), waiting)
 
     def end_for_exited_process(self, lease_ids: Sequence[str]) -> list[Lease]:
         """End the bound leases whose holder process exited (those still active)."""
@@ -232,7 +292,13 @@ class LeaseLifecycle:
     # Internals ------------------------------------------------------------------------------
 
     def _new_lease(
-        self, caller: Caller, spec: AllocateSpec, policy_name: str, units: tuple[LeasedGpu, ...]
+        self,
+        caller: Caller,
+        spec: AllocateSpec,
+        policy_name: str,
+        units: tuple[LeasedGpu, ...],
+        ttl: float,
+        waited_since: float | None,
     ) -> Lease:
         start_time = self._start_time_of(caller.pid) if spec.bind_to_process else None
         if spec.bind_to_process and start_time is None:
@@ -247,9 +313,10 @@ class LeaseLifecycle:
             label=spec.label,
             policy=policy_name,
             created_at=now,
-            expires_at=now + self._ttl(spec.ttl_seconds),
+            expires_at=now + ttl,
             bound=spec.bind_to_process,
             pid_start_time=start_time,
+            waited_seconds=0.0 if waited_since is None else max(0.0, now - waited_since),
         )
 
     def _end(
@@ -283,7 +350,7 @@ class LeaseLifecycle:
             )
         return lease
 
-    def _ttl(self, requested: float | None) -> float:
+    def _ttl(self, caller: Caller, requested: float | None) -> float:
         ttl = self._settings.default_ttl_seconds if requested is None else requested
         if ttl <= 0:
             raise InvalidRequest("ttl_seconds must be positive", field="ttl_seconds", value=ttl)
@@ -293,7 +360,10 @@ class LeaseLifecycle:
                 field="ttl_seconds",
                 value=ttl,
             )
-        return ttl
+        return self.quota.checked_ttl(caller, ttl, defaulted=requested is None)
+
+    def _check_quota(self, caller: Caller, gpus: float, ttl: float) -> None:
+        self.quota.check_grant(caller, self._active.values(), gpus=gpus, ttl_seconds=ttl)
 
     def _policy(self, name: str) -> Policy:
         if name not in self._policies:

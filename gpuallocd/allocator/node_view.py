@@ -12,11 +12,21 @@ from dataclasses import dataclass, field
 from gpuallocd.allocator.sharing import UnitHolders
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.errors import UnknownGpu
-from gpuallocd.model import HEALTHY, Gpu, Lease, LeasedGpu, LiveState, MigDevice, Topology
+from gpuallocd.model import HEALTHY, Drain, Gpu, Lease, LeasedGpu, LiveState, MigDevice, Topology
 from gpuallocd.policies import NodeSnapshot
 
 # Every state GpuStatus.state may take; metrics export a series for each, so add new ones here.
-GPU_STATES = ("free", "leased", "in-use", "unhealthy", "mig", "shared", "reserved")
+GPU_STATES = (
+    "free",
+    "leased",
+    "in-use",
+    "unhealthy",
+    "mig",
+    "shared",
+    "reserved",
+    "draining",
+    "drained",
+)
 
 __all__ = ["GPU_STATES", "GpuStatus", "NodeView", "Reservation"]
 
@@ -59,9 +69,12 @@ class GpuStatus:
     shares: tuple[tuple[Lease, LeasedGpu], ...] = ()
     share_capacity_bytes: int | None = None
     reserved_for: Reservation | None = None
+    drain: Drain | None = None
 
     @property
     def state(self) -> str:
+        if self.drain is not None:  # an admin's drain: `draining` until its lease ends
+            return "draining" if self.lease is not None else "drained"
         if not self.live.healthy:
             return "unhealthy"
         if self.lease is not None:
@@ -104,6 +117,7 @@ class GpuStatus:
             "share_capacity_bytes": self.share_capacity_bytes,
             "shares": [_share_json(held, unit) for held, unit in self.shares],
             "label": lease.label if lease else None,
+            "drain": self.drain.to_json() if self.drain else None,
         }
 
 
@@ -156,11 +170,16 @@ class NodeView:
         return self._by_uuid[uuid]
 
     def statuses(
-        self, leases: Iterable[Lease], reservations: Mapping[str, Reservation] | None = None
+        self,
+        leases: Iterable[Lease],
+        reservations: Mapping[str, Reservation] | None = None,
+        drains: Mapping[str, Drain] | None = None,
     ) -> list[GpuStatus]:
-        """Each GPU's status; `reservations` are the GPUs held for waiters, by UUID."""
+        """Each GPU's status; `reservations` are the GPUs held for waiters, `drains` the GPUs
+        an admin took out of service, both by UUID."""
         holders = UnitHolders.of(leases)
         reserved = reservations or {}
+        drains = drains or {}
         return [
             GpuStatus(
                 gpu=gpu,
@@ -173,6 +192,7 @@ class NodeView:
                 shares=tuple(holders.shares.get(gpu.uuid, ())),
                 share_capacity_bytes=self.share_capacity.get(gpu.uuid),
                 reserved_for=reserved.get(gpu.uuid),
+                drain=drains.get(gpu.uuid),
             )
             for gpu in self._topology.gpus
         ]

@@ -75,7 +75,9 @@ def _serve_in_order(
     blocked: set[str] = set()
     for waiter in waiters:
         try:
-            lease = lifecycle.allocate(waiter.caller, waiter.spec, reserved=frozenset(blocked))
+            lease = lifecycle.allocate(
+                waiter.caller, waiter.spec, reserved=frozenset(blocked), waited_since=waiter.since
+            )
         except CapacityError:
             blocked |= lifecycle.usable_gpus(waiter.spec)
             continue
@@ -119,6 +121,14 @@ class WaitQueue:
         """The free GPUs held for waiters, by UUID."""
         return reservations(self._waiters, self._lifecycle.usable_gpus)
 
+    def waiting_of(self, uid: int) -> int:
+        """How many requests of the user `uid` wait now."""
+        return sum(w.caller.uid == uid for w in self._waiters)
+
+    def wanted_gpus(self) -> frozenset[str]:
+        """Every GPU some waiter could use."""
+        return _reserved(self._lifecycle, self._waiters)
+
     async def allocate(
         self, caller: Caller, spec: AllocateSpec, *, wait: bool, timeout: float | None
     ) -> Lease:
@@ -127,6 +137,7 @@ class WaitQueue:
         except CapacityError:
             if not wait:
                 raise
+        self._lifecycle.quota.check_waiting(caller, self.waiting_of(caller.uid))
         return await self._wait(caller, spec, timeout)
 
     def _allocate_now(self, caller: Caller, spec: AllocateSpec, ahead: Sequence[Waiter]) -> Lease:

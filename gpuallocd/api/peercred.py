@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import grp
+import os
 import pwd
 import socket
 import struct
 from functools import lru_cache
 from typing import Any
 
-from gpuallocd.errors import PermissionDenied
+from gpuallocd.errors import InvalidRequest, PermissionDenied
 from gpuallocd.model import Caller
 
-__all__ = ["peer_caller", "user_name"]
+__all__ = ["caller_named", "forget_identities", "peer_caller", "user_groups", "user_name"]
 
 _UCRED = struct.Struct("3i")  # pid, uid, gid
 
@@ -24,6 +26,38 @@ def user_name(uid: int) -> str:
         return str(uid)
 
 
+@lru_cache(maxsize=1024)
+def user_groups(user: str, gid: int) -> frozenset[str]:
+    """The names of the groups `user` is in (primary `gid` included), by the user database."""
+    try:
+        gids = os.getgrouplist(user, gid)
+    except OSError:
+        gids = [gid]
+    names = set()
+    for number in gids:
+        try:
+            names.add(grp.getgrgid(number).gr_name)
+        except KeyError:
+            continue
+    return frozenset(names)
+
+
+def forget_identities() -> None:
+    """Read user names and group memberships afresh (SIGHUP: after an admin changed them)."""
+    user_name.cache_clear()
+    user_groups.cache_clear()
+
+
+def caller_named(ref: str) -> Caller:
+    """A user named by name or uid, as a caller (for `limits --user`); InvalidRequest if none."""
+    try:
+        entry = pwd.getpwuid(int(ref)) if ref.isdigit() else pwd.getpwnam(ref)
+    except (KeyError, OverflowError):
+        raise InvalidRequest(f"no user {ref!r} on this machine", field="user") from None
+    name = entry.pw_name
+    return Caller(entry.pw_uid, entry.pw_gid, 0, name, user_groups(name, entry.pw_gid))
+
+
 def peer_caller(sock: Any) -> Caller:
     """The caller behind a connected Unix socket; refuse when the kernel cannot say.
 
@@ -33,4 +67,5 @@ def peer_caller(sock: Any) -> Caller:
         raise PermissionDenied("the caller's identity is unknown: connect over the Unix socket")
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     pid, uid, gid = _UCRED.unpack(raw)
-    return Caller(uid=uid, gid=gid, pid=pid, user=user_name(uid))
+    name = user_name(uid)
+    return Caller(uid=uid, gid=gid, pid=pid, user=name, groups=user_groups(name, gid))

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from gpuallocd import __version__
 from gpuallocd.allocator import AllocateSpec, AllocatorFacade
+from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
 from gpuallocd.api.peercred import peer_caller
 from gpuallocd.api.validation import Body, parse_json_object
@@ -115,7 +116,11 @@ async def renew_lease(request: web.Request) -> web.Response:
     lease = await _facade(request).renew(
         caller, request.match_info["lease_id"], body.seconds("ttl_seconds")
     )
-    return _json(lease.to_json())
+    answer = lease.to_json()
+    idle = _facade(request).idle_notice(lease.id)
+    if idle is not None:  # idle reclaim: the holder learns it may lose the lease
+        answer["idle"] = idle
+    return _json(answer)
 
 
 async def free_lease(request: web.Request) -> web.Response:
@@ -188,4 +193,5 @@ def routes() -> list[web.RouteDef]:
         web.post("/v1/rescan", rescan),
         web.get("/v1/policies", list_policies),
         web.get("/v1/queue", list_queue),
+        *admin_routes(),
     ]

@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "gpuallocd.cli.hardware",
     "gpuallocd.cli.plan",
     "gpuallocd.cli.integrations",
+    "gpuallocd.cli.limits",
+    "gpuallocd.cli.admin",
 )
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "EXIT_ERROR",
     "EXIT_NO_DAEMON",
     "EXIT_PERMISSION",
+    "EXIT_QUOTA",
     "EXIT_USAGE",
     "CliError",
     "GuardedGroup",
@@ -31,12 +32,14 @@ EXIT_USAGE = 2  # the request or the command line is wrong (click uses 2 for its
 EXIT_NO_DAEMON = 3  # no daemon answers on the socket
 EXIT_CAPACITY = 4  # nothing fits now: GPUs unavailable or busy; the same call may work later
 EXIT_PERMISSION = 5  # not yours, or root's (or an admin's) to do
+EXIT_QUOTA = 6  # over one of the caller's limits: not now, and not by waiting
 
 _EXIT_BY_CODE = {
     "daemon_unavailable": EXIT_NO_DAEMON,
     "gpus_unavailable": EXIT_CAPACITY,
     "gpu_busy": EXIT_CAPACITY,
     "permission_denied": EXIT_PERMISSION,
+    "quota_exceeded": EXIT_QUOTA,
 }
 
 

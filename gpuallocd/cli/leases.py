@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,6 +15,9 @@ from gpuallocd.cli.output import echo_json, format_bytes
 from gpuallocd.cli.style import colour_enabled, render_table
 from gpuallocd.cli.units import format_left
 from gpuallocd.cli.waiting import queued
+
+if TYPE_CHECKING:
+    from gpulease import Client
 
 __all__ = ["COMMANDS", "export_lines"]
 
@@ -49,6 +54,10 @@ def _print_export(lease: Any, visible: str) -> None:
         f"give it back with: gpuallocctl free {lease.id}",
         err=True,
     )
+
+
+def _owned_by(lease: dict[str, Any], user: str) -> bool:
+    return user in (lease["owner"]["user"], str(lease["owner"]["uid"]))
 
 
 @click.command()
@@ -114,11 +123,14 @@ def allocate(
 
 
 @click.command(name="leases")
+@click.option("--user", help="Only this user's leases (name or uid).")
 @click.pass_context
-def list_leases(ctx: click.Context) -> None:
+def list_leases(ctx: click.Context, user: str | None) -> None:
     """Active leases: id, GPUs, user, pid (of a lease bound to a process), time left, label."""
     with daemon_client(ctx) as client:
         leases = client.request("GET", "/v1/leases")["leases"]
+    if user is not None:
+        leases = [lease for lease in leases if _owned_by(lease, user)]
     if ctx.obj.json:
         echo_json({"leases": leases})
         return
@@ -149,13 +161,38 @@ def renew(ctx: click.Context, lease_id: str, ttl: float | None) -> None:
         _print_lease(ctx, client.renew(lease_id, ttl).raw)
 
 
+def _free_mine(client: Client) -> list[dict[str, Any]]:
+    """Free every active lease of the calling user; those that ended meanwhile are skipped."""
+    from gpulease import LeaseNotActive
+
+    freed = []
+    for lease in client.leases():
+        if lease.owner_uid == os.getuid():
+            with contextlib.suppress(LeaseNotActive):
+                freed.append(client.free(lease.id).raw)
+    return freed
+
+
 @click.command()
-@click.argument("lease_id")
+@click.argument("lease_id", required=False)
+@click.option("--mine", is_flag=True, help="Free every lease of yours.")
 @click.pass_context
-def free(ctx: click.Context, lease_id: str) -> None:
-    """Give a lease's GPUs back."""
+def free(ctx: click.Context, lease_id: str | None, mine: bool) -> None:
+    """Give a lease's GPUs back: LEASE_ID, or --mine for all of yours."""
+    if (lease_id is None) == (not mine):
+        raise click.UsageError("give a LEASE_ID or --mine (not both)")
     with daemon_client(ctx) as client:
-        _print_lease(ctx, client.free(lease_id).raw)
+        if lease_id is not None:
+            _print_lease(ctx, client.free(lease_id).raw)
+            return
+        freed = _free_mine(client)
+    if ctx.obj.json:
+        echo_json({"leases": freed})
+        return
+    if not freed:
+        click.echo("you hold no lease")
+    for lease in freed:
+        _print_lease(ctx, lease)
 
 
 @click.command()
@@ -163,7 +200,7 @@ def free(ctx: click.Context, lease_id: str) -> None:
 @click.option("--reason", help="Recorded in the lease's history.")
 @click.pass_context
 def revoke(ctx: click.Context, lease_id: str, reason: str | None) -> None:
-    """Take a lease away from its holder (root only)."""
+    """Take a lease away from its holder (root and admins)."""
     with daemon_client(ctx) as client:
         _print_lease(ctx, client.revoke(lease_id, reason).raw)
 

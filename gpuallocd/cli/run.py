@@ -69,16 +69,25 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
     While queued, the waiting line shows on stderr and Ctrl-C leaves the queue (exit 130).
     """
     from gpulease import gpu_lease
+    from gpulease.renewer import idle_message
 
     count, gpus = request.pop("count"), request.pop("gpus")
     if count is None and not gpus:
         count = 1
-    lease = gpu_lease(count or 1, gpus=list(gpus) or None, socket=ctx.obj.socket, **request)
+    lease = gpu_lease(
+        count or 1,
+        gpus=list(gpus) or None,
+        socket=ctx.obj.socket,
+        on_idle=lambda lease, idle: click.echo(
+            f"gpuallocctl: {idle_message(lease, idle)}", err=True
+        ),
+        **request,
+    )
     with contextlib.ExitStack() as stack:
         with queued(ctx, bool(request.get("wait"))):
             granted = stack.enter_context(lease)
         if not ctx.obj.json:
-            gpu_list = ",".join(str(g.index) for g in granted.gpus)
+            gpu_list = ",".join(g.uuid if g.kind == "mig" else str(g.index) for g in granted.gpus)
             click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
         return run_command(command)
 

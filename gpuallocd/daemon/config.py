@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpuallocd.daemon.limits_config import check_rule_settings, parse_limits
 from gpuallocd.daemon.settings import DaemonConfig, Setting, settings
 from gpuallocd.errors import ConfigError
 
@@ -55,8 +56,8 @@ def parse_text(setting: Setting, text: str, where: str) -> Any:
             return _checked(setting, int(text.strip().removeprefix("0o"), base), where)
         if setting.type is float:
             return _checked(setting, float(text), where)
-        if setting.type is tuple:
-            return _checked(setting, text.split(","), where)
+        if setting.type is tuple:  # comma-separated
+            return _checked(setting, [v.strip() for v in text.split(",") if v.strip()], where)
     except (ValueError, KeyError):
         raise ConfigError(
             f"{where}: {setting.name} must be {setting.type.__name__}, not {text!r}"
@@ -73,8 +74,12 @@ def _from_file(path: Path, table: Mapping[str, Setting]) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
     section = data.get("gpuallocd", data)
-    values = {}
+    values: dict[str, Any] = {}
+    if "limits" in section or "limits" in data:
+        values["limits"] = parse_limits(section.get("limits", data.get("limits")), where)
     for key, value in section.items():
+        if key == "limits":
+            continue
         if key not in table:
             raise ConfigError(f"{where}: unknown setting {key!r}")
         values[key] = _checked(table[key], value, where)
@@ -109,4 +114,6 @@ def load_config(
         for k, v in options.items()
         if v is not None
     }
-    return replace(config, **given)
+    config = replace(config, **given)
+    check_rule_settings(config)
+    return config

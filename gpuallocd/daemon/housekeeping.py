@@ -1,5 +1,6 @@
-"""What the daemon does between requests: expire leases, sample live GPU state, and poll
-processes that have no pidfd. Each loop calls the allocator's façade and nothing else."""
+"""What the daemon does between requests: expire leases, sample live GPU state, poll
+processes that have no pidfd, and purge history past its retention. Each loop calls the
+allocator's façade and nothing else."""
 
 from __future__ import annotations
 
@@ -17,15 +18,22 @@ __all__ = ["Housekeeper"]
 log = logging.getLogger(__name__)
 
 EXPIRY_TICK_SECONDS = 0.5
+PURGE_INTERVAL_SECONDS = 3600.0  # the first purge runs at start
 
 
 class Housekeeper:
     """The daemon's background tasks, started and stopped together."""
 
     def __init__(
-        self, facade: AllocatorFacade, inventory: Inventory, sample_interval_seconds: float
+        self,
+        facade: AllocatorFacade,
+        inventory: Inventory,
+        sample_interval_seconds: float,
+        *,
+        retention_seconds: float | None = None,
     ) -> None:
         self._facade = facade
+        self._retention = retention_seconds
         self._inventory = inventory
         self._sample_interval = sample_interval_seconds
         self._tasks: list[asyncio.Task[None]] = []
@@ -36,6 +44,8 @@ class Housekeeper:
         self._spawn(self._expire_forever())
         self._spawn(self._sample_forever())
         self._spawn(self._facade.poll_processes())
+        if self._retention is not None:
+            self._spawn(self._purge_forever(self._retention))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -63,3 +73,13 @@ class Housekeeper:
             except Exception:
                 log.exception("sampling live GPU state failed; will retry")
             await asyncio.sleep(self._sample_interval)
+
+    async def _purge_forever(self, retention_seconds: float) -> None:
+        while True:
+            try:
+                purged = await self._facade.purge_history(retention_seconds)
+                if purged:
+                    log.info("purged %d lease(s) and admin action(s) past retention", purged)
+            except GpuallocError as exc:
+                log.error("purging old history failed: %s", exc.message)
+            await asyncio.sleep(PURGE_INTERVAL_SECONDS)

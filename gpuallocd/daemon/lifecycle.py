@@ -3,8 +3,10 @@
 Start: take the state lock, open the inventory and the ledger, build the allocator, bind
 the socket and serve. Background tasks expire leases and sample live GPU state. SIGTERM
 and SIGINT stop it: the socket stops accepting, requests in flight finish within the grace
-period, then everything is closed in reverse order. Everything runs on one event loop
-thread; only blocking inventory calls (sampling, rediscovery) go to a thread pool.
+period, then everything is closed in reverse order. SIGHUP reads the config again and adopts
+its limits and admin groups (and group memberships afresh) without touching leases or
+waiters. Everything runs on one event loop thread; only blocking inventory calls (sampling,
+rediscovery) go to a thread pool.
 """
 
 from __future__ import annotations
@@ -19,8 +21,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gpuallocd import __version__
-from gpuallocd.allocator import AllocatorFacade, AllocatorSettings, LeaseLifecycle
+from gpuallocd.allocator import (
+    AllocatorFacade,
+    AllocatorSettings,
+    IdleRules,
+    LeaseLifecycle,
+    SiteRules,
+)
 from gpuallocd.api.app import ApiContext, create_app
+from gpuallocd.api.peercred import forget_identities
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket
 from gpuallocd.daemon.activation import inherited_api_socket
 from gpuallocd.daemon.housekeeping import Housekeeper
@@ -28,6 +37,7 @@ from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watch
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.statelock import StateLock
 from gpuallocd.errors import (
+    ConfigError,
     HardwareUnavailable,
     InventoryError,
     LedgerError,
@@ -43,6 +53,20 @@ __all__ = ["Daemon"]
 log = logging.getLogger("gpuallocd")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RELOAD_SIGNAL = signal.SIGHUP
+
+
+def site_rules(config: DaemonConfig) -> SiteRules:
+    """The limits and admin groups of a config."""
+    return SiteRules(limits=config.limits, admin_groups=frozenset(config.admin_groups))
+
+
+def idle_rules(config: DaemonConfig) -> IdleRules:
+    minutes = config.idle_reclaim_minutes
+    return IdleRules(
+        reclaim_seconds=None if minutes is None else minutes * 60.0,
+        grace_seconds=config.idle_grace_minutes * 60.0,
+    )
 
 
 class Daemon:
@@ -54,16 +78,35 @@ class Daemon:
         *,
         clock: Callable[[], float] = time.time,
         inventory_opener: Callable[[str], Inventory] = open_inventory,
+        reload_config: Callable[[], DaemonConfig] | None = None,
     ) -> None:
-        """`inventory_opener` turns the `inventory` setting into a backend (tests pass a fake's)."""
+        """`inventory_opener` turns the `inventory` setting into a backend (tests pass a fake's);
+        `reload_config` reads the config again on SIGHUP (default: keep this one)."""
         self.config = config
         self._clock = clock
         self._open_inventory = inventory_opener
+        self._reload_config = reload_config or (lambda: config)
         self._stop = asyncio.Event()
         self._metrics = DaemonMetrics()
+        self._facade_in_service: AllocatorFacade | None = None
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def reload(self) -> None:
+        """Adopt the limits and admin groups of the config as it reads now (SIGHUP).
+
+        A config that no longer reads keeps the rules in force, with an error in the log.
+        """
+        try:
+            config = self._reload_config()
+        except ConfigError as exc:
+            log.error("reload refused, the rules in force stay: %s", exc.message)
+            return
+        forget_identities()
+        if self._facade_in_service is not None:
+            self._facade_in_service.set_rules(site_rules(config))
+        log.info("reloaded the limits and admin groups")
 
     async def run(self) -> None:
         state_dir = Path(self.config.state_dir)
@@ -111,8 +154,17 @@ class Daemon:
             inventory.topology(),
             clock=self._clock,
             settings=settings,
+            rules=site_rules(self.config),
         )
-        return AllocatorFacade(lifecycle, ledger, clock=self._clock, observer=self._metrics)
+        facade = AllocatorFacade(
+            lifecycle,
+            ledger,
+            clock=self._clock,
+            observer=self._metrics,
+            idle=idle_rules(self.config),
+        )
+        self._facade_in_service = facade
+        return facade
 
     def _exporter(self, facade: AllocatorFacade, inventory: Inventory) -> MetricsExporter:
         return MetricsExporter(
@@ -125,7 +177,12 @@ class Daemon:
 
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
         facade = self._facade(inventory, ledger)
-        housekeeper = Housekeeper(facade, inventory, self.config.sample_interval_seconds)
+        housekeeper = Housekeeper(
+            facade,
+            inventory,
+            self.config.sample_interval_seconds,
+            retention_seconds=self.config.history_retention_days * 86400.0,
+        )
         exporter = self._exporter(facade, inventory)
         ctx = ApiContext(facade, discover=inventory.rescan, started_at=self._clock())
         socket_path = Path(self.config.socket)
@@ -142,7 +199,7 @@ class Daemon:
             await housekeeper.start()
             await exporter.start()
             await server.start()
-            with _stop_on_signals(self._stop):
+            with _stop_on_signals(self._stop), _reload_on_hangup(self.reload):
                 self._announce(facade, socket_path)
                 watchdog = start_watchdog()
                 await self._stop.wait()
@@ -201,3 +258,19 @@ def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
             signal.signal(sig, previous[sig])
+
+
+@contextlib.contextmanager
+def _reload_on_hangup(reload: Callable[[], None]) -> Iterator[None]:
+    """SIGHUP reloads the rules; the previous handler comes back after (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    previous = signal.getsignal(RELOAD_SIGNAL)
+    loop.add_signal_handler(RELOAD_SIGNAL, reload)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(RELOAD_SIGNAL)
+        signal.signal(RELOAD_SIGNAL, previous)

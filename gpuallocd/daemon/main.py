@@ -8,6 +8,7 @@ traceback in the log.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -104,7 +105,8 @@ def main(config_file: Path | None, **options: Any) -> None:
     try:
         config = load_config(config_file, **options)
         _configure_logging(config.log_level)
-        asyncio.run(Daemon(config).run())
+        reload = functools.partial(load_config, config_file, **options)  # on SIGHUP
+        asyncio.run(Daemon(config, reload_config=reload).run())
     except GpuallocError as exc:
         log.debug("startup failed", exc_info=exc)
         click.echo(f"gpuallocd: {exc.message}", err=True)

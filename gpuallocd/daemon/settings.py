@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuallocd.allocator import LimitsTable
+
 __all__ = [
     "DEFAULT_SOCKET",
     "DaemonConfig",
     "Setting",
     "render_markdown",
     "render_toml",
+    "sections",
     "settings",
 ]
 
@@ -115,6 +118,30 @@ class DaemonConfig:
         "node_exporter's textfile collector (a name ending in `.prom`); unset: no file",
         example='"/var/lib/prometheus/node-exporter/gpuallocd.prom"',
     )
+    admin_groups: tuple[str, ...] = _setting(
+        (),
+        "groups whose members (and root) may revoke, drain and undrain; re-read on SIGHUP",
+        example='["gpuadmin"]',
+    )
+    idle_reclaim_minutes: float | None = _setting(
+        None,
+        "report a lease whose GPUs showed no process and 0% utilisation this long, and revoke "
+        "it `idle_grace_minutes` later while someone waits for its GPUs (unset: never)",
+        example="60",
+    )
+    idle_grace_minutes: float = _setting(
+        10.0, "how long an idle lease is kept after its holder was told, before reclaim"
+    )
+    history_retention_days: float = _setting(
+        90.0, "ended leases and their history older than this are purged by housekeeping"
+    )
+    limits: LimitsTable = field(
+        default_factory=LimitsTable,
+        metadata={
+            "section": "per-user limits: `[limits]` with `[limits.group.NAME]` and "
+            "`[limits.user.NAME]` overrides, re-read on SIGHUP (docs/limits.md)"
+        },
+    )
 
     @property
     def ledger_path(self) -> Path:
@@ -174,6 +201,8 @@ def settings() -> tuple[Setting, ...]:
     hints = typing.get_type_hints(DaemonConfig)
     rows = []
     for f in dataclasses.fields(DaemonConfig):
+        if "section" in f.metadata:
+            continue  # a table of its own (see sections())
         base, optional = _base_type(hints[f.name])
         rows.append(
             Setting(
@@ -190,6 +219,15 @@ def settings() -> tuple[Setting, ...]:
     return tuple(rows)
 
 
+def sections() -> dict[str, str]:
+    """The settings that are TOML tables of their own (file only), with their meaning."""
+    return {
+        f.name: f.metadata["section"]
+        for f in dataclasses.fields(DaemonConfig)
+        if "section" in f.metadata
+    }
+
+
 def render_toml() -> str:
     """The example config file: every key with its default and meaning."""
     lines = [
@@ -201,6 +239,9 @@ def render_toml() -> str:
         lines.append(f"# environment: {s.env}, option: {s.option}")
         value = s.show(s.default)
         lines.append(f"# {s.name} = {s.example}" if s.default is None else f"{s.name} = {value}")
+    for name, meaning in sections().items():
+        lines.append(f"\n# {meaning}".replace("`", ""))
+        lines.append(f"# [{name}]")
     return "\n".join(lines) + "\n"
 
 
@@ -214,4 +255,6 @@ def render_markdown() -> str:
         default = "unset" if s.default is None else f"`{s.show(s.default).strip(chr(34))}`"
         allowed = f" (one of {', '.join(f'`{c}`' for c in s.choices)})" if s.choices else ""
         rows.append(f"| `{s.name}` | {default} | `{s.env}` | {s.meaning}{allowed} |")
+    for name, meaning in sections().items():
+        rows.append(f"| `[{name}]` | none | file only | {meaning} |")
     return "\n".join(rows) + "\n"

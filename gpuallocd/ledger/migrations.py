@@ -34,6 +34,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX active_units_by_gpu ON lease_gpus (gpu_of) WHERE active = 1",
         *UNIT_TRIGGERS,
     ),
+    # 4: waiting time per lease (accounting), indexes for usage and purge by end time; the
+    # new tables (drains, admin_actions) are created after the migrations run.
+    4: (
+        "ALTER TABLE leases ADD COLUMN waited_seconds FLOAT NOT NULL DEFAULT 0",
+        "CREATE INDEX IF NOT EXISTS leases_by_end ON leases (ended_at)",
+        "CREATE INDEX IF NOT EXISTS leases_by_owner ON leases (owner_uid, ended_at)",
+    ),
 }
 
 

@@ -58,6 +58,7 @@ def lease_row(lease: Lease) -> dict[str, Any]:
         "ended_at": lease.ended_at,
         "bound": lease.bound,
         "pid_start_time": lease.pid_start_time,
+        "waited_seconds": lease.waited_seconds,
     }
 
 
@@ -107,6 +108,7 @@ def lease_from_row(row: Any, gpus: tuple[LeasedGpu, ...]) -> Lease:
         ended_at=row["ended_at"],
         bound=bool(row["bound"]),
         pid_start_time=row["pid_start_time"],
+        waited_seconds=row["waited_seconds"],
     )
 
 

@@ -28,6 +28,8 @@ from sqlalchemy import (
 __all__ = [
     "SCHEMA_VERSION",
     "UNIT_TRIGGERS",
+    "admin_actions",
+    "drains",
     "gpus",
     "history",
     "lease_gpus",
@@ -36,7 +38,7 @@ __all__ = [
     "metadata",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -75,7 +77,10 @@ leases = Table(
     Column("ended_at", Float),
     Column("bound", Boolean, nullable=False, default=False),
     Column("pid_start_time", Integer),
+    Column("waited_seconds", Float, nullable=False, default=0.0),
     Index("leases_by_state", "state"),
+    Index("leases_by_end", "ended_at"),
+    Index("leases_by_owner", "owner_uid", "ended_at"),
 )
 
 lease_gpus = Table(
@@ -138,4 +143,29 @@ history = Table(
     Column("at", Float, nullable=False),
     Column("detail", Text),
     Index("history_by_lease", "lease_id"),
+)
+
+# GPUs an admin took out of service; a row lives until the GPU is undrained.
+drains = Table(
+    "drains",
+    metadata,
+    Column("gpu_uuid", String, primary_key=True),
+    Column("reason", Text, nullable=False),
+    Column("by_uid", Integer, nullable=False),
+    Column("by_user", String, nullable=False),
+    Column("at", Float, nullable=False),
+)
+
+# Every admin action: who (uid and name) did what (revoke, drain, undrain) to what, and why.
+admin_actions = Table(
+    "admin_actions",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("action", String, nullable=False),
+    Column("target", String, nullable=False),
+    Column("actor_uid", Integer, nullable=False),
+    Column("actor", String, nullable=False),
+    Column("reason", Text),
+    Index("admin_actions_by_time", "at"),
 )

@@ -37,6 +37,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from gpuallocd.errors import GpuBusy, LedgerError
 from gpuallocd.ledger import schema
+from gpuallocd.ledger.admin_records import AdminRecords
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.ledger.rows import (
     event_from_row,
@@ -46,6 +47,7 @@ from gpuallocd.ledger.rows import (
     leased_gpu_from_row,
     unit_rows,
 )
+from gpuallocd.ledger.usage_records import UsageRecords
 from gpuallocd.model import Gpu
 from gpuallocd.model.lease import (
     ENDING_EVENT,
@@ -108,8 +110,9 @@ def _make_engine(path: Path, sync: str) -> Engine:
     return engine
 
 
-class Ledger:
-    """GPUs, leases and their history, in one SQLite file."""
+class Ledger(AdminRecords, UsageRecords):
+    """GPUs, leases and their history, in one SQLite file (drains, admin actions and
+    accounting reads in the base classes)."""
 
     def __init__(
         self,

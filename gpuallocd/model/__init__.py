@@ -5,6 +5,7 @@ Nothing here does I/O or keeps state; every other package passes these values ar
 
 from __future__ import annotations
 
+from gpuallocd.model.admin import AdminAction, AdminActionKind, Drain
 from gpuallocd.model.lease import (
     Caller,
     HistoryEvent,
@@ -27,16 +28,21 @@ from gpuallocd.model.node import (
     Topology,
     pair_key,
 )
+from gpuallocd.model.usage import LeaseSpan, UserUsage, gpu_seconds, usage_by_user
 
 __all__ = [
     "HEALTHY",
     "NO_LINK",
+    "AdminAction",
+    "AdminActionKind",
     "Caller",
+    "Drain",
     "Gpu",
     "GpuProcess",
     "HistoryEvent",
     "Lease",
     "LeaseEvent",
+    "LeaseSpan",
     "LeaseState",
     "LeasedGpu",
     "Link",
@@ -45,6 +51,9 @@ __all__ = [
     "PcieLevel",
     "Topology",
     "UnitKind",
+    "UserUsage",
+    "gpu_seconds",
     "lease_gpu_weight",
     "pair_key",
+    "usage_by_user",
 ]

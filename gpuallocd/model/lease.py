@@ -52,6 +52,7 @@ class Caller:
     gid: int
     pid: int
     user: str
+    groups: frozenset[str] = frozenset()  # names of the user's groups, from the user database
 
     @property
     def is_root(self) -> bool:
@@ -116,6 +117,7 @@ class Lease:
     ended_at: float | None = None
     bound: bool = False  # ends when the process `pid` (started at `pid_start_time`) exits
     pid_start_time: int | None = None
+    waited_seconds: float = 0.0  # how long the request waited in the queue before its grant
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -141,6 +143,7 @@ class Lease:
             "state": self.state.value,
             "ended_at": self.ended_at,
             "bound_to_process": self.bound,
+            "waited_seconds": self.waited_seconds,
         }
 
 

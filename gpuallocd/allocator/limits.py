@@ -1,0 +1,145 @@
+"""Per-user limits: the table an admin writes, which value applies to whom, and the check of
+a request against a caller's current use.
+
+Pure: no I/O and no clock. The most specific value wins, key by key: the user's own entry,
+else the most generous of the groups the user is in that set the key, else the default. A
+key set nowhere is no limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuallocd.errors import QuotaExceeded
+from gpuallocd.model import Lease, lease_gpu_weight
+
+__all__ = [
+    "LIMIT_NAMES",
+    "AppliedLimits",
+    "Limits",
+    "LimitsTable",
+    "Usage",
+    "check_grant",
+    "check_waiting",
+    "gpus_held",
+]
+
+LIMIT_NAMES = ("max_gpus", "max_ttl_seconds", "max_waiting", "max_gpu_hours_per_day")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One row of the table: None where this row does not set the limit."""
+
+    max_gpus: float | None = None
+    max_ttl_seconds: float | None = None
+    max_waiting: int | None = None
+    max_gpu_hours_per_day: float | None = None
+
+    def value(self, name: str) -> float | None:
+        found: float | None = getattr(self, name)
+        return found
+
+
+@dataclass(frozen=True)
+class LimitsTable:
+    """The `[limits]` section: defaults for everyone, per-group and per-user overrides."""
+
+    default: Limits = field(default_factory=Limits)
+    groups: Mapping[str, Limits] = field(default_factory=dict)
+    users: Mapping[str, Limits] = field(default_factory=dict)
+
+    def applied(self, user: str, groups: Iterable[str]) -> AppliedLimits:
+        """The limits that apply to `user`, a member of `groups`, with where each came from."""
+        member_of = sorted(g for g in set(groups) if g in self.groups)
+        values: dict[str, float | None] = {}
+        sources: dict[str, str] = {}
+        for name in LIMIT_NAMES:
+            values[name], sources[name] = self._resolve(name, user, member_of)
+        return AppliedLimits(user=user, values=values, sources=sources)
+
+    def _resolve(self, name: str, user: str, groups: list[str]) -> tuple[float | None, str]:
+        own = self.users.get(user)
+        if own is not None and own.value(name) is not None:
+            return own.value(name), f"user {user}"
+        by_group = [(self.groups[g].value(name), g) for g in groups]
+        set_by_groups = [(v, g) for v, g in by_group if v is not None]
+        if set_by_groups:
+            value, group = max(set_by_groups, key=lambda pair: (pair[0], pair[1]))
+            return value, f"group {group}"
+        default = self.default.value(name)
+        return default, "default" if default is not None else "none"
+
+
+@dataclass(frozen=True)
+class AppliedLimits:
+    """The limits of one user: each value (None: no limit) and where it was set."""
+
+    user: str
+    values: Mapping[str, float | None]
+    sources: Mapping[str, str]
+
+    def value(self, name: str) -> float | None:
+        return self.values[name]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a user holds and does now, in the units of the limits."""
+
+    gpus: float = 0.0
+    waiting: int = 0
+    gpu_hours_per_day: float = 0.0
+
+    def current(self, name: str) -> float | None:
+        """The use that `name` limits; None for `max_ttl_seconds`, which limits a request."""
+        return {
+            "max_gpus": self.gpus,
+            "max_waiting": float(self.waiting),
+            "max_gpu_hours_per_day": self.gpu_hours_per_day,
+        }.get(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: self.current(name) for name in LIMIT_NAMES}
+
+
+def gpus_held(leases: Iterable[Lease], uid: int) -> float:
+    """The GPUs the user `uid` holds in these leases, by weight."""
+    return sum(lease_gpu_weight(lease) for lease in leases if lease.owner_uid == uid)
+
+
+def _refuse(limits: AppliedLimits, name: str, current: float, message: str) -> QuotaExceeded:
+    value = limits.value(name)
+    where = limits.sources[name]
+    return QuotaExceeded(
+        f"{message}: {name} = {value:g} for {limits.user} ({where})",
+        limit=name,
+        value=value,
+        current=current,
+    )
+
+
+def check_grant(limits: AppliedLimits, usage: Usage, *, gpus: float, ttl_seconds: float) -> None:
+    """Refuse (QuotaExceeded) a grant of `gpus` for `ttl_seconds` that would pass a limit."""
+    max_ttl = limits.value("max_ttl_seconds")
+    if max_ttl is not None and ttl_seconds > max_ttl:
+        raise _refuse(limits, "max_ttl_seconds", ttl_seconds, f"a TTL of {ttl_seconds:g} s")
+    max_gpus = limits.value("max_gpus")
+    if max_gpus is not None and usage.gpus + gpus > max_gpus:
+        message = f"{limits.user} holds {usage.gpus:g} GPU(s) and asks for {gpus:g} more"
+        raise _refuse(limits, "max_gpus", usage.gpus, message)
+    max_hours = limits.value("max_gpu_hours_per_day")
+    if max_hours is not None and usage.gpu_hours_per_day >= max_hours:
+        used = usage.gpu_hours_per_day
+        message = f"{limits.user} used {used:.2f} GPU-hours in the last 24 hours"
+        raise _refuse(limits, "max_gpu_hours_per_day", used, message)
+
+
+def check_waiting(limits: AppliedLimits, waiting: int) -> None:
+    """Refuse one more waiting request when the user already has `max_waiting` in the queue."""
+    max_waiting = limits.value("max_waiting")
+    if max_waiting is not None and waiting >= max_waiting:
+        message = f"{limits.user} already has {waiting} request(s) waiting"
+        raise _refuse(limits, "max_waiting", waiting, message)

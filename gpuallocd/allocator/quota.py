@@ -1,0 +1,100 @@
+"""A caller's use of the node held against the limits that apply to them.
+
+Use is measured where it lives: GPUs held from the active leases, waiting requests from the
+queue, GPU-hours of the last 24 hours from the ledger's record of leases (read only when a
+limit on them applies, so a node without that limit pays nothing on a grant).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from gpuallocd.allocator.limits import (
+    LIMIT_NAMES,
+    AppliedLimits,
+    Usage,
+    check_grant,
+    check_waiting,
+    gpus_held,
+)
+from gpuallocd.allocator.site_rules import SiteRules
+from gpuallocd.errors import QuotaExceeded
+from gpuallocd.ledger import Ledger
+from gpuallocd.model import Caller, Lease, gpu_seconds
+
+__all__ = ["DAY_SECONDS", "Quota"]
+
+DAY_SECONDS = 24 * 3600.0
+
+
+class Quota:
+    """Measures use and checks requests against the site's limits (`rules` may be swapped)."""
+
+    def __init__(self, ledger: Ledger, clock: Callable[[], float], rules: SiteRules) -> None:
+        self._ledger = ledger
+        self._clock = clock
+        self.rules = rules
+
+    def applied(self, caller: Caller) -> AppliedLimits:
+        return self.rules.limits.applied(caller.user, caller.groups)
+
+    def gpu_hours_per_day(self, uid: int) -> float:
+        """GPU-hours `uid` held in the last 24 hours (active leases up to now)."""
+        now = self._clock()
+        spans = self._ledger.lease_spans(now - DAY_SECONDS, now, uid=uid)
+        return gpu_seconds(spans, now - DAY_SECONDS, now) / 3600.0
+
+    def usage(
+        self, uid: int, active: Iterable[Lease], waiting: int = 0, *, with_hours: bool = True
+    ) -> Usage:
+        hours = self.gpu_hours_per_day(uid) if with_hours else 0.0
+        return Usage(gpus=gpus_held(active, uid), waiting=waiting, gpu_hours_per_day=hours)
+
+    def checked_ttl(self, caller: Caller, ttl: float, *, defaulted: bool) -> float:
+        """The TTL to grant: a default above the caller's `max_ttl_seconds` is cut down to it."""
+        limit = self.applied(caller).value("max_ttl_seconds")
+        if defaulted and limit is not None:
+            return min(ttl, limit)
+        if limit is not None and ttl > limit:
+            applied = self.applied(caller)
+            raise QuotaExceeded(
+                f"a TTL of {ttl:g} s: max_ttl_seconds = {limit:g} for {caller.user} "
+                f"({applied.sources['max_ttl_seconds']})",
+                limit="max_ttl_seconds",
+                value=limit,
+                current=ttl,
+            )
+        return ttl
+
+    def check_grant(
+        self, caller: Caller, active: Iterable[Lease], *, gpus: float, ttl_seconds: float
+    ) -> None:
+        """QuotaExceeded when granting `gpus` to the caller would pass one of their limits."""
+        applied = self.applied(caller)
+        with_hours = applied.value("max_gpu_hours_per_day") is not None
+        usage = self.usage(caller.uid, active, with_hours=with_hours)
+        check_grant(applied, usage, gpus=gpus, ttl_seconds=ttl_seconds)
+
+    def check_waiting(self, caller: Caller, waiting: int) -> None:
+        check_waiting(self.applied(caller), waiting)
+
+    def report(self, subject: Caller, active: Iterable[Lease], waiting: int) -> dict[str, Any]:
+        """What `gpuallocctl limits` shows: each limit, where it was set, and the current use."""
+        applied = self.applied(subject)
+        usage = self.usage(subject.uid, active, waiting)
+        return {
+            "user": subject.user,
+            "uid": subject.uid,
+            "groups": sorted(subject.groups),
+            "admin": self.rules.is_admin(subject),
+            "limits": [
+                {
+                    "limit": name,
+                    "value": applied.value(name),
+                    "source": applied.sources[name],
+                    "current": usage.current(name),
+                }
+                for name in LIMIT_NAMES
+            ],
+        }

@@ -1,0 +1,75 @@
+"""Admin commands: drain and undrain GPUs, and the record of admin actions."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from gpuallocd.cli.common import daemon_client
+from gpuallocd.cli.output import echo_json, table
+
+__all__ = ["COMMANDS"]
+
+
+def _gpu_ref(text: str) -> str | int:
+    return int(text) if text.isascii() and text.isdigit() else text
+
+
+def _print_gpus(ctx: click.Context, gpus: list[dict[str, Any]]) -> None:
+    if ctx.obj.json:
+        echo_json({"gpus": gpus})
+        return
+    for gpu in gpus:
+        line = f"GPU {gpu['index']} ({gpu['uuid']}): {gpu['state']}"
+        if gpu["state"] == "draining" and gpu["holder"]:
+            line += f" until lease {gpu['lease_id']} of {gpu['holder']['user']} ends"
+        click.echo(line)
+
+
+@click.command()
+@click.argument("gpus", nargs=-1, required=True)
+@click.option("--reason", required=True, help="Why; shown in status and kept in the record.")
+@click.pass_context
+def drain(ctx: click.Context, gpus: tuple[str, ...], reason: str) -> None:
+    """Take GPUs out of service (admins): no new lease; leases on them run to their end."""
+    with daemon_client(ctx) as client:
+        statuses = client.drain([_gpu_ref(g) for g in gpus], reason)
+    _print_gpus(ctx, [s.raw for s in statuses])
+
+
+@click.command()
+@click.argument("gpus", nargs=-1, required=True)
+@click.pass_context
+def undrain(ctx: click.Context, gpus: tuple[str, ...]) -> None:
+    """Put drained GPUs back in service (admins)."""
+    with daemon_client(ctx) as client:
+        statuses = client.undrain([_gpu_ref(g) for g in gpus])
+    _print_gpus(ctx, [s.raw for s in statuses])
+
+
+@click.command(name="admin-log")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.pass_context
+def admin_log(ctx: click.Context, limit: int) -> None:
+    """Admin actions (revoke, drain, undrain) with the admin's name and reason, oldest first."""
+    with daemon_client(ctx) as client:
+        actions = client.admin_actions(limit)
+    if ctx.obj.json:
+        echo_json({"actions": actions})
+        return
+    rows = [
+        (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["at"])),
+            a["action"],
+            a["target"],
+            a["actor"]["user"],
+            a["reason"],
+        )
+        for a in actions
+    ]
+    click.echo(table(("TIME", "ACTION", "TARGET", "BY", "REASON"), rows))
+
+
+COMMANDS = (drain, undrain, admin_log)

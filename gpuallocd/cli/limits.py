@@ -1,0 +1,105 @@
+"""`gpuallocctl limits` and `usage`: the limits that apply to a user, and accounting."""
+
+from __future__ import annotations
+
+import datetime
+import re
+import time
+from typing import Any
+
+import click
+
+from gpuallocd.cli.common import daemon_client
+from gpuallocd.cli.output import echo_json, table
+
+__all__ = ["COMMANDS", "parse_since"]
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """`7d`, `12h`, `30m`, `90s`, `2w` ago, or a date `2025-05-01` / `2025-05-01T08:00` (local
+    time), as Unix time."""
+    match = _DURATION.match(text)
+    if match:
+        now = time.time() if now is None else now
+        return now - float(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        return datetime.datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is neither a duration (7d, 12h, 30m) nor a date (2025-05-01)"
+        ) from None
+
+
+def _show(value: float | None, name: str) -> str | None:
+    if value is None:
+        return None
+    if name == "max_gpu_hours_per_day":
+        return f"{value:.2f}"
+    return f"{value:g}"
+
+
+def _limit_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            entry["limit"],
+            _show(entry["value"], entry["limit"]) or "none",
+            entry["source"],
+            _show(entry["current"], entry["limit"]),
+        )
+        for entry in report["limits"]
+    ]
+
+
+@click.command()
+@click.option("--user", help="Another user's limits (name or uid; default: yours).")
+@click.option("--json", "local_json", is_flag=True, help="JSON output (as the global --json).")
+@click.pass_context
+def limits(ctx: click.Context, user: str | None, local_json: bool) -> None:
+    """The limits that apply to you (or --user), where each was set, and the current use."""
+    with daemon_client(ctx) as client:
+        report = client.limits(user)
+    if ctx.obj.json or local_json:
+        echo_json(report)
+        return
+    groups = ", ".join(report["groups"]) or "-"
+    admin = ", admin" if report["admin"] else ""
+    click.echo(f"limits of {report['user']} (uid {report['uid']}{admin}; groups: {groups})")
+    click.echo(table(("LIMIT", "VALUE", "FROM", "CURRENT"), _limit_rows(report)))
+
+
+def _usage_rows(users: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    rows = [
+        (u["user"], f"{u['gpu_hours']:.2f}", u["leases"], f"{u['waiting_seconds'] / 3600:.2f}")
+        for u in users
+    ]
+    if len(users) > 1:
+        hours = sum(u["gpu_hours"] for u in users)
+        waited = sum(u["waiting_seconds"] for u in users) / 3600
+        rows.append(("TOTAL", f"{hours:.2f}", sum(u["leases"] for u in users), f"{waited:.2f}"))
+    return rows
+
+
+@click.command()
+@click.option("--since", default="7d", show_default=True, help="A duration ago or a date.")
+@click.option("--user", help="Only this user (name or uid).")
+@click.option("--json", "local_json", is_flag=True, help="JSON output (as the global --json).")
+@click.pass_context
+def usage(ctx: click.Context, since: str, user: str | None, local_json: bool) -> None:
+    """GPU-hours, leases and hours waited per user, from the history (like sreport)."""
+    start = parse_since(since)
+    with daemon_client(ctx) as client:
+        report = client.usage(since=start, user=user)
+    if ctx.obj.json or local_json:
+        echo_json(report)
+        return
+    span = " to ".join(
+        time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) for t in (start, report["until"])
+    )
+    click.echo(f"usage from {span}")
+    click.echo(table(("USER", "GPU-HOURS", "LEASES", "HOURS-WAITED"), _usage_rows(report["users"])))
+
+
+COMMANDS = (limits, usage)

@@ -1,0 +1,156 @@
+"""Real users and groups for the tests of a shared node's rules, and a way to act as them.
+
+As root, a session fixture creates a few users and groups with a random suffix (so tests of
+several checkouts on one machine never collide) and deletes them at the end. Commands run as
+those users in subprocesses, with the user's uid, primary group and supplementary groups set
+by the kernel (`user=`, `group=`, `extra_groups=`), so the daemon sees them through
+SO_PEERCRED exactly as it sees any user. Not root: the tests that need users skip, saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# short name -> supplementary groups (short names)
+USERS = {
+    "alice": ("students",),
+    "bob": ("students", "staff"),
+    "carol": (),
+    "dave": ("gpuadmin",),
+}
+GROUPS = ("students", "staff", "gpuadmin")
+
+
+def _interpreters() -> list[str]:
+    """Pythons that may run this checkout for other users: this one, else the system's one of
+    the same version (this one may live where other users cannot reach, a home directory)."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}")
+    return [c for c in dict.fromkeys(candidates) if Path(c).exists()]
+
+
+def _pythonpath() -> dict[str, str]:
+    """The environment that lets any of those Pythons import this checkout and its packages."""
+    paths = sysconfig.get_paths()
+    entries = [str(ROOT), str(ROOT / "client"), paths["purelib"], paths["platlib"]]
+    return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(entries))}
+
+
+@dataclass
+class SystemUsers:
+    """The users and groups of one test session: `name("alice")` is the real user name."""
+
+    suffix: str
+    python: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+    def name(self, short: str) -> str:
+        return f"ga{short}{self.suffix}"
+
+    def uid(self, short: str) -> int:
+        return pwd.getpwnam(self.name(short)).pw_uid
+
+    def run(
+        self, short: str, argv: Sequence[str], *, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `python argv...` as the user; wait for it."""
+        return subprocess.run(
+            [self.python, *argv], capture_output=True, text=True, timeout=timeout, **self._as(short)
+        )
+
+    def start(self, short: str, argv: Sequence[str], log: Path) -> subprocess.Popen[str]:
+        """Start `python argv...` as the user, its output in `log`."""
+        with open(log, "w") as out:
+            return subprocess.Popen(
+                [self.python, *argv],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+                **self._as(short),
+            )
+
+    def ctl(
+        self, short: str, socket: Path, *args: str, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """`gpuallocctl --socket SOCKET args...` as the user."""
+        return self.run(
+            short, ["-m", "gpuallocd.cli", "--socket", str(socket), *args], timeout=timeout
+        )
+
+    def _as(self, short: str) -> dict[str, object]:
+        entry = pwd.getpwnam(self.name(short))
+        groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C.UTF-8", **self.env}
+        return {
+            "user": entry.pw_uid,
+            "group": entry.pw_gid,
+            "extra_groups": groups,
+            "env": env,
+            "cwd": "/",
+        }
+
+
+def _create(users: SystemUsers) -> None:
+    for group in GROUPS:
+        subprocess.run(["groupadd", users.name(group)], check=True, capture_output=True)
+    for short, groups in USERS.items():
+        command = ["useradd", "-M", "-s", "/usr/sbin/nologin", users.name(short)]
+        if groups:
+            command[1:1] = ["-G", ",".join(users.name(g) for g in groups)]
+        subprocess.run(command, check=True, capture_output=True)
+
+
+def _delete(users: SystemUsers) -> None:
+    for short in USERS:
+        subprocess.run(["userdel", users.name(short)], capture_output=True)
+    for group in GROUPS:
+        subprocess.run(["groupdel", users.name(group)], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def system_users() -> Iterator[SystemUsers]:
+    """alice and bob (students; bob also staff), carol (no group), dave (gpuadmin)."""
+    if os.geteuid() != 0:
+        pytest.skip("creating real users and running clients as them needs root")
+    if shutil.which("useradd") is None or shutil.which("groupadd") is None:
+        pytest.skip("useradd/groupadd are not installed")
+    users = SystemUsers(suffix=secrets.token_hex(2), env=_pythonpath())
+    _create(users)
+    try:
+        users.python = _first_that_runs(users)
+        yield users
+    finally:
+        _delete(users)
+
+
+def _first_that_runs(users: SystemUsers) -> str:
+    problems = []
+    for python in _interpreters():
+        users.python = python
+        try:
+            probe = users.run("carol", ["-c", "import gpulease, gpuallocd.cli"])
+        except OSError as exc:
+            problems.append(f"{python}: {exc.strerror}")
+            continue
+        if probe.returncode == 0:
+            return python
+        problems.append(f"{python}: {probe.stderr.strip()[-200:]}")
+    pytest.skip(f"no Python that another user may run with this checkout: {problems}")
+
+
+def open_to_everyone(path: Path) -> Path:
+    """Let other users reach the daemon's socket inside `path` (a test's private temp dir)."""
+    path.chmod(0o755)
+    return path
