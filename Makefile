@@ -26,11 +26,16 @@ test: $(STAMP)
 
 ## ruff, ruff format and mypy (strict on gpuallocd/).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check gpuallocd client tests
-	$(VENV)/bin/ruff format --check gpuallocd client tests
+	$(VENV)/bin/ruff check gpuallocd client tests benchmarks
+	$(VENV)/bin/ruff format --check gpuallocd client tests benchmarks
 	$(VENV)/bin/mypy
 
 check: lint test
+
+## Benchmarks against a fresh daemon, printed as one table (docs/performance.md).
+## genv is compared when installed: on PATH, or GENV_PYTHON=a Python that imports it.
+bench: $(STAMP)
+	$(PY) -m benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
