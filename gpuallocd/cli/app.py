@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 from dataclasses import dataclass
 
 import click
 
-from gpuallocd.cli.errors import GuardedGroup
+from gpuallocd.cli.lazy import LazyGroup
 
 __all__ = ["CliContext", "cli", "main"]
 
-# Each module defines click commands and a `COMMANDS` tuple of them.
-COMMAND_MODULES = (
-    "gpuallocd.cli.leases",
-    "gpuallocd.cli.run",
-    "gpuallocd.cli.bench",
-    "gpuallocd.cli.hardware",
-    "gpuallocd.cli.plan",
-)
+# Each command's module, imported when the command is used; every module defines its
+# click commands and a `COMMANDS` tuple of them.
+_LEASES, _PLAN, _HARDWARE = "gpuallocd.cli.leases", "gpuallocd.cli.plan", "gpuallocd.cli.hardware"
+COMMAND_MODULES = {
+    "status": _LEASES,
+    "leases": _LEASES,
+    "allocate": _LEASES,
+    "renew": _LEASES,
+    "free": _LEASES,
+    "revoke": _LEASES,
+    "queue": _LEASES,
+    "history": _LEASES,
+    "run": "gpuallocd.cli.run",
+    "bench": "gpuallocd.cli.bench",
+    "topology": _HARDWARE,
+    "rescan": _HARDWARE,
+    "plan": _PLAN,
+    "simulate": _PLAN,
+    "policy-bench": _PLAN,
+}
 
 
 @dataclass(frozen=True)
@@ -28,7 +39,11 @@ class CliContext:
     json: bool
 
 
-@click.group(cls=GuardedGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=COMMAND_MODULES,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option(
     "--socket",
     envvar="GPUALLOCD_SOCKET",
@@ -40,16 +55,6 @@ class CliContext:
 def cli(ctx: click.Context, socket: str | None, as_json: bool) -> None:
     """Lease GPUs from gpuallocd, and inspect or revoke leases."""
     ctx.obj = CliContext(socket=socket, json=as_json)
-
-
-def _register() -> None:
-    for module_name in COMMAND_MODULES:
-        module = importlib.import_module(module_name)
-        for command in module.COMMANDS:
-            cli.add_command(command)
-
-
-_register()
 
 
 def main() -> None:

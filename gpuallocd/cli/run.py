@@ -2,54 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 import sys
-from collections.abc import Iterator, Sequence
-from types import FrameType
 
 import click
 
 from gpuallocd.cli.common import lease_request_options
+from gpuallocd.cli.runner import FORWARDED_SIGNALS, RunRequest, lease_and_run, run_command
 
-__all__ = ["COMMANDS", "FORWARDED_SIGNALS"]
-
-# SIGINT is not forwarded: a Ctrl-C at the terminal reaches the command directly (it shares
-# our process group), and forwarding it too would interrupt it twice. It is ignored here
-# while the command runs, so the lease is freed after the command has handled it.
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-
-
-@contextlib.contextmanager
-def _forward_signals(child: subprocess.Popen[bytes]) -> Iterator[None]:
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
-
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def run_command(command: Sequence[str]) -> int:
-    """Run `command` with our environment, forwarding signals; its exit code (128+N if killed)."""
-    try:
-        child = subprocess.Popen(list(command), env=dict(os.environ))
-    except FileNotFoundError:
-        click.echo(f"gpuallocctl: command not found: {command[0]}", err=True)
-        return 127
-    except PermissionError:
-        click.echo(f"gpuallocctl: permission denied: {command[0]}", err=True)
-        return 126
-    with _forward_signals(child):
-        code = child.wait()
-    return 128 - code if code < 0 else code
+__all__ = ["COMMANDS", "FORWARDED_SIGNALS", "run_command"]
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -82,27 +42,18 @@ def run(
 
     Exits with the command's exit code. Example: gpuallocctl run -n 2 -- python train.py
     """
-    from gpulease import gpu_lease
-
-    if count is None and not gpus:
-        count = 1
-    lease = gpu_lease(
-        count or 1,
-        gpus=list(gpus) or None,
+    request = RunRequest(
+        command=command,
+        count=count,
+        gpus=gpus,
         policy=policy,
         ttl=ttl,
+        label=label,
         wait=wait,
         timeout=timeout,
-        label=label or " ".join(command)[:200],
-        socket=ctx.obj.socket,
         visible=visible,
     )
-    with lease as granted:
-        if not ctx.obj.json:
-            gpu_list = ",".join(str(g.index) for g in granted.gpus)
-            click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
-        code = run_command(command)
-    sys.exit(code)
+    sys.exit(lease_and_run(request, ctx.obj.socket, announce=not ctx.obj.json))
 
 
 COMMANDS = (run,)
