@@ -7,7 +7,6 @@ traceback in the log.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from collections.abc import Callable
@@ -18,6 +17,7 @@ import click
 
 from gpuallocd import __version__
 from gpuallocd.daemon.config import load_config, parse_text
+from gpuallocd.daemon.eventloop import run_event_loop
 from gpuallocd.daemon.lifecycle import Daemon
 from gpuallocd.daemon.settings import Setting, render_markdown, render_toml, settings
 from gpuallocd.errors import ConfigError, GpuallocError, StartupError
@@ -98,7 +98,7 @@ def main(config_file: Path | None, **options: Any) -> None:
     try:
         config = load_config(config_file, **options)
         _configure_logging(config.log_level)
-        asyncio.run(Daemon(config).run())
+        run_event_loop(Daemon(config).run())
     except GpuallocError as exc:
         log.debug("startup failed", exc_info=exc)
         click.echo(f"gpuallocd: {exc.message}", err=True)
