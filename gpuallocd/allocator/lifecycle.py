@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from gpuallocd.allocator.choices import ChoiceCache
 from gpuallocd.allocator.node_view import GpuStatus, NodeView
 from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
 from gpuallocd.allocator.watcher import process_start_time
@@ -52,6 +53,7 @@ class LeaseLifecycle:
         self._start_time_of = start_time_of
         self._settings = settings
         self._policies: dict[str, Policy] = {}
+        self._choices = ChoiceCache()
         self.node = NodeView(topology)
         ledger.sync_gpus(topology.gpus, clock())
         self._active = {lease.id: lease for lease in ledger.active_leases()}
@@ -115,8 +117,9 @@ class LeaseLifecycle:
         self.expire_due()
         request = request_for(self.topology, spec.count, spec.gpus, spec.min_free_memory_bytes)
         policy_name = spec.policy or self._settings.default_policy
-        snapshot = self.node.snapshot(self._active.values(), reserved)
-        choice = self._policy(policy_name).choose(snapshot, request)
+        state, snapshot = self.node.keyed_snapshot(self._active.values(), reserved)
+        policy = self._policy(policy_name)
+        choice = self._choices.choose(policy_name, policy, state, snapshot, request)
         check_choice(policy_name, choice, request, snapshot)
         if not choice.exact:
             log.warning(

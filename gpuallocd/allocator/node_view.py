@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gpuallocd.allocator.choices import SNAPSHOTS_KEPT, LruCache, StateKey
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.errors import UnknownGpu
 from gpuallocd.model import HEALTHY, Gpu, Lease, LiveState, Topology
@@ -65,6 +66,8 @@ class NodeView:
 
     def __init__(self, topology: Topology) -> None:
         self._live: dict[str, LiveState] = {}
+        self._epoch = 0  # changes with the topology or the live sample
+        self._snapshots: LruCache[StateKey, NodeSnapshot] = LruCache(SNAPSHOTS_KEPT)
         self.adopt(topology)
 
     @property
@@ -75,9 +78,16 @@ class NodeView:
         """Take a (re)discovered topology."""
         self._topology = topology
         self._by_uuid = topology.by_uuid()
+        self._new_epoch()
 
     def update_live(self, states: Mapping[str, LiveState]) -> None:
-        self._live = dict(states)
+        if states != self._live:
+            self._live = dict(states)
+            self._new_epoch()
+
+    def _new_epoch(self) -> None:
+        self._epoch += 1
+        self._snapshots.clear()
 
     def gpu(self, uuid: str) -> Gpu:
         return self._by_uuid[uuid]
@@ -98,10 +108,21 @@ class NodeView:
         self, leases: Iterable[Lease], reserved: frozenset[str] = frozenset()
     ) -> NodeSnapshot:
         """What a policy sees: leased and `reserved` GPUs busy, foreign use and health marked."""
+        return self.keyed_snapshot(leases, reserved)[1]
+
+    def keyed_snapshot(
+        self, leases: Iterable[Lease], reserved: frozenset[str] = frozenset()
+    ) -> tuple[StateKey, NodeSnapshot]:
+        """The snapshot and the key of the state it shows; one snapshot per state is kept."""
         holders = holders_of(leases)
-        foreign = frozenset(u for u in self._by_uuid if self._foreign_pids(u, holders.get(u)))
-        return NodeSnapshot.from_busy(
-            self._topology, busy=frozenset(holders) | reserved, live=self._live, foreign=foreign
+        in_use = (u for u, live in self._live.items() if live.processes and u in self._by_uuid)
+        foreign = frozenset(u for u in in_use if self._foreign_pids(u, holders.get(u)))
+        key = (self._epoch, frozenset(holders) | reserved, foreign)
+        return key, self._snapshots.get_or_make(
+            key,
+            lambda: NodeSnapshot.from_busy(
+                self._topology, busy=key[1], live=self._live, foreign=foreign
+            ),
         )
 
     def usable_gpus(self, spec: AllocateSpec) -> frozenset[str]:
