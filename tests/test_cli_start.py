@@ -111,6 +111,9 @@ def test_the_quick_reader_agrees_with_click(args: list[str]) -> None:
         ["run", "-n", "0", "x"],
         ["run", "-n", "two", "x"],
         ["run", "--ttl", "1e3", "x"],
+        ["run", "--ttl", ".5", "x"],
+        ["run", "--timeout", "1.", "x"],
+        ["run", "-n", "\u0661", "x"],  # a digit to int(), not to the quick reader
         ["run", "--ttl", "0", "x"],
         ["run", "--visible", "name", "x"],
         ["run", "--wait=yes", "x"],

@@ -11,7 +11,6 @@ with its messages and checks. The two readers are compared in the tests.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,8 +19,17 @@ from gpuallocd.cli.runner import RunRequest
 
 __all__ = ["QuickRun", "parse_quick_run"]
 
-_INTEGER = re.compile(r"[0-9]{1,9}\Z")
-_DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]{1,12})?\Z")
+_DIGITS = frozenset("0123456789")
+
+
+def _is_digits(text: str, most: int) -> bool:
+    return 0 < len(text) <= most and set(text) <= _DIGITS
+
+
+def _is_decimal(text: str) -> bool:
+    """Digits, or digits '.' digits: a form click's float conversion reads the same way."""
+    whole, dot, fraction = text.partition(".")
+    return _is_digits(whole, 12) and (not dot or _is_digits(fraction, 12))
 
 
 @dataclass(frozen=True)
@@ -32,11 +40,11 @@ class QuickRun:
 
 
 def _count(text: str) -> int | None:
-    return int(text) if _INTEGER.match(text) and int(text) >= 1 else None
+    return int(text) if _is_digits(text, 9) and int(text) >= 1 else None
 
 
 def _positive(text: str) -> float | None:
-    return float(text) if _DECIMAL.match(text) and float(text) > 0 else None
+    return float(text) if _is_decimal(text) and float(text) > 0 else None
 
 
 def _visible(text: str) -> str | None:
