@@ -11,7 +11,7 @@ from typing import Any
 from gpuallocd.errors import PermissionDenied
 from gpuallocd.model import Caller
 
-__all__ = ["peer_caller", "user_name"]
+__all__ = ["connection_caller", "peer_caller", "user_name"]
 
 _UCRED = struct.Struct("3i")  # pid, uid, gid
 
@@ -34,3 +34,18 @@ def peer_caller(sock: Any) -> Caller:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     pid, uid, gid = _UCRED.unpack(raw)
     return Caller(uid=uid, gid=gid, pid=pid, user=user_name(uid))
+
+
+def connection_caller(protocol: Any, transport: Any) -> Caller:
+    """The caller of a connection, read from the kernel once and kept on its protocol.
+
+    SO_PEERCRED reports who connected, fixed for the connection's life, so one read per
+    connection answers every request on it. `protocol` keeps it where it has a `peer` slot.
+    """
+    known: Caller | None = getattr(protocol, "peer", None)
+    if known is not None:
+        return known
+    caller = peer_caller(transport.get_extra_info("socket") if transport else None)
+    if hasattr(type(protocol), "peer"):
+        protocol.peer = caller
+    return caller

@@ -11,7 +11,7 @@ from aiohttp import web
 from gpuallocd import __version__
 from gpuallocd.allocator import AllocateSpec, AllocatorFacade
 from gpuallocd.api.context import ApiContext, context_of
-from gpuallocd.api.peercred import peer_caller
+from gpuallocd.api.peercred import connection_caller
 from gpuallocd.api.validation import Body, parse_json_object
 from gpuallocd.errors import InvalidRequest, PermissionDenied
 from gpuallocd.model import Caller
@@ -37,8 +37,7 @@ MAX_HISTORY_LIMIT = 10_000
 
 
 def _caller(request: web.Request) -> Caller:
-    transport = request.transport
-    return peer_caller(transport.get_extra_info("socket") if transport else None)
+    return connection_caller(request.protocol, request.transport)
 
 
 def _facade(request: web.Request) -> AllocatorFacade:
