@@ -68,13 +68,14 @@ def test_importing_the_cli_package_loads_no_click() -> None:
 
 
 def test_a_plain_run_is_read_and_launched_without_click_or_the_planning_code() -> None:
-    """The quick path of `run` imports no click, no planning, no policies."""
+    """The quick path of `run` imports no click, no subprocess, no planning, no policies."""
     loaded = python_says(
         "import sys\n"
         "from gpuallocd.cli.quickrun import parse_quick_run\n"
         "import gpuallocd.cli.quickmain\n"
         "assert parse_quick_run(['run', '-n', '1', '--', 'true']) is not None\n"
-        "heavy = ('click', 'gpuallocd.planning', 'gpuallocd.policies', 'gpuallocd.topology')\n"
+        "heavy = ('click', 'subprocess', 'gpuallocd.planning', 'gpuallocd.policies',"
+        " 'gpuallocd.topology')\n"
         "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
     )
     assert loaded == "[]"

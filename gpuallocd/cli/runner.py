@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -39,10 +38,10 @@ class RunRequest:
 
 
 @contextlib.contextmanager
-def _forward_signals(child: subprocess.Popen[bytes]) -> Iterator[None]:
+def _forward_signals(child_pid: int) -> Iterator[None]:
     def forward(signum: int, _frame: FrameType | None) -> None:
         with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
+            os.kill(child_pid, signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -54,17 +53,23 @@ def _forward_signals(child: subprocess.Popen[bytes]) -> Iterator[None]:
 
 
 def run_command(command: Sequence[str]) -> int:
-    """Run `command` with our environment, forwarding signals; its exit code (128+N if killed)."""
+    """Run `command` with our environment, forwarding signals; its exit code (128+N if killed).
+
+    posix_spawn rather than subprocess: the module alone costs a good part of a bare
+    interpreter's start. Our own descriptors are not inherited (Python opens them
+    non-inheritable), as with subprocess's close_fds.
+    """
     try:
-        child = subprocess.Popen(list(command), env=dict(os.environ))
+        child_pid = os.posix_spawnp(command[0], list(command), dict(os.environ))
     except FileNotFoundError:
         print(f"gpuallocctl: command not found: {command[0]}", file=sys.stderr)
         return 127
     except PermissionError:
         print(f"gpuallocctl: permission denied: {command[0]}", file=sys.stderr)
         return 126
-    with _forward_signals(child):
-        code = child.wait()
+    with _forward_signals(child_pid):
+        _, status = os.waitpid(child_pid, 0)  # retried by Python when a signal interrupts it
+    code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code
 
 
