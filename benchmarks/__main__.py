@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.daemon import INVENTORY, running_daemon
+from benchmarks.daemon import INVENTORY, RunningDaemon, running_daemon
 from benchmarks.genv import genv_python, measure_genv
 from benchmarks.policies import policy_rows
 from benchmarks.startup import cli_run_ms, python_pass_ms
@@ -43,7 +43,15 @@ def _load(socket: Path, clients: int, raw: bool) -> list[BenchResult]:
     ]
 
 
-def _daemon_rows(socket: Path, state_dir: Path) -> tuple[list[Row], dict[str, float]]:
+def _cpu_per_pair_us(daemon: RunningDaemon) -> float:
+    """The daemon's CPU time per pair, one bare socket client: its own cost, whatever the load."""
+    before = daemon.cpu_seconds()
+    result = run_bench(str(daemon.socket), clients=1, seconds=SECONDS, raw=True)
+    return (daemon.cpu_seconds() - before) / max(result.pairs, 1) * 1e6
+
+
+def _daemon_rows(daemon: RunningDaemon, state_dir: Path) -> tuple[list[Row], dict[str, float]]:
+    socket = daemon.socket
     rows: list[Row] = []
     floors = [measure_floor(state_dir) for _ in range(REPEATS)]
     pair_floor = statistics.median(f.pair_ms for f in floors)
@@ -71,6 +79,8 @@ def _daemon_rows(socket: Path, state_dir: Path) -> tuple[list[Row], dict[str, fl
                 f"allocate(1)+free p99, {label}", [r.p99_ms for r in runs], "ms", "goal <= 3 ms", 3
             )
         )
+    cpu = _repeat(lambda: _cpu_per_pair_us(daemon))
+    rows.append(_row("daemon CPU per pair (bare socket client)", cpu, "us", "user + system", 0))
     for clients in (1, 8, 32):
         runs = _load(socket, clients, False)
         note = "goal >= 1500/s" if clients == 32 else ""
@@ -139,10 +149,10 @@ def main() -> None:
         prefix="gpuallocd-bench-", dir=os.environ.get("BENCH_DIR")
     ) as tmp:
         root = Path(tmp)
-        with running_daemon(root) as socket:
-            rows, found = _daemon_rows(socket, root / "state")
+        with running_daemon(root) as daemon:
+            rows, found = _daemon_rows(daemon, root / "state")
             rows += _genv_rows(root, found["gpulease"])
-            rows += _cli_rows(socket)
+            rows += _cli_rows(daemon.socket)
         rows += _policy_rows()
     _print(rows)
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpulease import Client, DaemonUnavailable
@@ -29,9 +30,20 @@ def _wait_until_serving(socket: Path, process: subprocess.Popen[bytes]) -> None:
             time.sleep(0.05)
 
 
+@dataclass(frozen=True)
+class RunningDaemon:
+    socket: Path
+    pid: int
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the daemon has used so far."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
-def running_daemon(root: Path, *, sync: str = "full") -> Iterator[Path]:
-    """Serve a daemon on `root`/gpuallocd.sock with its ledger in `root`/state; the socket."""
+def running_daemon(root: Path, *, sync: str = "full") -> Iterator[RunningDaemon]:
+    """Serve a daemon on `root`/gpuallocd.sock with its ledger in `root`/state."""
     socket = root / "gpuallocd.sock"
     environ = {
         **os.environ,
@@ -43,7 +55,7 @@ def running_daemon(root: Path, *, sync: str = "full") -> Iterator[Path]:
     process = subprocess.Popen([sys.executable, "-m", "gpuallocd"], env=environ)
     try:
         _wait_until_serving(socket, process)
-        yield socket
+        yield RunningDaemon(socket, process.pid)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)

@@ -53,7 +53,7 @@ _PRAGMAS = (
 )
 SYNC_MODES = ("full", "normal")
 
-# Statements built once: the hot path only binds parameters.
+# Statements built once (grant and end, the hot path, are in `hot.py`).
 _INSERT_EVENT = insert(schema.history)
 _SET_EXPIRY = (
     update(schema.leases)
