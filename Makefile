@@ -26,12 +26,17 @@ test: $(STAMP)
 
 ## ruff, ruff format and mypy (strict on gpuallocd/ and the Python of contrib/).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check gpuallocd client tests contrib
-	$(VENV)/bin/ruff format --check gpuallocd client tests contrib
+	$(VENV)/bin/ruff check gpuallocd client tests contrib benchmarks
+	$(VENV)/bin/ruff format --check gpuallocd client tests contrib benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy contrib/slurm contrib/docker
 
 check: lint test
+
+## Benchmarks against a fresh daemon, printed as one table (docs/performance.md).
+## genv is compared when installed: on PATH, or GENV_PYTHON=a Python that imports it.
+bench: $(STAMP)
+	$(PY) -m benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

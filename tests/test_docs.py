@@ -13,29 +13,33 @@ import pytest
 from gpuallocd import errors
 from gpuallocd.cli import cli
 from gpuallocd.cli import errors as cli_errors
+from gpuallocd.cli.lazy import all_commands
 from gpuallocd.daemon.config import load_config
 from gpuallocd.daemon.settings import DaemonConfig, render_markdown, render_toml
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
+COMMANDS = all_commands(cli)
+
+
 def all_docs() -> str:
     return "\n".join(p.read_text() for p in sorted(DOCS.glob("*.md")))
 
 
-@pytest.mark.parametrize("name", sorted(cli.commands))
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_cli_command_has_help_and_docs(name: str) -> None:
     """Each gpuallocctl command has a help text and appears in docs/ as `name ...`."""
-    command = cli.commands[name]
+    command = COMMANDS[name]
     assert command.help and command.help.strip()
     assert re.search(rf"`{re.escape(name)}( |`)", all_docs()), f"{name} is not documented"
 
 
-@pytest.mark.parametrize("name", sorted(cli.commands))
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_cli_option_is_documented(name: str) -> None:
     """Each option of each command appears in docs/ (as --flag)."""
     text = all_docs()
-    for param in cli.commands[name].params:
+    for param in COMMANDS[name].params:
         if isinstance(param, click.Option):
             longest = max(param.opts, key=len)
             if longest.startswith("--") and longest not in ("--help",):

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from gpuallocd.allocator.choices import ChoiceCache
 from gpuallocd.allocator.drain import DrainBoard
 from gpuallocd.allocator.enforcer import ShareEnforcer
 from gpuallocd.allocator.events_log import Transition
@@ -78,6 +79,7 @@ class LeaseLifecycle:
         self._settings = settings
         self._policies: dict[str, Policy] = {}
         self._enforcer = ShareEnforcer(settings.share_enforcement, self._note)
+        self._choices = ChoiceCache()
         self.node = NodeView(topology)
         self.quota = Quota(ledger, clock, rules or SiteRules())
         self.drains = DrainBoard(ledger)
@@ -194,10 +196,11 @@ class LeaseLifecycle:
             self._check_quota(caller, request.count, ttl)
         self.drains.check_not_drained(request.required)
         unavailable = reserved | self.drains.uuids()
-        snapshot = self.node.snapshot(self._active.values(), unavailable)
+        state, snapshot = self.node.keyed_snapshot(self._active.values(), unavailable)
         if request.kind == "whole":
             policy_name = spec.policy or self._settings.default_policy
-            choice = self._policy(policy_name).choose(snapshot, request)
+            policy = self._policy(policy_name)
+            choice = self._choices.choose(policy_name, policy, state, snapshot, request)
             check_choice(policy_name, choice, request, snapshot)
         else:
             policy_name, choice = place_units(snapshot, request, spec.policy)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gpuallocd.allocator.choices import SNAPSHOTS_KEPT, LruCache, StateKey
 from gpuallocd.allocator.sharing import UnitHolders
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.errors import UnknownGpu
@@ -148,6 +149,8 @@ class NodeView:
     def __init__(self, topology: Topology) -> None:
         self._live: dict[str, LiveState] = {}
         self.share_capacity: dict[str, int] = {}
+        self._epoch = 0  # changes with the topology or the live sample
+        self._snapshots: LruCache[StateKey, NodeSnapshot] = LruCache(SNAPSHOTS_KEPT)
         self.adopt(topology)
 
     @property
@@ -159,9 +162,16 @@ class NodeView:
         self._topology = topology
         self._by_uuid = topology.by_uuid()
         self.share_capacity = dict(share_capacity or {})
+        self._new_epoch()
 
     def update_live(self, states: Mapping[str, LiveState]) -> None:
-        self._live = dict(states)
+        if states != self._live:
+            self._live = dict(states)
+            self._new_epoch()
+
+    def _new_epoch(self) -> None:
+        self._epoch += 1
+        self._snapshots.clear()
 
     def live(self, uuid: str) -> LiveState:
         return self._live.get(uuid, HEALTHY)
@@ -202,18 +212,43 @@ class NodeView:
     ) -> NodeSnapshot:
         """What a policy sees: leased, shared and `reserved` GPUs busy, foreign use and health
         marked; leased and reserved MIG instances busy; the room each shared GPU has left."""
+        return self.keyed_snapshot(leases, reserved)[1]
+
+    def keyed_snapshot(
+        self, leases: Iterable[Lease], reserved: frozenset[str] = frozenset()
+    ) -> tuple[StateKey, NodeSnapshot]:
+        """The snapshot and the key of the state it shows; one snapshot per state is kept."""
         holders = UnitHolders.of(leases)
-        foreign = frozenset(g.uuid for g in self._topology.gpus if self._foreign_pids(g, holders))
+        in_use = (g for g in self._topology.gpus if self.live(g.uuid).processes)
+        foreign = frozenset(g.uuid for g in in_use if self._foreign_pids(g, holders))
         busy = frozenset(holders.whole) | frozenset(holders.shares) | reserved
-        snapshot = NodeSnapshot.from_busy(
-            self._topology, busy=busy, live=self._live, foreign=foreign
+        busy_units = frozenset(holders.instances) | reserved
+        share_used = holders.share_used()
+        key: StateKey = (
+            self._epoch,
+            busy,
+            foreign,
+            busy_units,
+            frozenset(share_used.items()),
         )
+        return key, self._snapshots.get_or_make(
+            key, lambda: self._make_snapshot(busy, foreign, busy_units, share_used)
+        )
+
+    def _make_snapshot(
+        self,
+        busy: frozenset[str],
+        foreign: frozenset[str],
+        busy_units: frozenset[str],
+        share_used: Mapping[str, int],
+    ) -> NodeSnapshot:
+        plain = NodeSnapshot.from_busy(self._topology, busy=busy, live=self._live, foreign=foreign)
         return NodeSnapshot(
             topology=self._topology,
-            views=snapshot.views,
-            busy_units=frozenset(holders.instances) | reserved,
+            views=plain.views,
+            busy_units=busy_units,
             share_capacity=self.share_capacity,
-            share_used=holders.share_used(),
+            share_used=share_used,
         )
 
     def usable_gpus(self, spec: AllocateSpec) -> frozenset[str]:

@@ -13,7 +13,14 @@ from typing import Any
 from gpuallocd.errors import InvalidRequest, PermissionDenied
 from gpuallocd.model import Caller
 
-__all__ = ["caller_named", "forget_identities", "peer_caller", "user_groups", "user_name"]
+__all__ = [
+    "caller_named",
+    "connection_caller",
+    "forget_identities",
+    "peer_caller",
+    "user_groups",
+    "user_name",
+]
 
 _UCRED = struct.Struct("3i")  # pid, uid, gid
 
@@ -69,3 +76,18 @@ def peer_caller(sock: Any) -> Caller:
     pid, uid, gid = _UCRED.unpack(raw)
     name = user_name(uid)
     return Caller(uid=uid, gid=gid, pid=pid, user=name, groups=user_groups(name, gid))
+
+
+def connection_caller(protocol: Any, transport: Any) -> Caller:
+    """The caller of a connection, read from the kernel once and kept on its protocol.
+
+    SO_PEERCRED reports who connected, fixed for the connection's life, so one read per
+    connection answers every request on it. `protocol` keeps it where it has a `peer` slot.
+    """
+    known: Caller | None = getattr(protocol, "peer", None)
+    if known is not None:
+        return known
+    caller = peer_caller(transport.get_extra_info("socket") if transport else None)
+    if hasattr(type(protocol), "peer"):
+        protocol.peer = caller
+    return caller

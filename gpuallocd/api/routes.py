@@ -13,7 +13,7 @@ from gpuallocd import __version__
 from gpuallocd.allocator import AllocateSpec, AllocatorFacade
 from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
-from gpuallocd.api.peercred import peer_caller
+from gpuallocd.api.peercred import connection_caller
 from gpuallocd.api.validation import Body, parse_json_object
 from gpuallocd.errors import InvalidRequest, PermissionDenied
 from gpuallocd.model import Caller
@@ -42,8 +42,7 @@ MAX_PROFILE_LENGTH = 64
 
 
 def _caller(request: web.Request) -> Caller:
-    transport = request.transport
-    return peer_caller(transport.get_extra_info("socket") if transport else None)
+    return connection_caller(request.protocol, request.transport)
 
 
 def _facade(request: web.Request) -> AllocatorFacade:

@@ -81,9 +81,9 @@ def bind_unix_socket(path: Path, *, mode: int, group: str | None = None) -> sock
 
 class _EnvelopeRequestHandler(RequestHandler):
     """aiohttp's connection handler, but errors raised before routing (unparseable HTTP)
-    leave as the JSON envelope too."""
+    leave as the JSON envelope too. `peer` keeps the caller of the connection."""
 
-    __slots__ = ()
+    __slots__ = ("peer",)
 
     def handle_error(
         self,

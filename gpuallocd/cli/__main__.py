@@ -1,5 +1,5 @@
 """`python -m gpuallocd.cli`: the same as `gpuallocctl`."""
 
-from gpuallocd.cli.app import main
+from gpuallocd.cli import main
 
 main()

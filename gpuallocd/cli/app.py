@@ -1,8 +1,11 @@
-"""`gpuallocctl`: the admin and user command line."""
+"""`gpuallocctl`: the admin and user command line.
+
+Each command's module is imported only when that command is used (`lazy.py`), so `run`
+does not pay for the planning code nor `plan` for the client.
+"""
 
 from __future__ import annotations
 
-import importlib
 import sys
 from dataclasses import dataclass, replace
 from typing import Any
@@ -10,45 +13,31 @@ from typing import Any
 import click
 
 from gpuallocd import __version__
-from gpuallocd.cli.errors import GuardedGroup
+from gpuallocd.cli.lazy import LazyGroup
 
-__all__ = ["CliContext", "cli", "main"]
+__all__ = ["COMMAND_MODULES", "CliContext", "cli", "main"]
 
-# Each module defines click commands and a `COMMANDS` tuple of them.
-COMMAND_MODULES = (
-    "gpuallocd.cli.status",
-    "gpuallocd.cli.leases",
-    "gpuallocd.cli.queue",
-    "gpuallocd.cli.run",
-    "gpuallocd.cli.meta",
-    "gpuallocd.cli.bench",
-    "gpuallocd.cli.hardware",
-    "gpuallocd.cli.plan",
-    "gpuallocd.cli.integrations",
-    "gpuallocd.cli.limits",
-    "gpuallocd.cli.admin",
-)
+# Every command by name, and the module that defines it (with a `COMMANDS` tuple).
+_MODULES = {
+    "gpuallocd.cli.status": ("status",),
+    "gpuallocd.cli.leases": ("leases", "allocate", "renew", "free", "revoke"),
+    "gpuallocd.cli.queue": ("queue", "history"),
+    "gpuallocd.cli.run": ("run", "shell"),
+    "gpuallocd.cli.meta": ("completion", "policies"),
+    "gpuallocd.cli.bench": ("bench",),
+    "gpuallocd.cli.hardware": ("topology", "rescan"),
+    "gpuallocd.cli.plan": ("plan", "simulate", "policy-bench"),
+    "gpuallocd.cli.integrations": ("slurm-gres",),
+    "gpuallocd.cli.limits": ("limits", "usage"),
+    "gpuallocd.cli.admin": ("drain", "undrain", "admin-log"),
+}
+COMMAND_MODULES = {name: module for module, names in _MODULES.items() for name in names}
 
 
 @dataclass(frozen=True)
 class CliContext:
     socket: str | None
     json: bool
-
-
-@click.group(cls=GuardedGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--socket",
-    envvar="GPUALLOCD_SOCKET",
-    default=None,
-    help="The daemon's socket (default: $GPUALLOCD_SOCKET, else /run/gpuallocd/gpuallocd.sock).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Stable machine-readable JSON output.")
-@click.version_option(__version__, "-V", "--version", prog_name="gpuallocctl")
-@click.pass_context
-def cli(ctx: click.Context, socket: str | None, as_json: bool) -> None:
-    """Lease GPUs from gpuallocd, and inspect or revoke leases."""
-    ctx.obj = CliContext(socket=socket, json=as_json)
 
 
 def _set_socket(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -77,15 +66,31 @@ def _accept_global_options(command: click.Command) -> None:
             command.params.append(option)
 
 
-def _register() -> None:
-    for module_name in COMMAND_MODULES:
-        module = importlib.import_module(module_name)
-        for command in module.COMMANDS:
-            _accept_global_options(command)
-            cli.add_command(command)
+class CliGroup(LazyGroup):
+    """The lazy group; each command, once loaded, takes --socket and --json after its name."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        _accept_global_options(cmd)
+        super().add_command(cmd, name)
 
 
-_register()
+@click.group(
+    cls=CliGroup,
+    lazy_commands=COMMAND_MODULES,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option(
+    "--socket",
+    envvar="GPUALLOCD_SOCKET",
+    default=None,
+    help="The daemon's socket (default: $GPUALLOCD_SOCKET, else /run/gpuallocd/gpuallocd.sock).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Stable machine-readable JSON output.")
+@click.version_option(__version__, "-V", "--version", prog_name="gpuallocctl")
+@click.pass_context
+def cli(ctx: click.Context, socket: str | None, as_json: bool) -> None:
+    """Lease GPUs from gpuallocd, and inspect or revoke leases."""
+    ctx.obj = CliContext(socket=socket, json=as_json)
 
 
 def main() -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from gpuallocd.cli.output import echo_json
 
 __all__ = ["COMMANDS"]
+
+DEFAULT_STATE_DIR = "/var/lib/gpuallocd"  # the daemon's default state_dir
 
 
 @click.command()
@@ -33,6 +37,21 @@ __all__ = ["COMMANDS"]
     help="GPUs per allocation.",
 )
 @click.option("--policy", help="Allocation policy (default: the daemon's).")
+@click.option(
+    "--raw", is_flag=True, help="Drive the daemon with a bare HTTP client instead of gpulease."
+)
+@click.option(
+    "--floor",
+    is_flag=True,
+    help="Also measure the machine's floor (socket round trip, durable commit) and the ratio.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_STATE_DIR,
+    show_default=True,
+    help="With --floor: a directory on the disk of the daemon's ledger.",
+)
 @click.option("--json", "local_json", is_flag=True, help="JSON output (as the global --json).")
 @click.pass_context
 def bench(
@@ -41,19 +60,27 @@ def bench(
     seconds: float,
     count: int,
     policy: str | None,
+    raw: bool,
+    floor: bool,
+    state_dir: Path,
     local_json: bool,
 ) -> None:
     """Measure allocate+free pairs per second and their latency (p50/p90/p99)."""
     from gpulease import Client
 
+    from gpuallocd.cli.floor import measure_floor
     from gpuallocd.cli.load import run_bench
 
     socket = Client(ctx.obj.socket).socket_path
     with Client(socket) as client:
         client.health()
-    result = run_bench(socket, clients=clients, seconds=seconds, count=count, policy=policy)
+    result = run_bench(
+        socket, clients=clients, seconds=seconds, count=count, policy=policy, raw=raw
+    )
+    machine = measure_floor(state_dir) if floor else None
     if ctx.obj.json or local_json:
-        echo_json(result.to_json())
+        extra = {} if machine is None else {"floor": machine.to_json()}
+        echo_json({**result.to_json(), **extra})
         return
     click.echo(
         f"{result.clients} client(s), {result.seconds:g} s: {result.pairs} allocate+free pairs "
@@ -62,6 +89,13 @@ def bench(
         f"p99 {result.p99_ms:.2f}  max {result.max_ms:.2f}\n"
         f"allocate p50 {result.allocate_p50_ms:.2f} ms, free p50 {result.free_p50_ms:.2f} ms"
     )
+    if machine is not None:
+        click.echo(
+            f"floor: socket round trip p50 {machine.round_trip_us:.0f} us, durable commit p50 "
+            f"{machine.commit_us:.0f} us on {machine.directory}; a pair (2 of each) "
+            f"{machine.pair_ms:.3f} ms; this daemon's pair p50 is "
+            f"{result.p50_ms / machine.pair_ms:.1f}x the floor"
+        )
 
 
 COMMANDS = (bench,)

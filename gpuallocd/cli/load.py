@@ -30,6 +30,35 @@ class BenchResult:
         return asdict(self)
 
 
+def _raw_loop(
+    socket: str, seconds: float, count: int, policy: str | None, start_at: float, out: Any
+) -> None:
+    """The same loop through a bare HTTP client: what remains is the daemon's time."""
+    from gpuallocd.cli.rawhttp import RawClient, RawHttpError
+
+    pairs: list[tuple[float, float]] = []
+    refused = errors = 0
+    with RawClient(socket) as client:
+        client.health()
+        while time.time() < start_at:
+            time.sleep(0.001)
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            try:
+                lease_id = client.allocate(count, policy)
+                granted = time.perf_counter()
+                client.free(lease_id)
+            except RawHttpError as exc:
+                if exc.code == "gpus_unavailable":
+                    refused += 1
+                else:
+                    errors += 1
+                continue
+            pairs.append((granted - started, time.perf_counter() - granted))
+    out.put((pairs, refused, errors))
+
+
 def _client_loop(
     socket: str, seconds: float, count: int, policy: str | None, start_at: float, out: Any
 ) -> None:
@@ -76,13 +105,18 @@ def run_bench(
     seconds: float = 5.0,
     count: int = 1,
     policy: str | None = None,
+    raw: bool = False,
 ) -> BenchResult:
-    """Drive the daemon on `socket` from `clients` processes for `seconds`; latencies in ms."""
+    """Drive the daemon on `socket` from `clients` processes for `seconds`; latencies in ms.
+
+    `raw` drives it through a bare HTTP client instead of `gpulease`.
+    """
+    loop = _raw_loop if raw else _client_loop
     context = multiprocessing.get_context("fork")
     out = context.Queue()
     start_at = time.time() + 0.5 + 0.02 * clients
     workers = [
-        context.Process(target=_client_loop, args=(socket, seconds, count, policy, start_at, out))
+        context.Process(target=loop, args=(socket, seconds, count, policy, start_at, out))
         for _ in range(clients)
     ]
     for worker in workers:

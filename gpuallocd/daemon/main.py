@@ -7,7 +7,6 @@ traceback in the log.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import sys
@@ -19,6 +18,7 @@ import click
 
 from gpuallocd import __version__
 from gpuallocd.daemon.config import load_config, parse_text
+from gpuallocd.daemon.eventloop import run_event_loop
 from gpuallocd.daemon.hints import hint_for
 from gpuallocd.daemon.lifecycle import Daemon
 from gpuallocd.daemon.settings import DaemonConfig, Setting, render_markdown, render_toml, settings
@@ -106,7 +106,7 @@ def main(config_file: Path | None, **options: Any) -> None:
         config = load_config(config_file, **options)
         _configure_logging(config.log_level)
         reload = functools.partial(load_config, config_file, **options)  # on SIGHUP
-        asyncio.run(Daemon(config, reload_config=reload).run())
+        run_event_loop(Daemon(config, reload_config=reload).run())
     except GpuallocError as exc:
         log.debug("startup failed", exc_info=exc)
         click.echo(f"gpuallocd: {exc.message}", err=True)

@@ -16,11 +16,12 @@ many requests); each write is its own savepoint in it, so a refused write leaves
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     Connection,
@@ -33,24 +34,22 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from gpuallocd.errors import GpuBusy, LedgerError
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.admin_records import AdminRecords
+from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.ledger.rows import (
     event_from_row,
     lease_from_row,
-    lease_gpu_rows,
-    lease_row,
     leased_gpu_from_row,
     unit_rows,
 )
 from gpuallocd.ledger.usage_records import UsageRecords
 from gpuallocd.model import Gpu
 from gpuallocd.model.lease import (
-    ENDING_EVENT,
     HistoryEvent,
     Lease,
     LeasedGpu,
@@ -67,24 +66,12 @@ _PRAGMAS = (
 )
 SYNC_MODES = ("full", "normal")
 
-# Statements built once: the hot path only binds parameters.
-_INSERT_LEASE = insert(schema.leases)
-_INSERT_LEASE_GPU = insert(schema.lease_gpus)
+# Statements built once (grant and end, the hot path, are in `hot.py`).
 _INSERT_EVENT = insert(schema.history)
 _SET_EXPIRY = (
     update(schema.leases)
     .where(schema.leases.c.id == bindparam("of_lease"))
     .values(expires_at=bindparam("new_expires_at"))
-)
-_END_LEASE = (
-    update(schema.leases)
-    .where(schema.leases.c.id == bindparam("of_lease"))
-    .values(state=bindparam("new_state"), ended_at=bindparam("new_ended_at"))
-)
-_RELEASE_GPUS = (
-    update(schema.lease_gpus)
-    .where(schema.lease_gpus.c.lease_id == bindparam("of_lease"))
-    .values(active=False)
 )
 _VERSION = select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
 
@@ -133,10 +120,14 @@ class Ledger(AdminRecords, UsageRecords):
             self._conn = self._engine.connect()
             with self._conn.begin():
                 _prepare_schema(self._conn)
+            # grant and end go straight to the sqlite3 connection under self._conn
+            driver = cast(sqlite3.Connection, self._conn.connection.driver_connection)
+            self._hot = HotWriter(driver, self._commit_timer)
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot open the ledger {path}: {exc}") from exc
 
     def close(self) -> None:
+        self._hot.close()
         self._conn.close()
         self._engine.dispose()
 
@@ -186,16 +177,13 @@ class Ledger(AdminRecords, UsageRecords):
     def grant(self, lease: Lease, actor_uid: int) -> None:
         """Record a new active lease; GpuBusy if any of its GPUs is in another active lease."""
         try:
-            with self._transaction() as conn:
-                conn.execute(_INSERT_LEASE, lease_row(lease))
-                conn.execute(_INSERT_LEASE_GPU, lease_gpu_rows(lease))
-                _record(conn, lease.id, LeaseEvent.GRANTED, actor_uid, lease.created_at, None)
-        except IntegrityError as exc:
+            self._hot.write(grant_steps(lease, actor_uid), nested=self._batch is not None)
+        except sqlite3.IntegrityError as exc:
             raise GpuBusy(
                 f"a GPU of this request is already leased ({_constraint(exc)})",
                 gpus=list(lease.uuids),
             ) from exc
-        except SQLAlchemyError as exc:
+        except sqlite3.Error as exc:
             raise LedgerError(f"the ledger refused the grant: {exc}") from exc
 
     def renew(self, lease_id: str, expires_at: float, actor_uid: int, now: float) -> None:
@@ -207,19 +195,10 @@ class Ledger(AdminRecords, UsageRecords):
         """Record leases as ended (freed, expired or revoked), their GPUs free again."""
         if not leases:
             return
-        with self._write() as conn:
-            for lease in leases:
-                conn.execute(
-                    _END_LEASE,
-                    {
-                        "of_lease": lease.id,
-                        "new_state": lease.state.value,
-                        "new_ended_at": lease.ended_at,
-                    },
-                )
-                conn.execute(_RELEASE_GPUS, {"of_lease": lease.id})
-                at = lease.ended_at if lease.ended_at is not None else lease.expires_at
-                _record(conn, lease.id, ENDING_EVENT[lease.state], actor_uid, at, detail)
+        try:
+            self._hot.write(end_steps(leases, actor_uid, detail), nested=self._batch is not None)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"the ledger write failed: {exc}") from exc
 
     def note(self, lease_id: str, event_kind: LeaseEvent, at: float, detail: str) -> None:
         """Record an event that changes no lease (a memory share found over its size)."""
@@ -316,9 +295,9 @@ def _prepare_schema(conn: Connection) -> None:
     schema.metadata.create_all(conn)  # tables added since; existing ones are left alone
 
 
-def _constraint(exc: IntegrityError) -> str:
+def _constraint(exc: sqlite3.IntegrityError) -> str:
     """What SQLite refused, in its words (the index or the trigger's message)."""
-    text = str(exc.orig) if exc.orig is not None else str(exc)
+    text = str(exc)
     return "unit in another active lease" if "UNIQUE" in text else text
 
 

@@ -1,0 +1,161 @@
+"""Run every benchmark against a fresh daemon (`ledger_sync = "full"`) and print one table.
+
+Each daemon measurement is repeated (BENCH_REPEATS, default 3) and shown as the median of
+the runs with their spread (min-max): on a shared machine one run proves little.
+BENCH_SECONDS (default 3) is the length of each load run.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.daemon import INVENTORY, RunningDaemon, running_daemon
+from benchmarks.genv import genv_python, measure_genv
+from benchmarks.policies import policy_rows
+from benchmarks.startup import cli_run_ms, python_pass_ms
+from gpuallocd.cli.floor import measure_floor
+from gpuallocd.cli.load import BenchResult, run_bench
+
+REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
+SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
+CLI_RUNS = 20
+
+Row = tuple[str, str, str, str]  # what, median, spread, goal or note
+
+
+def _repeat(measure: Callable[[], float]) -> list[float]:
+    return [measure() for _ in range(REPEATS)]
+
+
+def _row(what: str, values: list[float], unit: str, note: str = "", digits: int = 2) -> Row:
+    spread = f"{min(values):.{digits}f}-{max(values):.{digits}f}" if len(values) > 1 else ""
+    return (what, f"{statistics.median(values):.{digits}f} {unit}", spread, note)
+
+
+def _load(socket: Path, clients: int, raw: bool) -> list[BenchResult]:
+    return [
+        run_bench(str(socket), clients=clients, seconds=SECONDS, raw=raw) for _ in range(REPEATS)
+    ]
+
+
+def _cpu_per_pair_us(daemon: RunningDaemon) -> float:
+    """The daemon's CPU time per pair, one bare socket client: its own cost, whatever the load."""
+    before = daemon.cpu_seconds()
+    result = run_bench(str(daemon.socket), clients=1, seconds=SECONDS, raw=True)
+    return (daemon.cpu_seconds() - before) / max(result.pairs, 1) * 1e6
+
+
+def _daemon_rows(daemon: RunningDaemon, state_dir: Path) -> tuple[list[Row], dict[str, float]]:
+    socket = daemon.socket
+    rows: list[Row] = []
+    floors = [measure_floor(state_dir) for _ in range(REPEATS)]
+    pair_floor = statistics.median(f.pair_ms for f in floors)
+    rows.append(_row("AF_UNIX round trip", [f.round_trip_us for f in floors], "us", digits=0))
+    rows.append(
+        _row("durable SQLite commit (WAL, FULL)", [f.commit_us for f in floors], "us", digits=0)
+    )
+    rows.append(
+        _row(
+            "floor of a pair (2 round trips + 2 commits)",
+            [f.pair_ms for f in floors],
+            "ms",
+            digits=3,
+        )
+    )
+    found: dict[str, float] = {}
+    for label, raw in (("gpulease", False), ("raw socket", True)):
+        runs = _load(socket, 1, raw)
+        p50 = [r.p50_ms for r in runs]
+        found[label] = statistics.median(p50)
+        ratio = f"{found[label] / pair_floor:.1f}x the floor"
+        rows.append(_row(f"allocate(1)+free p50, {label}", p50, "ms", ratio, 3))
+        rows.append(
+            _row(
+                f"allocate(1)+free p99, {label}", [r.p99_ms for r in runs], "ms", "goal <= 3 ms", 3
+            )
+        )
+    cpu = _repeat(lambda: _cpu_per_pair_us(daemon))
+    rows.append(_row("daemon CPU per pair (bare socket client)", cpu, "us", "user + system", 0))
+    for clients in (1, 8, 32):
+        runs = _load(socket, clients, False)
+        note = "goal >= 1500/s" if clients == 32 else ""
+        rows.append(
+            _row(
+                f"pairs/s, {clients} clients, gpulease",
+                [r.pairs_per_second for r in runs],
+                "/s",
+                note,
+                0,
+            )
+        )
+    runs = _load(socket, 32, True)
+    rows.append(
+        _row("pairs/s, 32 clients, raw socket", [r.pairs_per_second for r in runs], "/s", "", 0)
+    )
+    return rows, found
+
+
+def _genv_rows(scratch: Path, ours_ms: float) -> list[Row]:
+    python = genv_python()
+    if python is None:
+        return [("genv attach+detach p50", "not installed", "", "set GENV_PYTHON to compare")]
+    runs = [measure_genv(python, scratch, SECONDS) for _ in range(REPEATS)]
+    p50 = statistics.median(r["p50_ms"] for r in runs)
+    return [
+        _row("genv attach+detach p50 (no fsync)", [r["p50_ms"] for r in runs], "ms", "", 3),
+        ("gpulease p50 / genv p50", f"{ours_ms / p50:.2f}", "", "goal <= 1"),
+    ]
+
+
+def _cli_rows(socket: Path) -> list[Row]:
+    bare = _repeat(lambda: python_pass_ms(CLI_RUNS))
+    run = _repeat(lambda: cli_run_ms(socket, CLI_RUNS))
+    ratio = statistics.median(run) / statistics.median(bare)
+    return [
+        _row("python -c pass", bare, "ms", "", 1),
+        _row("gpuallocctl run -n 1 -- true", run, "ms", f"{ratio:.1f}x python; goal <= 3x", 1),
+    ]
+
+
+def _policy_rows() -> list[Row]:
+    return [
+        (f"policy {name}", f"{kept:.0f} us", "", f"fresh instance {fresh:.0f} us")
+        for name, kept, fresh in policy_rows()
+    ]
+
+
+def _print(rows: list[Row]) -> None:
+    print(
+        f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}, "
+        f"Python {platform.python_version()}"
+    )
+    print(
+        f"daemon: {INVENTORY}, ledger_sync full, default policy; "
+        f"{REPEATS} runs of {SECONDS:g} s each: median and spread (min-max)\n"
+    )
+    print("| what | median | spread | goal / note |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(
+        prefix="gpuallocd-bench-", dir=os.environ.get("BENCH_DIR")
+    ) as tmp:
+        root = Path(tmp)
+        with running_daemon(root) as daemon:
+            rows, found = _daemon_rows(daemon, root / "state")
+            rows += _genv_rows(root, found["gpulease"])
+            rows += _cli_rows(daemon.socket)
+        rows += _policy_rows()
+    _print(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""`gpuallocctl bench`: the bare socket client and the floor measured in the same run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ThreadDaemon
+from tests.test_cli import ctl_process
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_bench_drives_the_daemon_through_either_client(daemon: ThreadDaemon, raw: bool) -> None:
+    """gpulease or the bare HTTP client: pairs are granted and freed, none refused or failed,
+    and no lease is left behind."""
+    args = ["bench", "--clients", "2", "--seconds", "0.3", "--json", *(["--raw"] if raw else [])]
+    out, err = ctl_process(daemon, *args).communicate(timeout=60)
+    result = json.loads(out)
+    assert result["pairs"] > 0 and result["errors"] == 0 and result["refused"] == 0, err
+    assert "floor" not in result
+    with daemon.client() as client:
+        assert client.leases() == []
+
+
+def test_bench_floor_measures_the_socket_and_a_durable_commit(
+    daemon: ThreadDaemon, short_dir: Path
+) -> None:
+    """--floor adds a round trip, a commit in the given directory, and their pair total;
+    the scratch database is removed afterwards."""
+    state = short_dir / "disk"
+    state.mkdir()
+    args = ["bench", "--raw", "--seconds", "0.2", "--floor", "--state-dir", str(state), "--json"]
+    out, err = ctl_process(daemon, *args).communicate(timeout=120)
+    floor = json.loads(out)["floor"]
+    assert floor["round_trip_us"] > 0 and floor["commit_us"] > 0, err
+    assert floor["pair_ms"] == pytest.approx(
+        2 * (floor["round_trip_us"] + floor["commit_us"]) / 1000, rel=1e-3
+    )
+    assert floor["directory"] == str(state) and list(state.iterdir()) == []
+
+
+def test_bench_floor_in_text_gives_the_ratio(daemon: ThreadDaemon, short_dir: Path) -> None:
+    """The text output names the floor and the daemon's multiple of it."""
+    args = ["bench", "--raw", "--seconds", "0.2", "--floor", "--state-dir", str(short_dir)]
+    out, err = ctl_process(daemon, *args).communicate(timeout=120)
+    assert "floor: socket round trip p50" in out and "x the floor" in out, err

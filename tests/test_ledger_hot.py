@@ -1,0 +1,70 @@
+"""Grant and end on the sqlite3 connection: committed before they return, one transaction
+each, savepoints inside a group commit."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from gpuallocd.errors import GpuBusy
+from gpuallocd.ledger import Ledger
+from gpuallocd.model import LeaseState
+from tests.test_ledger import GPUS, make_lease
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    ledger.sync_gpus(GPUS, 0.0)
+    return ledger
+
+
+def seen_by_another_connection(ledger: Ledger) -> tuple[list[str], list[tuple[str, str]]]:
+    """Active lease ids and (lease, event) history, as a second reader of the file sees them."""
+    with sqlite3.connect(ledger.path) as conn:
+        active = [r[0] for r in conn.execute("SELECT id FROM leases WHERE state = 'active'")]
+        events = list(conn.execute("SELECT lease_id, event FROM history ORDER BY seq"))
+    return active, events
+
+
+def test_a_grant_and_its_end_are_committed_when_they_return(ledger: Ledger) -> None:
+    """Another connection sees the lease, its GPUs' release and both events at once."""
+    lease = make_lease("a", [0, 1])
+    ledger.grant(lease, 7)
+    assert seen_by_another_connection(ledger) == (["a"], [("a", "granted")])
+    ledger.end([lease.ended(LeaseState.FREED, 2.0)], 7)
+    assert seen_by_another_connection(ledger) == ([], [("a", "granted"), ("a", "freed")])
+    ledger.grant(make_lease("b", [0, 1]), 7)  # the GPUs were released
+
+
+def test_a_unit_of_work_commits_its_grants_together(ledger: Ledger) -> None:
+    """Inside a unit of work nothing is visible to others; at its end, every grant is."""
+    with ledger.unit_of_work():
+        ledger.grant(make_lease("a", [0]), 0)
+        ledger.grant(make_lease("b", [1]), 0)
+        assert seen_by_another_connection(ledger) == ([], [])
+    assert seen_by_another_connection(ledger)[0] == ["a", "b"]
+
+
+def test_a_refused_grant_in_a_unit_of_work_leaves_the_others(ledger: Ledger) -> None:
+    """A double booking rolls back its own savepoint only; the batch commits the rest."""
+    with ledger.unit_of_work():
+        ledger.grant(make_lease("a", [0]), 0)
+        with pytest.raises(GpuBusy):
+            ledger.grant(make_lease("b", [1, 0]), 0)
+        ledger.grant(make_lease("c", [1]), 0)
+    active, events = seen_by_another_connection(ledger)
+    assert active == ["a", "c"] and [e[0] for e in events] == ["a", "c"]
+
+
+def test_a_refused_grant_leaves_no_transaction_open(ledger: Ledger) -> None:
+    """After a refusal the ledger takes reads and writes as before, and others can write."""
+    ledger.grant(make_lease("a", [0]), 0)
+    with pytest.raises(GpuBusy):
+        ledger.grant(make_lease("b", [0]), 0)
+    assert [lease.id for lease in ledger.active_leases()] == ["a"]
+    with sqlite3.connect(ledger.path, timeout=0) as other:  # the write lock is free
+        other.execute("UPDATE gpus SET name = 'x' WHERE uuid = 'GPU-5'")
+    ledger.grant(make_lease("c", [1]), 0)
