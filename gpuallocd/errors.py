@@ -14,7 +14,8 @@
     │   ├── MethodNotAllowed      405   method_not_allowed
     │   ├── PermissionDenied      403   permission_denied
     │   ├── LeaseNotActive        409   lease_not_active: freed, expired or revoked already
-    │   └── PolicyNotApplicable   422   policy_not_applicable: the policy cannot serve this node
+    │   ├── PolicyNotApplicable   422   policy_not_applicable: the policy cannot serve this node
+    │   └── WouldWaitForever      409   would_wait_forever: the caller's own leases block the wait
     ├── CapacityError            409    nothing fits right now; may succeed later
     │   ├── GpusUnavailable       409   gpus_unavailable: not enough free GPUs
     │   └── GpuBusy               409   gpu_busy: a GPU asked for by name is leased or unhealthy
@@ -77,6 +78,7 @@ __all__ = [
     "UnknownLease",
     "UnknownPolicy",
     "UnknownRoute",
+    "WouldWaitForever",
     "error_classes",
 ]
 
@@ -179,6 +181,14 @@ class PolicyNotApplicable(CallerError):
     code = "policy_not_applicable"
     http_status = 422
     detail_keys = frozenset({"policy", "count"})
+
+
+class WouldWaitForever(CallerError):
+    """A wait that only the caller's own leases keep from being served: refused at once."""
+
+    code = "would_wait_forever"
+    http_status = 409
+    detail_keys = frozenset({"count", "held"})
 
 
 class CapacityError(GpuallocError):

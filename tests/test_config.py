@@ -28,6 +28,12 @@ SAMPLES = {
     "ledger_sync": "normal",
     "shutdown_grace_seconds": "1",
     "log_level": "DEBUG",
+    "revoke_grace_seconds": "5",
+    "max_connections_per_user": "8",
+    "max_connections": "100",
+    "root_reserved_connections": "4",
+    "request_head_timeout_seconds": "2.5",
+    "request_body_timeout_seconds": "3",
 }
 
 

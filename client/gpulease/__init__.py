@@ -36,6 +36,7 @@ from gpulease.errors import (
     UnknownLease,
     UnknownPolicy,
     UnknownRoute,
+    WouldWaitForever,
 )
 from gpulease.lease import gpu_lease, visible_devices_env
 from gpulease.models import GpuStatus, Lease, LeasedGpu
@@ -76,6 +77,7 @@ __all__ = [
     "UnknownLease",
     "UnknownPolicy",
     "UnknownRoute",
+    "WouldWaitForever",
     "__version__",
     "gpu_lease",
     "visible_devices_env",

@@ -63,13 +63,18 @@ class Client:
         wait: bool = False,
         timeout: float | None = None,
         bind_to_process: bool = False,
+        request_id: str | None = None,
+        on_revoke: str | None = None,
     ) -> Lease:
         """Lease `count` GPUs (chosen by the policy), including `gpus` where given.
 
         With `wait`, queue (first come, first served) until the GPUs are free, for at most
         `timeout` seconds (None: as long as it takes); else fail at once when they are not.
         With `bind_to_process`, the lease ends as soon as this process exits (kill -9 too);
-        else it lives until freed, revoked or expired.
+        else it lives until freed, revoked or expired. A bound lease covers the processes
+        this one starts too, and ends when the last of them has exited.
+        `request_id`: a retry with the same id gets the same lease, never a second one.
+        `on_revoke="terminate"`: a revoke stops the lease's processes (SIGTERM, then SIGKILL).
         """
         body = _drop_none(
             count=count,
@@ -81,6 +86,8 @@ class Client:
             wait=True if wait else None,
             wait_timeout_seconds=timeout if wait else None,
             bind_to_process=True if bind_to_process else None,
+            request_id=request_id,
+            on_revoke=on_revoke,
         )
         http_timeout = None
         if wait:

@@ -43,6 +43,7 @@ __all__ = [
     "UnknownLease",
     "UnknownPolicy",
     "UnknownRoute",
+    "WouldWaitForever",
     "error_from_envelope",
 ]
 
@@ -150,6 +151,10 @@ class LeaseNotActive(CallerError):
 
 class PolicyNotApplicable(CallerError):
     code = "policy_not_applicable"
+
+
+class WouldWaitForever(CallerError):
+    code = "would_wait_forever"
 
 
 class GpusUnavailable(CapacityError):

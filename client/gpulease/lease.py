@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import secrets
 import sys
 import threading
 from collections.abc import Sequence
@@ -63,8 +64,8 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         visible: str = "uuid",
         on_revoke: OnRevoke = "warn",
     ) -> None:
-        if on_revoke not in ("warn", "raise") and not callable(on_revoke):
-            raise ValueError("on_revoke must be 'warn', 'raise' or a callable")
+        if on_revoke not in ("warn", "raise", "terminate") and not callable(on_revoke):
+            raise ValueError("on_revoke must be 'warn', 'raise', 'terminate' or a callable")
         self._options: dict[str, Any] = {
             "count": max(count, len(gpus)) if gpus else count,
             "gpus": list(gpus) if gpus else None,
@@ -101,8 +102,22 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         return lease
 
     def _acquire(self, client: Client) -> Lease:
+        """Allocate; a request whose answer was lost is sent once more with the same id, so
+        it gets the lease the first one was granted (or the daemon withdrew it)."""
+        request_id = secrets.token_hex(8)
+        try:
+            return self._allocate_once(client, request_id)
+        except DaemonUnavailable:
+            return self._allocate_once(client, request_id)
+
+    def _allocate_once(self, client: Client, request_id: str) -> Lease:
         return client.allocate(
-            wait=self._wait, timeout=self._timeout, bind_to_process=True, **self._options
+            wait=self._wait,
+            timeout=self._timeout,
+            bind_to_process=True,
+            request_id=request_id,
+            on_revoke="terminate" if self._on_revoke == "terminate" else None,
+            **self._options,
         )
 
     def __exit__(

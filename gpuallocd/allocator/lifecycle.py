@@ -14,10 +14,17 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from gpuallocd.allocator.deadlines import Deadlines
 from gpuallocd.allocator.node_view import GpuStatus, NodeView
 from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
 from gpuallocd.allocator.watcher import process_start_time
-from gpuallocd.errors import InvalidRequest, LeaseNotActive, PermissionDenied, UnknownLease
+from gpuallocd.errors import (
+    InvalidRequest,
+    LeaseNotActive,
+    PermissionDenied,
+    UnknownLease,
+    WouldWaitForever,
+)
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller, HistoryEvent, Lease, LeasedGpu, LeaseState, LiveState, Topology
 from gpuallocd.policies import Policy, get_policy
@@ -46,9 +53,14 @@ class LeaseLifecycle:
         clock: Clock,
         settings: AllocatorSettings = DEFAULT_SETTINGS,
         start_time_of: Callable[[int], int | None] = process_start_time,
+        monotonic: Clock | None = None,
     ) -> None:
+        """`clock` gives the wall-clock times shown to people; `monotonic` (the same clock
+        when not given) decides expiry: see `deadlines.py`."""
         self._ledger = ledger
         self._clock = clock
+        self._deadlines = Deadlines(clock, monotonic or clock, settings.max_ttl_seconds)
+        self._by_request: dict[tuple[int, str], str] = {}
         self._start_time_of = start_time_of
         self._settings = settings
         self._policies: dict[str, Policy] = {}
@@ -74,6 +86,7 @@ class LeaseLifecycle:
     def reload(self) -> None:
         """Forget the in-memory view and read it again from the ledger (after a failed commit)."""
         self._active = {lease.id: lease for lease in self._ledger.active_leases()}
+        self._by_request = {k: v for k, v in self._by_request.items() if v in self._active}
 
     # Queries --------------------------------------------------------------------------------
 
@@ -90,9 +103,11 @@ class LeaseLifecycle:
             raise UnknownLease(f"no lease {lease_id!r}", lease=lease_id)
         return found
 
-    def gpu_status(self) -> list[GpuStatus]:
+    def gpu_status(
+        self, reserved: Mapping[str, dict[str, object]] | None = None
+    ) -> list[GpuStatus]:
         self.expire_due()
-        return self.node.statuses(self._active.values())
+        return self.node.statuses(self._active.values(), reserved)
 
     def history(self, lease_id: str | None = None, limit: int = 100) -> list[HistoryEvent]:
         return self._ledger.history(lease_id, limit)
@@ -100,8 +115,44 @@ class LeaseLifecycle:
     def bound_leases(self) -> list[Lease]:
         return [lease for lease in self._active.values() if lease.bound]
 
-    def usable_gpus(self, spec: AllocateSpec) -> frozenset[str]:
-        return self.node.usable_gpus(spec)
+    def usable_gpus(self, spec: AllocateSpec, owner_uid: int | None = None) -> frozenset[str]:
+        """The GPUs that could serve `spec`, less those its owner holds already."""
+        usable = self.node.usable_gpus(spec)
+        return usable if owner_uid is None else usable - self._held_by(owner_uid)
+
+    def check_servable(self, caller: Caller, spec: AllocateSpec) -> None:
+        """Refuse a wait that the caller's own leases would make endless."""
+        held = self._held_by(caller.uid)
+        named = self.node.usable_gpus(AllocateSpec(gpus=spec.gpus)) if spec.gpus else frozenset()
+        needed = max(spec.count or 0, len(named))
+        left = len(self.usable_gpus(AllocateSpec(count=needed, gpus=spec.gpus), caller.uid))
+        if named & held or needed > left:
+            raise WouldWaitForever(
+                f"you hold {len(held)} of this node's {len(self.topology.gpus)} GPUs, so "
+                f"a wait for {needed} could only end when you free yours; free them first",
+                count=needed,
+                held=len(held),
+            )
+
+    def release_gpu(self, caller: Caller, ref: str | int) -> GpuStatus:
+        """Root declares a draining or in-use GPU free: its present processes are ignored."""
+        if not caller.is_root:
+            raise PermissionDenied("only root may release a GPU")
+        uuid = self.topology.resolve(ref)
+        self.node.ignore_present_processes(uuid)
+        return next(s for s in self.gpu_status() if s.gpu.uuid == uuid)
+
+    def _held_by(self, uid: int) -> frozenset[str]:
+        """The GPUs `uid`'s own leases hold; none for root, who may revoke any lease and
+        so may queue behind its own."""
+        if uid == 0:
+            return frozenset()
+        return frozenset(
+            uuid
+            for lease in self._active.values()
+            if lease.owner_uid == uid
+            for uuid in lease.uuids
+        )
 
     # Changes --------------------------------------------------------------------------------
 
@@ -113,6 +164,9 @@ class LeaseLifecycle:
         `reserved` GPUs are held for earlier waiters: this request may not take them.
         """
         self.expire_due()
+        retried = self._retried(caller, spec)
+        if retried is not None:
+            return retried
         request = request_for(self.topology, spec.count, spec.gpus, spec.min_free_memory_bytes)
         policy_name = spec.policy or self._settings.default_policy
         snapshot = self.node.snapshot(self._active.values(), reserved)
@@ -125,14 +179,34 @@ class LeaseLifecycle:
         lease = self._new_lease(caller, spec, policy_name, choice.gpus)
         self._ledger.grant(lease, caller.uid)
         self._active[lease.id] = lease
+        self._deadlines.start(lease.id, lease.expires_at - lease.created_at)
+        if spec.request_id is not None:
+            self._by_request[(caller.uid, spec.request_id)] = lease.id
         return lease
+
+    def withdraw(self, lease_id: str) -> list[Lease]:
+        """Undo a grant whose answer could not be delivered (the client left, or timed out)."""
+        lease = self._active.get(lease_id)
+        if lease is None:
+            return []
+        detail = "granted, but the answer could not be delivered"
+        return self._end([lease], LeaseState.FREED, actor_uid=0, detail=detail)
+
+    def _retried(self, caller: Caller, spec: AllocateSpec) -> Lease | None:
+        """The active lease an earlier request with the same id got, if any."""
+        if spec.request_id is None:
+            return None
+        lease_id = self._by_request.get((caller.uid, spec.request_id))
+        return self._active.get(lease_id) if lease_id is not None else None
 
     def renew(self, caller: Caller, lease_id: str, ttl_seconds: float | None = None) -> Lease:
         lease = self._owned_active(caller, lease_id)
         now = self._clock()
-        renewed = replace(lease, expires_at=now + self._ttl(ttl_seconds))
+        ttl = self._ttl(ttl_seconds)
+        renewed = replace(lease, expires_at=now + ttl)
         self._ledger.renew(lease.id, renewed.expires_at, caller.uid, now)
         self._active[lease.id] = renewed
+        self._deadlines.start(lease.id, ttl)
         return renewed
 
     def free(self, caller: Caller, lease_id: str) -> Lease:
@@ -166,8 +240,7 @@ class LeaseLifecycle:
 
     def expire_due(self) -> list[Lease]:
         """End every lease whose TTL ran out; their GPUs are free again."""
-        now = self._clock()
-        due = [lease for lease in self._active.values() if lease.expires_at <= now]
+        due = [lease for lease in self._active.values() if self._deadlines.passed(lease)]
         return self._end(due, LeaseState.EXPIRED, actor_uid=0)
 
     # Internals ------------------------------------------------------------------------------
@@ -201,11 +274,14 @@ class LeaseLifecycle:
         self._ledger.end(ended, actor_uid, detail)
         for lease in ended:
             self._active.pop(lease.id, None)
+            self._deadlines.forget(lease.id)
+            self.node.released(lease)
+        self._by_request = {k: v for k, v in self._by_request.items() if v in self._active}
         return ended
 
     def _active_lease(self, lease_id: str) -> Lease:
         lease = self._active.get(lease_id)
-        if lease is not None and lease.expires_at <= self._clock():
+        if lease is not None and self._deadlines.passed(lease):
             self.expire_due()
             lease = None
         if lease is None:

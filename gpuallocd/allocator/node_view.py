@@ -25,6 +25,8 @@ class GpuStatus:
     live: LiveState
     lease: Lease | None
     foreign_pids: tuple[int, ...] = field(default=())
+    draining: bool = False  # only processes of its last holder, whose lease ended, run on it
+    reserved_for: dict[str, object] | None = None  # the first waiter that reserves it
 
     @property
     def state(self) -> str:
@@ -32,7 +34,9 @@ class GpuStatus:
             return "unhealthy"
         if self.lease is not None:
             return "leased"
-        return "in-use" if self.foreign_pids else "free"
+        if self.foreign_pids:
+            return "draining" if self.draining else "in-use"
+        return "reserved" if self.reserved_for is not None else "free"
 
     def to_json(self) -> dict[str, object]:
         lease = self.lease
@@ -52,6 +56,7 @@ class GpuStatus:
             "lease_id": lease.id if lease else None,
             "holder": {"uid": lease.owner_uid, "user": lease.owner_name} if lease else None,
             "expires_at": lease.expires_at if lease else None,
+            "reserved_for": self.reserved_for if self.state == "reserved" else None,
         }
 
 
@@ -65,6 +70,8 @@ class NodeView:
 
     def __init__(self, topology: Topology) -> None:
         self._live: dict[str, LiveState] = {}
+        self._last_holder: dict[str, int] = {}  # GPU -> uid whose lease on it ended last
+        self._ignored: dict[str, frozenset[int]] = {}  # GPU -> pids root said to ignore
         self.adopt(topology)
 
     @property
@@ -82,17 +89,42 @@ class NodeView:
     def gpu(self, uuid: str) -> Gpu:
         return self._by_uuid[uuid]
 
-    def statuses(self, leases: Iterable[Lease]) -> list[GpuStatus]:
+    def released(self, lease: Lease) -> None:
+        """A lease ended: its GPUs drain while its owner's processes still run on them."""
+        for uuid in lease.uuids:
+            self._last_holder[uuid] = lease.owner_uid
+            self._ignored.pop(uuid, None)
+
+    def ignore_present_processes(self, uuid: str) -> None:
+        """The admin's override: the processes on `uuid` now no longer keep it from use."""
+        processes = self._live.get(uuid, HEALTHY).processes
+        self._ignored[uuid] = frozenset(p.pid for p in processes)
+
+    def _draining(self, uuid: str, foreign: tuple[int, ...]) -> bool:
+        owner = self._last_holder.get(uuid)
+        uids = {p.uid for p in self._live.get(uuid, HEALTHY).processes if p.pid in foreign}
+        return owner is not None and uids == {owner}
+
+    def statuses(
+        self, leases: Iterable[Lease], reserved: Mapping[str, dict[str, object]] | None = None
+    ) -> list[GpuStatus]:
+        """Each GPU as `status` shows it; `reserved` names the waiter that holds a free one."""
         holders = holders_of(leases)
-        return [
-            GpuStatus(
-                gpu=gpu,
-                live=self._live.get(gpu.uuid, HEALTHY),
-                lease=holders.get(gpu.uuid),
-                foreign_pids=self._foreign_pids(gpu.uuid, holders.get(gpu.uuid)),
+        reserved = reserved or {}
+        statuses = []
+        for gpu in self._topology.gpus:
+            foreign = self._foreign_pids(gpu.uuid, holders.get(gpu.uuid))
+            statuses.append(
+                GpuStatus(
+                    gpu=gpu,
+                    live=self._live.get(gpu.uuid, HEALTHY),
+                    lease=holders.get(gpu.uuid),
+                    foreign_pids=foreign,
+                    draining=self._draining(gpu.uuid, foreign),
+                    reserved_for=reserved.get(gpu.uuid),
+                )
             )
-            for gpu in self._topology.gpus
-        ]
+        return statuses
 
     def snapshot(
         self, leases: Iterable[Lease], reserved: frozenset[str] = frozenset()
@@ -109,7 +141,12 @@ class NodeView:
         required = frozenset(uuid for uuid in map(self._known_uuid, spec.gpus) if uuid)
         if spec.count is None or spec.count <= len(required):
             return required
-        return frozenset(self._by_uuid)
+        floor = spec.min_free_memory_bytes or 0  # a GPU smaller than that can never serve it
+        return frozenset(
+            uuid
+            for uuid, gpu in self._by_uuid.items()
+            if gpu.memory_total_bytes is None or gpu.memory_total_bytes >= floor
+        )
 
     def _known_uuid(self, ref: str | int) -> str | None:
         try:
@@ -119,7 +156,8 @@ class NodeView:
 
     def _foreign_pids(self, uuid: str, holder: Lease | None) -> tuple[int, ...]:
         """Processes on a GPU whose user holds no lease on it."""
-        processes = self._live.get(uuid, HEALTHY).processes
+        ignored = self._ignored.get(uuid, frozenset())
+        processes = [p for p in self._live.get(uuid, HEALTHY).processes if p.pid not in ignored]
         allowed = {holder.owner_uid} if holder else set()
         # A process whose owner cannot be read (another PID namespace) counts against a free GPU
         # only: on a leased GPU it is most likely the holder's own job in a container.

@@ -28,3 +28,5 @@ class AllocateSpec:
     label: str | None = None
     min_free_memory_bytes: int | None = None
     bind_to_process: bool = False
+    request_id: str | None = None  # a retried request with the same id gets the same lease
+    on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes

@@ -29,6 +29,11 @@ __all__ = ["WaitQueue", "Waiter"]
 log = logging.getLogger(__name__)
 
 Outcome = Lease | GpuallocError
+OnGrant = Callable[[Lease], None]
+
+
+def _ignore(lease: Lease) -> None:
+    """The default grant hook: nothing to do."""
 
 
 @dataclass(eq=False)
@@ -38,6 +43,7 @@ class Waiter:
     since: float
     future: asyncio.Future[Lease]
     id: str = field(default_factory=lambda: secrets.token_hex(4))
+    on_grant: OnGrant = _ignore
 
     def to_json(self, position: int) -> dict[str, Any]:
         return {
@@ -56,7 +62,7 @@ class Waiter:
 def _reserved(lifecycle: LeaseLifecycle, waiters: Sequence[Waiter]) -> frozenset[str]:
     reserved: set[str] = set()
     for waiter in waiters:
-        reserved |= lifecycle.usable_gpus(waiter.spec)
+        reserved |= lifecycle.usable_gpus(waiter.spec, waiter.caller.uid)
     return frozenset(reserved)
 
 
@@ -70,11 +76,12 @@ def _serve_in_order(
         try:
             lease = lifecycle.allocate(waiter.caller, waiter.spec, reserved=frozenset(blocked))
         except CapacityError:
-            blocked |= lifecycle.usable_gpus(waiter.spec)
+            blocked |= lifecycle.usable_gpus(waiter.spec, waiter.caller.uid)
             continue
         except GpuallocError as exc:
             outcomes.append((waiter, exc))
             continue
+        waiter.on_grant(lease)
         outcomes.append((waiter, lease))
     return outcomes
 
@@ -95,22 +102,53 @@ class WaitQueue:
     def waiters(self) -> list[dict[str, Any]]:
         return [w.to_json(i) for i, w in enumerate(self._waiters)]
 
+    def reservations(self) -> dict[str, dict[str, object]]:
+        """Each reserved GPU and the first waiter that holds it (for `status`)."""
+        found: dict[str, dict[str, object]] = {}
+        for waiter in self._waiters:
+            who = {"waiter": waiter.id, "uid": waiter.caller.uid, "user": waiter.caller.user}
+            for uuid in self._lifecycle.usable_gpus(waiter.spec, waiter.caller.uid):
+                found.setdefault(uuid, who)
+        return found
+
     async def allocate(
-        self, caller: Caller, spec: AllocateSpec, *, wait: bool, timeout: float | None
+        self,
+        caller: Caller,
+        spec: AllocateSpec,
+        *,
+        wait: bool,
+        timeout: float | None,
+        on_grant: OnGrant = _ignore,
     ) -> Lease:
+        """A lease now, or after waiting; `on_grant` runs in the same worker call as the grant."""
+        ahead = list(self._waiters)
         try:
-            return await self._worker.run(self._allocate_now, caller, spec, list(self._waiters))
+            return await self._worker.run(self._allocate_now, caller, spec, ahead, on_grant)
         except CapacityError:
             if not wait:
                 raise
-        return await self._wait(caller, spec, timeout)
+        await self._worker.run(self._lifecycle.check_servable, caller, spec)
+        return await self._wait(caller, spec, timeout, on_grant)
 
-    def _allocate_now(self, caller: Caller, spec: AllocateSpec, ahead: Sequence[Waiter]) -> Lease:
-        return self._lifecycle.allocate(caller, spec, reserved=_reserved(self._lifecycle, ahead))
+    def _allocate_now(
+        self, caller: Caller, spec: AllocateSpec, ahead: Sequence[Waiter], on_grant: OnGrant
+    ) -> Lease:
+        reserved = _reserved(self._lifecycle, ahead)
+        lease = self._lifecycle.allocate(caller, spec, reserved=reserved)
+        on_grant(lease)
+        return lease
 
-    async def _wait(self, caller: Caller, spec: AllocateSpec, timeout: float | None) -> Lease:
+    async def _wait(
+        self, caller: Caller, spec: AllocateSpec, timeout: float | None, on_grant: OnGrant
+    ) -> Lease:
         loop = asyncio.get_running_loop()
-        waiter = Waiter(caller=caller, spec=spec, since=self._clock(), future=loop.create_future())
+        waiter = Waiter(
+            caller=caller,
+            spec=spec,
+            since=self._clock(),
+            future=loop.create_future(),
+            on_grant=on_grant,
+        )
         self._waiters.append(waiter)
         log.info("%s (pid %d) waits for GPUs", caller.user, caller.pid)
         try:

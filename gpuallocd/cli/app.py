@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "gpuallocd.cli.bench",
     "gpuallocd.cli.hardware",
     "gpuallocd.cli.plan",
+    "gpuallocd.cli.admin",
 )
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "EXIT_ERROR",
     "EXIT_NO_DAEMON",
     "EXIT_PERMISSION",
+    "EXIT_REVOKED",
     "EXIT_USAGE",
     "CliError",
     "GuardedGroup",
@@ -31,6 +32,7 @@ EXIT_USAGE = 2  # the request or the command line is wrong (click uses 2 for its
 EXIT_NO_DAEMON = 3  # no daemon answers on the socket
 EXIT_CAPACITY = 4  # nothing fits now: GPUs unavailable or busy; the same call may work later
 EXIT_PERMISSION = 5  # not yours, or root's (or an admin's) to do
+EXIT_REVOKED = 6  # `run`: root revoked the lease and its command was stopped
 
 _EXIT_BY_CODE = {
     "daemon_unavailable": EXIT_NO_DAEMON,

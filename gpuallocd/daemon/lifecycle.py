@@ -15,16 +15,26 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 from gpuallocd import __version__
 from gpuallocd.allocator import AllocatorFacade, AllocatorSettings, LeaseLifecycle
+from gpuallocd.allocator.deadlines import boottime
 from gpuallocd.api.app import ApiContext, create_app
+from gpuallocd.api.limits import ConnectionLimiter, fit_to_open_files, quiet_accept_errors
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket
 from gpuallocd.daemon.housekeeping import Housekeeper
+from gpuallocd.daemon.integrity import (
+    LEDGER_COMPANIONS,
+    check_ledger,
+    check_state_files,
+    prepare_private_dir,
+)
 from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping
 from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.daemon.socketwatch import SocketWatch
 from gpuallocd.daemon.statelock import StateLock
 from gpuallocd.errors import (
     HardwareUnavailable,
@@ -52,10 +62,18 @@ class Daemon:
         *,
         clock: Callable[[], float] = time.time,
         inventory_opener: Callable[[str], Inventory] = open_inventory,
+        monotonic: Callable[[], float] = boottime,
+        initialise: bool = False,
     ) -> None:
-        """`inventory_opener` turns the `inventory` setting into a backend (tests pass a fake's)."""
+        """`inventory_opener` turns the `inventory` setting into a backend (tests pass a fake's).
+
+        `clock` gives the wall-clock times shown to people, `monotonic` decides expiry.
+        `initialise` (`gpuallocd --init`) lets it create a new ledger where there is none.
+        """
         self.config = config
         self._clock = clock
+        self._monotonic = monotonic
+        self._initialise = initialise
         self._open_inventory = inventory_opener
         self._stop = asyncio.Event()
 
@@ -63,13 +81,8 @@ class Daemon:
         self._stop.set()
 
     async def run(self) -> None:
-        state_dir = Path(self.config.state_dir)
-        try:
-            state_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StateUnusable(
-                f"cannot create the state directory {state_dir}: {exc.strerror}"
-            ) from exc
+        prepare_private_dir(Path(self.config.state_dir), "state directory", 0o700)
+        prepare_private_dir(Path(self.config.socket).parent, "socket's directory", 0o755)
         lock = StateLock(self.config.lock_path)
         lock.acquire(self.config.socket)
         try:
@@ -80,7 +93,7 @@ class Daemon:
     async def _run_locked(self) -> None:
         inventory = self._inventory()
         try:
-            ledger = _open_ledger(self.config)
+            ledger = _open_ledger(self.config, self._initialise)
             try:
                 await self._serve(inventory, ledger)
             finally:
@@ -101,34 +114,67 @@ class Daemon:
             max_ttl_seconds=self.config.max_ttl_seconds,
         )
         lifecycle = LeaseLifecycle(
-            ledger, inventory.topology(), clock=self._clock, settings=settings
+            ledger,
+            inventory.topology(),
+            clock=self._clock,
+            settings=settings,
+            monotonic=self._monotonic,
         )
-        return AllocatorFacade(lifecycle, ledger, clock=self._clock)
+        return AllocatorFacade(
+            lifecycle,
+            ledger,
+            clock=self._clock,
+            revoke_grace_seconds=self.config.revoke_grace_seconds,
+        )
+
+    def _limiter(self) -> ConnectionLimiter:
+        config = self.config
+        return ConnectionLimiter(
+            per_user=config.max_connections_per_user,
+            total=fit_to_open_files(config.max_connections),
+            root_reserve=config.root_reserved_connections,
+        )
 
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
         facade = self._facade(inventory, ledger)
         housekeeper = Housekeeper(facade, inventory, self.config.sample_interval_seconds)
-        ctx = ApiContext(facade, discover=inventory.rescan, started_at=self._clock())
+        ctx = ApiContext(
+            facade,
+            discover=inventory.rescan,
+            started_at=self._clock(),
+            body_timeout_seconds=self.config.request_body_timeout_seconds,
+        )
         socket_path = Path(self.config.socket)
         sock = bind_unix_socket(
             socket_path, mode=self.config.socket_mode, group=self.config.socket_group
         )
+        watch = SocketWatch(socket_path)
         app = create_app(ctx, max_body_bytes=self.config.max_body_bytes)
-        server = UnixApiServer(app, sock, grace_seconds=self.config.shutdown_grace_seconds)
+        server = UnixApiServer(
+            app,
+            sock,
+            grace_seconds=self.config.shutdown_grace_seconds,
+            limiter=self._limiter(),
+            head_timeout=self.config.request_head_timeout_seconds,
+        )
+        quiet_accept_errors(asyncio.get_running_loop())
+        problem: StateUnusable | None = None
         try:
             await housekeeper.start()
             await server.start()
             with _stop_on_signals(self._stop):
                 self._announce(facade, socket_path)
-                await self._stop.wait()
+                problem = await _first_of(self._stop.wait(), watch.until_gone())
                 notify_stopping()
                 log.info("stopping")
         finally:
             await housekeeper.stop()
             await server.stop()
             await facade.close()
-            with contextlib.suppress(FileNotFoundError):
-                socket_path.unlink()
+            if watch.problem() is None:
+                socket_path.unlink(missing_ok=True)
+        if problem is not None:
+            raise problem
 
     @staticmethod
     def _announce(facade: AllocatorFacade, socket_path: Path) -> None:
@@ -143,7 +189,27 @@ class Daemon:
         notify_ready()
 
 
-def _open_ledger(config: DaemonConfig) -> Ledger:
+async def _first_of(
+    stop: Coroutine[Any, Any, Any], gone: Coroutine[Any, Any, StateUnusable]
+) -> StateUnusable | None:
+    """Wait for a stop request or the loss of the socket; the loss, if that came first."""
+    stop_task, gone_task = asyncio.ensure_future(stop), asyncio.ensure_future(gone)
+    try:
+        await asyncio.wait({stop_task, gone_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (stop_task, gone_task):
+            task.cancel()
+    if gone_task.done() and not gone_task.cancelled():
+        problem = gone_task.result()
+        log.error("%s", problem.message)
+        return problem
+    return None
+
+
+def _open_ledger(config: DaemonConfig, initialise: bool) -> Ledger:
+    path = config.ledger_path
+    check_state_files([path, *(path.with_name(path.name + c) for c in LEDGER_COMPANIONS)])
+    check_ledger(path, initialise=initialise)
     try:
         return Ledger(config.ledger_path, sync=config.ledger_sync)
     except LedgerError as exc:
