@@ -13,6 +13,8 @@ import pytest
 
 from tests.harness import DaemonPaths, ProcessDaemon, ThreadDaemon
 
+pytest_plugins = ["tests.local_users"]
+
 
 @pytest.fixture(autouse=True)
 def restore_environ() -> Iterator[None]:

@@ -78,6 +78,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         self._client: Client | None = None
         self._renewer: Renewer | None = None
         self._saved_env: dict[str, str | None] = {}
+        self._entered_in: int | None = None  # the pid that entered the block
         self.lease: Lease | None = None
 
     def _recreate_cm(self) -> gpu_lease:
@@ -94,6 +95,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
             client.close()
             raise
         self._client, self.lease = client, lease
+        self._entered_in = os.getpid()
         self._set_env(visible_devices_env(lease, self._visible))
         self._renewer = Renewer(
             client, lease, self._options["ttl"], self._on_revoke, threading.get_ident()
@@ -126,6 +128,9 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._entered_in is not None and os.getpid() != self._entered_in:
+            self._restore_env()  # a forked child leaves the block: the lease is its parent's
+            return
         try:
             if self._renewer is not None:
                 self._renewer.stop()
