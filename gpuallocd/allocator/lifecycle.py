@@ -96,8 +96,10 @@ class LeaseLifecycle:
 
     def lease(self, lease_id: str) -> Lease:
         active = self._active.get(lease_id)
-        if active is not None:
+        if active is not None and not self._deadlines.passed(active):
             return active
+        if active is not None:
+            self.expire_due()  # never shown active past its deadline
         found = self._ledger.lease(lease_id)
         if found is None:
             raise UnknownLease(f"no lease {lease_id!r}", lease=lease_id)
