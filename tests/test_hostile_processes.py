@@ -16,7 +16,7 @@ from gpulease import Client, GpuBusy
 from gpuallocd.cli import cli
 from gpuallocd.cli.errors import EXIT_REVOKED
 from gpuallocd.testing import FakeNvml, nvml_inventory
-from tests.harness import DaemonPaths, ThreadDaemon, wait_for
+from tests.harness import ThreadDaemon, wait_for
 from tests.local_users import LocalUser, run_as
 
 FORKING_HOLDER = """
@@ -54,8 +54,10 @@ def _alive(pid: int) -> bool:
 
 def _run(daemon: ThreadDaemon, *command: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "gpuallocd.cli", "--socket", str(daemon.paths.socket), "run"]
-        + ["-n", "1", "--", sys.executable, "-c", *command],
+        [
+            *(sys.executable, "-m", "gpuallocd.cli", "--socket", str(daemon.paths.socket)),
+            *("run", "-n", "1", "--", sys.executable, "-c", *command),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -96,9 +98,7 @@ def test_a_worker_forked_by_a_gpu_lease_holder_keeps_the_lease(
         wait_for(lambda: client.lease(lease_id).state == "freed", timeout=20)
 
 
-def test_kill_9_of_run_leaves_the_command_its_lease(
-    daemon: ThreadDaemon, reap: list[int]
-) -> None:
+def test_kill_9_of_run_leaves_the_command_its_lease(daemon: ThreadDaemon, reap: list[int]) -> None:
     """`kill -9` of gpuallocctl run: the command keeps the lease until it exits."""
     wrapper = _run(daemon, SLEEPER)
     assert wrapper.stdout is not None and wrapper.stdout.readline().strip() == "ready"
@@ -130,8 +130,7 @@ def test_revoking_a_run_lease_stops_the_command_and_says_why(daemon: ThreadDaemo
     lines = err.strip().splitlines()
     assert len(lines) == 2 and "Warning" not in err, err
     assert lines[1] == (
-        f"gpuallocctl: lease {lease.id} was revoked (maintenance at noon); "
-        "the command was stopped"
+        f"gpuallocctl: lease {lease.id} was revoked (maintenance at noon); the command was stopped"
     )
 
 

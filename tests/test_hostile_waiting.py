@@ -67,6 +67,6 @@ def test_status_shows_reserved_gpus_and_who_waits(
         with pytest.raises(GpusUnavailable):
             client.allocate(1)
         client.free(holder.id)
-        out, err = waiter.communicate(timeout=30)
+        _, err = waiter.communicate(timeout=30)
         assert waiter.returncode == 0, err
         assert [lease.user for lease in client.leases()] == [ana.name]
