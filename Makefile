@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml client/pyproject.toml contrib/jupyter/pyproject.toml
 	touch $(STAMP)
 
 ## Start the daemon in the foreground on a bundled example topology (no GPU needed).
+## --init creates the ledger on first use; it never touches one that has data.
 daemon: $(STAMP)
 	@echo "socket: $(RUNDIR)/gpuallocd.sock  (export GPUALLOCD_SOCKET=$(RUNDIR)/gpuallocd.sock)"
-	$(VENV)/bin/gpuallocd --inventory $(TOPOLOGY) \
+	$(VENV)/bin/gpuallocd --init --inventory $(TOPOLOGY) \
 		--socket $(RUNDIR)/gpuallocd.sock --state-dir $(RUNDIR)/state
 
 ## Run the test suite.

@@ -15,7 +15,8 @@
     │   ├── PermissionDenied      403   permission_denied
     │   ├── LeaseNotActive        409   lease_not_active: freed, expired or revoked already
     │   ├── QuotaExceeded         403   quota_exceeded: over a limit of the site (docs/limits.md)
-    │   └── PolicyNotApplicable   422   policy_not_applicable: the policy cannot serve this node
+    │   ├── PolicyNotApplicable   422   policy_not_applicable: the policy cannot serve this node
+    │   └── WouldWaitForever      409   would_wait_forever: the caller's own leases block the wait
     ├── CapacityError            409    nothing fits right now; may succeed later
     │   ├── GpusUnavailable       409   gpus_unavailable: not enough free GPUs
     │   └── GpuBusy               409   gpu_busy: a GPU asked for by name is leased or unhealthy
@@ -79,6 +80,7 @@ __all__ = [
     "UnknownLease",
     "UnknownPolicy",
     "UnknownRoute",
+    "WouldWaitForever",
     "error_classes",
 ]
 
@@ -190,6 +192,14 @@ class QuotaExceeded(CallerError):
     code = "quota_exceeded"
     http_status = 403
     detail_keys = frozenset({"limit", "value", "current"})
+
+
+class WouldWaitForever(CallerError):
+    """A wait that only the caller's own leases keep from being served: refused at once."""
+
+    code = "would_wait_forever"
+    http_status = 409
+    detail_keys = frozenset({"count", "held"})
 
 
 class CapacityError(GpuallocError):

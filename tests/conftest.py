@@ -13,7 +13,10 @@ import pytest
 
 from tests.harness import DaemonPaths, ProcessDaemon, ThreadDaemon
 
-pytest_plugins = ["tests.system_users"]  # the `system_users` fixture: real users (as root)
+pytest_plugins = [
+    "tests.system_users",  # the `system_users` fixture: real users (as root)
+    "tests.local_users",
+]
 
 
 @pytest.fixture(autouse=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpulease import Client, DaemonUnavailable
 
+from gpuallocd.allocator.deadlines import boottime
 from gpuallocd.daemon import Daemon
 from gpuallocd.daemon.config import load_config
 from gpuallocd.inventory import Inventory, open_inventory
@@ -78,9 +79,15 @@ class ThreadDaemon:
         inventory: str = DEFAULT_INVENTORY,
         clock: Callable[[], float] = time.time,
         inventory_opener: Callable[[str], Inventory] = open_inventory,
+        monotonic: Callable[[], float] | None = None,
+        initialise: bool = True,
         **settings: Any,
     ) -> None:
+        """A test that moves `clock` by hand moves expiry with it, unless it gives a
+        `monotonic` clock of its own; `initialise` is `gpuallocd --init`."""
         self.paths = paths
+        self._monotonic = monotonic or (boottime if clock is time.time else clock)
+        self._initialise = initialise
         self._inventory_opener = inventory_opener
         self.config = load_config(
             None,
@@ -101,7 +108,11 @@ class ThreadDaemon:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._daemon = Daemon(
-                self.config, clock=self._clock, inventory_opener=self._inventory_opener
+                self.config,
+                clock=self._clock,
+                inventory_opener=self._inventory_opener,
+                monotonic=self._monotonic,
+                initialise=self._initialise,
             )
             started.set()
             await self._daemon.run()
@@ -135,10 +146,15 @@ class ProcessDaemon:
     """`python -m gpuallocd` as a child process."""
 
     def __init__(
-        self, paths: DaemonPaths, inventory: str = DEFAULT_INVENTORY, **settings: Any
+        self,
+        paths: DaemonPaths,
+        inventory: str = DEFAULT_INVENTORY,
+        initialise: bool = True,
+        **settings: Any,
     ) -> None:
         self.paths = paths
         self.inventory = inventory
+        self.initialise = initialise
         self.config_file = write_config(paths.root / "gpuallocd.toml", settings)
         self.process: subprocess.Popen[str] | None = None
 
@@ -155,6 +171,7 @@ class ProcessDaemon:
             self.inventory,
             "--config",
             str(self.config_file),
+            *(["--init"] if self.initialise else []),
         ]
 
     def start(self, wait: bool = True) -> ProcessDaemon:

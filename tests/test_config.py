@@ -37,6 +37,12 @@ SAMPLES = {
     "idle_reclaim_minutes": "30",
     "idle_grace_minutes": "5",
     "history_retention_days": "30",
+    "revoke_grace_seconds": "5",
+    "max_connections_per_user": "8",
+    "max_connections": "100",
+    "root_reserved_connections": "4",
+    "request_head_timeout_seconds": "2.5",
+    "request_body_timeout_seconds": "3",
 }
 
 

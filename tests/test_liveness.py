@@ -180,7 +180,8 @@ def _renewals(client: Client, lease_id: str) -> int:
 
 @pytest.mark.parametrize("visible", ["uuid", "index"])
 def test_run_binds_its_lease(daemon: ThreadDaemon, visible: str) -> None:
-    """gpuallocctl run's lease is bound to it: killing gpuallocctl frees the GPUs."""
+    """gpuallocctl run's lease follows the work: killing gpuallocctl leaves it with the command
+    still running on the GPUs, and the command's exit frees the GPUs."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -201,11 +202,17 @@ def test_run_binds_its_lease(daemon: ThreadDaemon, visible: str) -> None:
         stderr=subprocess.DEVNULL,
     )
     with daemon.client() as client:
-        deadline = time.monotonic() + 20
-        while not client.leases() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: bool(client.leases()), timeout=20)
         (lease,) = client.leases()
         assert lease.pid == proc.pid and lease.raw["bound_to_process"]
+
+        def command_pids() -> list[int]:
+            return [p for p in client.lease(lease.id).raw["processes"] if p != proc.pid]
+
+        wait_for(lambda: bool(command_pids()), timeout=20)
+        (command,) = command_pids()
         proc.kill()
         proc.wait()
-        wait_for_state(client, lease.id, "freed", 2.0)
+        assert client.lease(lease.id).state == "active"  # `sleep` still runs on the GPU
+        os.kill(command, signal.SIGKILL)
+        wait_for_state(client, lease.id, "freed", 20.0)

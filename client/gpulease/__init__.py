@@ -37,6 +37,7 @@ from gpulease.errors import (
     UnknownLease,
     UnknownPolicy,
     UnknownRoute,
+    WouldWaitForever,
 )
 from gpulease.lease import gpu_lease, visible_devices_env
 from gpulease.models import GpuStatus, Lease, LeasedGpu
@@ -80,6 +81,7 @@ __all__ = [
     "UnknownPolicy",
     "UnknownRoute",
     "UntrustedServer",
+    "WouldWaitForever",
     "__version__",
     "gpu_lease",
     "parse_size",

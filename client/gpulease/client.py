@@ -75,6 +75,8 @@ class Client:
         bind_to_process: bool = False,
         memory_bytes: int | None = None,
         mig_profile: str | None = None,
+        request_id: str | None = None,
+        on_revoke: str | None = None,
     ) -> Lease:
         """Lease `count` GPUs (chosen by the policy), including `gpus` where given.
 
@@ -85,7 +87,10 @@ class Client:
         With `wait`, queue (first come, first served) until the GPUs are free, for at most
         `timeout` seconds (None: as long as it takes); else fail at once when they are not.
         With `bind_to_process`, the lease ends as soon as this process exits (kill -9 too);
-        else it lives until freed, revoked or expired.
+        else it lives until freed, revoked or expired. A bound lease covers the processes
+        this one starts too, and ends when the last of them has exited.
+        `request_id`: a retry with the same id gets the same lease, never a second one.
+        `on_revoke="terminate"`: a revoke stops the lease's processes (SIGTERM, then SIGKILL).
         """
         body = _drop_none(
             count=count,
@@ -99,6 +104,8 @@ class Client:
             bind_to_process=True if bind_to_process else None,
             memory_bytes=memory_bytes,
             mig_profile=mig_profile,
+            request_id=request_id,
+            on_revoke=on_revoke,
         )
         http_timeout = None
         if wait:

@@ -44,6 +44,7 @@ __all__ = [
     "UnknownLease",
     "UnknownPolicy",
     "UnknownRoute",
+    "WouldWaitForever",
     "error_from_envelope",
 ]
 
@@ -157,6 +158,10 @@ class QuotaExceeded(CallerError):
     """Over a limit of the site: `details` has `limit`, `value` and `current`."""
 
     code = "quota_exceeded"
+
+
+class WouldWaitForever(CallerError):
+    code = "would_wait_forever"
 
 
 class GpusUnavailable(CapacityError):

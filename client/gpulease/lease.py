@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import secrets
 import sys
 import threading
 from collections.abc import Sequence
@@ -89,8 +90,8 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         on_revoke: OnRevoke = "warn",
         on_idle: OnIdle | None = None,
     ) -> None:
-        if on_revoke not in ("warn", "raise") and not callable(on_revoke):
-            raise ValueError("on_revoke must be 'warn', 'raise' or a callable")
+        if on_revoke not in ("warn", "raise", "terminate") and not callable(on_revoke):
+            raise ValueError("on_revoke must be 'warn', 'raise', 'terminate' or a callable")
         if mig is not None and visible == "index":
             raise ValueError("MIG instances can only be named by UUID: use visible='uuid'")
         self._options: dict[str, Any] = {
@@ -109,6 +110,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         self._client: Client | None = None
         self._renewer: Renewer | None = None
         self._saved_env: dict[str, str | None] = {}
+        self._entered_in: int | None = None  # the pid that entered the block
         self.lease: Lease | None = None
 
     def _recreate_cm(self) -> gpu_lease:
@@ -125,6 +127,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
             client.close()
             raise
         self._client, self.lease = client, lease
+        self._entered_in = os.getpid()
         self._set_env(visible_devices_env(lease, self._visible))
         idle = {"on_idle": self._on_idle} if self._on_idle else {}
         self._renewer = Renewer(
@@ -134,8 +137,22 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         return lease
 
     def _acquire(self, client: Client) -> Lease:
+        """Allocate; a request whose answer was lost is sent once more with the same id, so
+        it gets the lease the first one was granted (or the daemon withdrew it)."""
+        request_id = secrets.token_hex(8)
+        try:
+            return self._allocate_once(client, request_id)
+        except DaemonUnavailable:
+            return self._allocate_once(client, request_id)
+
+    def _allocate_once(self, client: Client, request_id: str) -> Lease:
         return client.allocate(
-            wait=self._wait, timeout=self._timeout, bind_to_process=True, **self._options
+            wait=self._wait,
+            timeout=self._timeout,
+            bind_to_process=True,
+            request_id=request_id,
+            on_revoke="terminate" if self._on_revoke == "terminate" else None,
+            **self._options,
         )
 
     def __exit__(
@@ -144,6 +161,9 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._entered_in is not None and os.getpid() != self._entered_in:
+            self._restore_env()  # a forked child leaves the block: the lease is its parent's
+            return
         try:
             if self._renewer is not None:
                 self._renewer.stop()

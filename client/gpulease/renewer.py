@@ -118,6 +118,8 @@ class Renewer(threading.Thread):
             self._on_revoke(self._lease, exc)
         elif self._on_revoke == "raise" and not self._stopped.is_set():
             _raise_in_thread(self._main_thread_id, LeaseRevoked)
+        elif self._on_revoke == "terminate":
+            pass  # the daemon stops this lease's processes; whoever waits on them reports
         else:
             warnings.warn(
                 f"gpulease: lease {self._lease.id} was lost: {exc.message}",

@@ -13,8 +13,10 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
+from gpuallocd.allocator import gpu_admin
 from gpuallocd.allocator.events_log import JournalWorker, Transition, write_log
 from gpuallocd.allocator.idle import IdleRules
+from gpuallocd.allocator.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.node_view import GpuStatus
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
@@ -22,7 +24,6 @@ from gpuallocd.allocator.reclaim import IdleReclaimer
 from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.allocator.waitqueue import WaitQueue
-from gpuallocd.allocator.watcher import ProcessWatcher
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
@@ -56,6 +57,7 @@ class AllocatorFacade:
         clock: Callable[[], float],
         observer: LeaseObserver = NO_OBSERVER,
         idle: IdleRules | None = None,
+        revoke_grace_seconds: float = 30.0,
     ) -> None:
         self._lifecycle = lifecycle
         self._ledger = ledger
@@ -68,7 +70,7 @@ class AllocatorFacade:
         self._reclaimer = IdleReclaimer(
             lifecycle, self._worker, self._queue, idle or IdleRules(), clock
         )
-        self._watcher = ProcessWatcher(self._process_exited)
+        self._processes = LeaseProcesses(self._process_exited, revoke_grace_seconds)
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -89,14 +91,46 @@ class AllocatorFacade:
     async def allocate(
         self, caller: Caller, spec: AllocateSpec, *, wait: bool = False, timeout: float | None
     ) -> Lease:
-        """Grant now, or queue when `wait`; a bound lease is watched from the moment of grant."""
-        with timed_allocation(self._observer, waited=wait):
-            lease = await self._queue.allocate(caller, spec, wait=wait, timeout=timeout)
-        self._watcher.watch(lease)
-        return lease
+        """Grant now, or queue when `wait`; a bound lease is watched from the moment of grant.
+
+        The watch is set up in the same worker call as the grant. If this call is cancelled
+        after the grant (the client left, or timed out), the grant is withdrawn.
+        """
+        granted: list[Lease] = []
+
+        def on_grant(lease: Lease) -> None:
+            granted.append(lease)
+            self._processes.watch(lease, terminate=spec.on_revoke == "terminate")
+
+        try:
+            with timed_allocation(self._observer, waited=wait):
+                return await self._queue.allocate(
+                    caller, spec, wait=wait, timeout=timeout, on_grant=on_grant
+                )
+        except BaseException:
+            for lease in granted:
+                self.withdraw(lease)
+            raise
+
+    def withdraw(self, lease: Lease) -> None:
+        """Undo a grant whose answer did not reach its client (soon, in order)."""
+        self._spawn(self._withdraw(lease.id))
+
+    async def _withdraw(self, lease_id: str) -> None:
+        for lease in await self._worker.run(self._lifecycle.withdraw, lease_id):
+            log.info("lease %s withdrawn: its answer could not be delivered", lease.id)
+            self._released([lease])
+
+    def processes_of(self, lease_id: str) -> list[int]:
+        """The pids a bound lease covers now: its holder and the processes started under it."""
+        return self._processes.members(lease_id)
 
     async def renew(self, caller: Caller, lease_id: str, ttl_seconds: float | None) -> Lease:
-        return await self._worker.run(self._lifecycle.renew, caller, lease_id, ttl_seconds)
+        """Renew; also look for new processes of the lease now (a wrapper renews after it
+        started its command, so that the command is known before anything can go wrong)."""
+        lease = await self._worker.run(self._lifecycle.renew, caller, lease_id, ttl_seconds)
+        await self.scan_families()
+        return lease
 
     async def free(self, caller: Caller, lease_id: str) -> Lease:
         lease = await self._worker.run(self._lifecycle.free, caller, lease_id)
@@ -105,8 +139,15 @@ class AllocatorFacade:
 
     async def revoke(self, caller: Caller, lease_id: str, reason: str | None) -> Lease:
         lease = await self._worker.run(self._lifecycle.revoke, caller, lease_id, reason)
+        self._processes.revoked(lease)
         self._queue.kick()
         return lease
+
+    async def release_gpu(self, caller: Caller, ref: str | int) -> GpuStatus:
+        """Root's override for a GPU its former holder's processes keep draining."""
+        status = await self._worker.run(gpu_admin.release, self._lifecycle, caller, ref)
+        self._queue.kick()
+        return status
 
     async def lease(self, lease_id: str) -> Lease:
         return await self._worker.run(self._lifecycle.lease, lease_id)
@@ -140,10 +181,14 @@ class AllocatorFacade:
     async def drain(
         self, caller: Caller, refs: Sequence[str | int], reason: str
     ) -> list[GpuStatus]:
-        return await self._worker.run(self._lifecycle.drain, caller, refs, reason)
+        return await self._worker.run(
+            gpu_admin.drain, self._lifecycle, caller, refs, reason, self._clock()
+        )
 
     async def undrain(self, caller: Caller, refs: Sequence[str | int]) -> list[GpuStatus]:
-        statuses = await self._worker.run(self._lifecycle.undrain, caller, refs)
+        statuses = await self._worker.run(
+            gpu_admin.undrain, self._lifecycle, caller, refs, self._clock()
+        )
         self._queue.kick()
         return statuses
 
@@ -202,14 +247,14 @@ class AllocatorFacade:
                 lease.pid,
             )
         for lease in await self._worker.run(self._lifecycle.bound_leases):
-            self._watcher.watch(lease)
+            self._processes.watch(lease)
 
     async def expire_due(self) -> list[Lease]:
         """End leases whose TTL ran out, and stop watching processes of ended leases."""
         expired = await self._worker.run(self._lifecycle.expire_due)  # logged: events_log
         self._released(expired)
         bound = await self._worker.run(self._lifecycle.bound_leases)
-        self._watcher.retain(lease.id for lease in bound)
+        self._processes.retain(lease.id for lease in bound)
         return expired
 
     async def update_live(self, states: Mapping[str, LiveState]) -> None:
@@ -219,18 +264,37 @@ class AllocatorFacade:
         await self._reclaimer.after_sample()
 
     async def poll_processes(self) -> None:
-        """Watch processes that have no pidfd by polling /proc (runs until cancelled)."""
-        await self._watcher.poll_forever()
+        """Watch holders that have no pidfd, and the families of bound leases, by reading
+        /proc once a second (runs until cancelled)."""
+        await asyncio.gather(self._processes.poll_forever(), self._scan_forever())
+
+    async def _scan_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SCAN_SECONDS)
+            await self.scan_families()
+
+    async def scan_families(self) -> None:
+        """Grow the families of bound leases from /proc; end the leases whose are all gone."""
+        emptied = await self._processes.scan()
+        if emptied:
+            await self._end_for_exited(emptied)
 
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._watcher.close()
+        self._processes.close()
         self._worker.close()
 
     def _process_exited(self, lease_ids: list[str]) -> None:
-        self._spawn(self._end_for_exited(lease_ids))
+        """A holder exited: its lease ends if no process started under it still runs."""
+        self._spawn(self._holder_exited(lease_ids))
+
+    async def _holder_exited(self, lease_ids: list[str]) -> None:
+        untracked = self._processes.untracked(lease_ids)
+        if untracked:
+            await self._end_for_exited(untracked)
+        await self.scan_families()
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)

@@ -16,11 +16,14 @@ from dataclasses import replace
 from typing import Any
 
 from gpuallocd.allocator.choices import ChoiceCache
+from gpuallocd.allocator.deadlines import Deadlines
 from gpuallocd.allocator.drain import DrainBoard
 from gpuallocd.allocator.enforcer import ShareEnforcer
 from gpuallocd.allocator.events_log import Transition
 from gpuallocd.allocator.node_view import GpuStatus, NodeView, Reservation
 from gpuallocd.allocator.quota import Quota
+from gpuallocd.allocator.request_ids import RequestIds
+from gpuallocd.allocator.servable import check_servable, usable_gpus
 from gpuallocd.allocator.sharing import share_capacity
 from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
@@ -72,9 +75,14 @@ class LeaseLifecycle:
         settings: AllocatorSettings = DEFAULT_SETTINGS,
         start_time_of: Callable[[int], int | None] = process_start_time,
         rules: SiteRules | None = None,
+        monotonic: Clock | None = None,
     ) -> None:
+        """`clock` gives the wall-clock times shown to people; `monotonic` (the same clock
+        when not given) decides expiry: see `deadlines.py`."""
         self._ledger = ledger
         self._clock = clock
+        self._deadlines = Deadlines(clock, monotonic or clock, settings.max_ttl_seconds)
+        self._request_ids = RequestIds()
         self._start_time_of = start_time_of
         self._settings = settings
         self._policies: dict[str, Policy] = {}
@@ -129,6 +137,7 @@ class LeaseLifecycle:
         """The transitions made since the last call, oldest first (for the events log)."""
         taken, self._journal = self._journal, []
         return taken
+        self._request_ids.retain(self._active)
 
     # Queries --------------------------------------------------------------------------------
 
@@ -138,8 +147,10 @@ class LeaseLifecycle:
 
     def lease(self, lease_id: str) -> Lease:
         active = self._active.get(lease_id)
-        if active is not None:
+        if active is not None and not self._deadlines.passed(active):
             return active
+        if active is not None:
+            self.expire_due()  # never shown active past its deadline
         found = self._ledger.lease(lease_id)
         if found is None:
             raise UnknownLease(f"no lease {lease_id!r}", lease=lease_id)
@@ -163,8 +174,13 @@ class LeaseLifecycle:
     def bound_leases(self) -> list[Lease]:
         return [lease for lease in self._active.values() if lease.bound]
 
-    def usable_gpus(self, spec: AllocateSpec) -> frozenset[str]:
-        return self.node.usable_gpus(spec)
+    def usable_gpus(self, spec: AllocateSpec, owner_uid: int | None = None) -> frozenset[str]:
+        """The GPUs that could serve `spec`, less those its owner holds already."""
+        return usable_gpus(self.node, self._active.values(), spec, owner_uid)
+
+    def check_servable(self, caller: Caller, spec: AllocateSpec) -> None:
+        """Refuse a wait that the caller's own leases would make endless."""
+        check_servable(self.node, self._active.values(), caller, spec)
 
     # Changes --------------------------------------------------------------------------------
 
@@ -183,6 +199,9 @@ class LeaseLifecycle:
         GPUs are taken by nobody. `waited_since`: when the request joined the queue.
         """
         self.expire_due()
+        retried = self._retried(caller, spec)
+        if retried is not None:
+            return retried
         request = request_for(
             self.topology,
             spec.count,
@@ -215,14 +234,31 @@ class LeaseLifecycle:
         self._ledger.grant(lease, caller.uid)
         self._active[lease.id] = lease
         self._journal.append(Transition(LeaseEvent.GRANTED, lease, caller.uid))
+        self._deadlines.start(lease.id, lease.expires_at - lease.created_at)
+        self._request_ids.remember(caller.uid, spec.request_id, lease.id)
         return lease
+
+    def withdraw(self, lease_id: str) -> list[Lease]:
+        """Undo a grant whose answer could not be delivered (the client left, or timed out)."""
+        lease = self._active.get(lease_id)
+        if lease is None:
+            return []
+        detail = "granted, but the answer could not be delivered"
+        return self._end([lease], LeaseState.FREED, actor_uid=0, detail=detail)
+
+    def _retried(self, caller: Caller, spec: AllocateSpec) -> Lease | None:
+        """The active lease an earlier request with the same id got, if any."""
+        lease_id = self._request_ids.lease_of(caller.uid, spec.request_id)
+        return self._active.get(lease_id) if lease_id is not None else None
 
     def renew(self, caller: Caller, lease_id: str, ttl_seconds: float | None = None) -> Lease:
         lease = self._owned_active(caller, lease_id)
         now = self._clock()
-        renewed = replace(lease, expires_at=now + self._ttl(caller, ttl_seconds))
+        ttl = self._ttl(caller, ttl_seconds)
+        renewed = replace(lease, expires_at=now + ttl)
         self._ledger.renew(lease.id, renewed.expires_at, caller.uid, now)
         self._active[lease.id] = renewed
+        self._deadlines.start(lease.id, ttl)
         return renewed
 
     def free(self, caller: Caller, lease_id: str) -> Lease:
@@ -247,20 +283,6 @@ class LeaseLifecycle:
     def reclaim_idle(self, lease_id: str, detail: str) -> Lease:
         """End an idle lease for someone who waits (the daemon's decision, not a caller's)."""
         return self._end([self._active[lease_id]], LeaseState.REVOKED, 0, detail)[0]
-
-    def drain(self, caller: Caller, refs: Sequence[str | int], reason: str) -> list[GpuStatus]:
-        """Take GPUs out of service (admins); their statuses after."""
-        self.quota.rules.require_admin(caller, "drain GPUs")
-        uuids = self.topology.resolve_all(refs)
-        self.drains.drain(uuids, caller, reason, self._clock())
-        return [s for s in self.gpu_status() if s.gpu.uuid in uuids]
-
-    def undrain(self, caller: Caller, refs: Sequence[str | int]) -> list[GpuStatus]:
-        """Put drained GPUs back in service (admins); their statuses after."""
-        self.quota.rules.require_admin(caller, "undrain GPUs")
-        uuids = self.topology.resolve_all(refs)
-        self.drains.undrain(uuids, caller, self._clock())
-        return [s for s in self.gpu_status() if s.gpu.uuid in uuids]
 
     def limits_report(self, subject: Caller, waiting: int) -> dict[str, Any]:
         """The limits that apply to `subject` and their current use (`gpuallocctl limits`)."""
@@ -288,8 +310,7 @@ class LeaseLifecycle:
 
     def expire_due(self) -> list[Lease]:
         """End every lease whose TTL ran out; their GPUs are free again."""
-        now = self._clock()
-        due = [lease for lease in self._active.values() if lease.expires_at <= now]
+        due = [lease for lease in self._active.values() if self._deadlines.passed(lease)]
         return self._end(due, LeaseState.EXPIRED, actor_uid=0)
 
     # Internals ------------------------------------------------------------------------------
@@ -331,11 +352,14 @@ class LeaseLifecycle:
         for lease in ended:
             self._active.pop(lease.id, None)
             self._journal.append(Transition(ENDING_EVENT[state], lease, actor_uid, detail))
+            self._deadlines.forget(lease.id)
+            self.node.released(lease)
+        self._request_ids.retain(self._active)
         return ended
 
     def _active_lease(self, lease_id: str) -> Lease:
         lease = self._active.get(lease_id)
-        if lease is not None and lease.expires_at <= self._clock():
+        if lease is not None and self._deadlines.passed(lease):
             self.expire_due()
             lease = None
         if lease is None:

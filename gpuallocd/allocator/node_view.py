@@ -71,6 +71,7 @@ class GpuStatus:
     share_capacity_bytes: int | None = None
     reserved_for: Reservation | None = None
     drain: Drain | None = None
+    lingering: bool = False  # only processes of its last holder, whose lease ended, run on it
 
     @property
     def state(self) -> str:
@@ -84,8 +85,8 @@ class GpuStatus:
             return "mig"
         if self.shares:
             return "shared"
-        if self.foreign_pids:
-            return "in-use"
+        if self.foreign_pids:  # a former holder's processes still running: draining
+            return "draining" if self.lingering else "in-use"
         return "reserved" if self.reserved_for is not None else "free"
 
     def _foreign_processes(self) -> list[dict[str, object]]:
@@ -151,6 +152,8 @@ class NodeView:
         self.share_capacity: dict[str, int] = {}
         self._epoch = 0  # changes with the topology or the live sample
         self._snapshots: LruCache[StateKey, NodeSnapshot] = LruCache(SNAPSHOTS_KEPT)
+        self._last_holder: dict[str, int] = {}  # GPU -> uid whose lease on it ended last
+        self._ignored: dict[str, frozenset[int]] = {}  # GPU -> pids root said to ignore
         self.adopt(topology)
 
     @property
@@ -179,6 +182,22 @@ class NodeView:
     def gpu(self, uuid: str) -> Gpu:
         return self._by_uuid[uuid]
 
+    def released(self, lease: Lease) -> None:
+        """A lease ended: its GPUs drain while its owner's processes still run on them."""
+        for uuid in lease.uuids:
+            self._last_holder[uuid] = lease.owner_uid
+            self._ignored.pop(uuid, None)
+
+    def ignore_present_processes(self, uuid: str) -> None:
+        """The admin's override: the processes on `uuid` now no longer keep it from use."""
+        self._ignored[uuid] = frozenset(p.pid for p in self.live(uuid).processes)
+        self._new_epoch()
+
+    def _lingering(self, uuid: str, foreign: tuple[int, ...]) -> bool:
+        owner = self._last_holder.get(uuid)
+        uids = {p.uid for p in self.live(uuid).processes if p.pid in foreign}
+        return owner is not None and uids == {owner}
+
     def statuses(
         self,
         leases: Iterable[Lease],
@@ -190,22 +209,26 @@ class NodeView:
         holders = UnitHolders.of(leases)
         reserved = reservations or {}
         drains = drains or {}
-        return [
-            GpuStatus(
-                gpu=gpu,
-                live=self.live(gpu.uuid),
-                lease=holders.whole.get(gpu.uuid),
-                foreign_pids=self._foreign_pids(gpu, holders),
-                instances=tuple(
-                    (m, holders.instances.get(m.uuid)) for m in gpu.mig_devices if gpu.mig_mode
-                ),
-                shares=tuple(holders.shares.get(gpu.uuid, ())),
-                share_capacity_bytes=self.share_capacity.get(gpu.uuid),
-                reserved_for=reserved.get(gpu.uuid),
-                drain=drains.get(gpu.uuid),
+        statuses = []
+        for gpu in self._topology.gpus:
+            foreign = self._foreign_pids(gpu, holders)
+            statuses.append(
+                GpuStatus(
+                    gpu=gpu,
+                    live=self.live(gpu.uuid),
+                    lease=holders.whole.get(gpu.uuid),
+                    foreign_pids=foreign,
+                    instances=tuple(
+                        (m, holders.instances.get(m.uuid)) for m in gpu.mig_devices if gpu.mig_mode
+                    ),
+                    shares=tuple(holders.shares.get(gpu.uuid, ())),
+                    share_capacity_bytes=self.share_capacity.get(gpu.uuid),
+                    reserved_for=reserved.get(gpu.uuid),
+                    drain=drains.get(gpu.uuid),
+                    lingering=self._lingering(gpu.uuid, foreign),
+                )
             )
-            for gpu in self._topology.gpus
-        ]
+        return statuses
 
     def snapshot(
         self, leases: Iterable[Lease], reserved: frozenset[str] = frozenset()
@@ -264,7 +287,12 @@ class NodeView:
             )
         if spec.memory_bytes is not None:
             return frozenset(self.share_capacity)
-        return frozenset(self._by_uuid)
+        floor = spec.min_free_memory_bytes or 0  # a GPU smaller than that can never serve it
+        return frozenset(
+            uuid
+            for uuid, gpu in self._by_uuid.items()
+            if gpu.memory_total_bytes is None or gpu.memory_total_bytes >= floor
+        )
 
     def _known_unit(self, ref: str | int) -> str | None:
         if str(ref) in self._topology.instances():
@@ -275,8 +303,10 @@ class NodeView:
             return None
 
     def _foreign_pids(self, gpu: Gpu, holders: UnitHolders) -> tuple[int, ...]:
-        """Processes on a GPU whose user holds no lease on any part of it."""
-        processes = self.live(gpu.uuid).processes
+        """Processes on a GPU whose user holds no lease on any part of it (less those root
+        said to ignore)."""
+        ignored = self._ignored.get(gpu.uuid, frozenset())
+        processes = [p for p in self.live(gpu.uuid).processes if p.pid not in ignored]
         allowed = holders.owners_on(gpu.uuid, (m.uuid for m in gpu.mig_devices))
         # A process whose owner cannot be read (another PID namespace) counts against a free GPU
         # only: on a leased GPU it is most likely the holder's own job in a container.

@@ -26,7 +26,8 @@ __all__ = ["QueuedRequest", "WaitInfo", "describe_waiters", "reservations"]
 RESOURCES = "Resources"
 RESERVED = "Reserved"
 
-Usable = Callable[[AllocateSpec], frozenset[str]]
+# The GPUs that could serve a request, less those its owner (the uid given) holds already.
+Usable = Callable[[AllocateSpec, int | None], frozenset[str]]
 
 
 class QueuedRequest(Protocol):
@@ -66,8 +67,8 @@ class _Need:
 
 
 def _need(spec: AllocateSpec, usable: Usable) -> _Need:
-    named = usable(replace(spec, count=None)) if spec.gpus else frozenset()
-    return _Need(named, usable(spec), max(spec.count or 0, len(named)))
+    named = usable(replace(spec, count=None), None) if spec.gpus else frozenset()
+    return _Need(named, usable(spec, None), max(spec.count or 0, len(named)))
 
 
 def reservations(waiters: Sequence[QueuedRequest], usable: Usable) -> dict[str, Reservation]:
@@ -76,7 +77,7 @@ def reservations(waiters: Sequence[QueuedRequest], usable: Usable) -> dict[str, 
     for position, waiter in enumerate(waiters, start=1):
         caller = waiter.caller
         reservation = Reservation(waiter.id, position, caller.uid, caller.user)
-        for uuid in sorted(usable(waiter.spec)):
+        for uuid in sorted(usable(waiter.spec, waiter.caller.uid)):
             held.setdefault(uuid, reservation)
     return held
 

@@ -36,3 +36,5 @@ class AllocateSpec:
     bind_to_process: bool = False
     memory_bytes: int | None = None
     mig_profile: str | None = None
+    request_id: str | None = None  # a retried request with the same id gets the same lease
+    on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes

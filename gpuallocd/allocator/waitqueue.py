@@ -31,6 +31,11 @@ __all__ = ["WaitQueue", "Waiter"]
 log = logging.getLogger(__name__)
 
 Outcome = Lease | GpuallocError
+OnGrant = Callable[[Lease], None]
+
+
+def _ignore(lease: Lease) -> None:
+    """The default grant hook: nothing to do."""
 
 
 @dataclass(eq=False)
@@ -40,6 +45,7 @@ class Waiter:
     since: float
     future: asyncio.Future[Lease]
     id: str = field(default_factory=lambda: secrets.token_hex(4))
+    on_grant: OnGrant = _ignore
 
     def to_json(self, position: int, info: WaitInfo, now: float) -> dict[str, Any]:
         """As `queue` shows it: `position` from 1, why it waits and when it may start."""
@@ -63,7 +69,7 @@ class Waiter:
 def _reserved(lifecycle: LeaseLifecycle, waiters: Sequence[Waiter]) -> frozenset[str]:
     reserved: set[str] = set()
     for waiter in waiters:
-        reserved |= lifecycle.usable_gpus(waiter.spec)
+        reserved |= lifecycle.usable_gpus(waiter.spec, waiter.caller.uid)
     return frozenset(reserved)
 
 
@@ -79,11 +85,12 @@ def _serve_in_order(
                 waiter.caller, waiter.spec, reserved=frozenset(blocked), waited_since=waiter.since
             )
         except CapacityError:
-            blocked |= lifecycle.usable_gpus(waiter.spec)
+            blocked |= lifecycle.usable_gpus(waiter.spec, waiter.caller.uid)
             continue
         except GpuallocError as exc:
             outcomes.append((waiter, exc))
             continue
+        waiter.on_grant(lease)
         outcomes.append((waiter, lease))
     return outcomes
 
@@ -130,22 +137,49 @@ class WaitQueue:
         return _reserved(self._lifecycle, self._waiters)
 
     async def allocate(
-        self, caller: Caller, spec: AllocateSpec, *, wait: bool, timeout: float | None
+        self,
+        caller: Caller,
+        spec: AllocateSpec,
+        *,
+        wait: bool,
+        timeout: float | None,
+        on_grant: OnGrant = _ignore,
     ) -> Lease:
+        """A lease now, or after waiting; `on_grant` runs in the same worker call as the grant.
+
+        A request that may wait is checked before it queues: over a limit of the caller
+        (`quota_exceeded`), or blocked only by the caller's own leases (`would_wait_forever`),
+        it is refused at once.
+        """
+        ahead = list(self._waiters)
         try:
-            return await self._worker.run(self._allocate_now, caller, spec, list(self._waiters))
+            return await self._worker.run(self._allocate_now, caller, spec, ahead, on_grant)
         except CapacityError:
             if not wait:
                 raise
         self._lifecycle.quota.check_waiting(caller, self.waiting_of(caller.uid))
-        return await self._wait(caller, spec, timeout)
+        await self._worker.run(self._lifecycle.check_servable, caller, spec)
+        return await self._wait(caller, spec, timeout, on_grant)
 
-    def _allocate_now(self, caller: Caller, spec: AllocateSpec, ahead: Sequence[Waiter]) -> Lease:
-        return self._lifecycle.allocate(caller, spec, reserved=_reserved(self._lifecycle, ahead))
+    def _allocate_now(
+        self, caller: Caller, spec: AllocateSpec, ahead: Sequence[Waiter], on_grant: OnGrant
+    ) -> Lease:
+        reserved = _reserved(self._lifecycle, ahead)
+        lease = self._lifecycle.allocate(caller, spec, reserved=reserved)
+        on_grant(lease)
+        return lease
 
-    async def _wait(self, caller: Caller, spec: AllocateSpec, timeout: float | None) -> Lease:
+    async def _wait(
+        self, caller: Caller, spec: AllocateSpec, timeout: float | None, on_grant: OnGrant
+    ) -> Lease:
         loop = asyncio.get_running_loop()
-        waiter = Waiter(caller=caller, spec=spec, since=self._clock(), future=loop.create_future())
+        waiter = Waiter(
+            caller=caller,
+            spec=spec,
+            since=self._clock(),
+            future=loop.create_future(),
+            on_grant=on_grant,
+        )
         self._waiters.append(waiter)
         log.info("%s (pid %d) waits for GPUs", caller.user, caller.pid)
         try:

@@ -94,6 +94,8 @@ class SerialWorker:
     @staticmethod
     def _run_jobs(batch: list[_Job]) -> None:
         for job in batch:
+            if job.future.done():
+                continue  # its caller went away before its turn: do nothing for nobody
             try:
                 job.value = job.call()
             except Exception as exc:

@@ -18,6 +18,7 @@ class ApiContext:
     facade: AllocatorFacade
     discover: Callable[[], Topology]
     started_at: float
+    body_timeout_seconds: float = 10.0
 
 
 CONTEXT = web.AppKey("context", ApiContext)

@@ -16,7 +16,7 @@ from gpuallocd.api.context import ApiContext, context_of
 from gpuallocd.api.peercred import connection_caller
 from gpuallocd.api.validation import Body, parse_json_object
 from gpuallocd.errors import InvalidRequest, PermissionDenied
-from gpuallocd.model import Caller
+from gpuallocd.model import Caller, Lease
 from gpuallocd.policies import available_policies
 from gpuallocd.topology import topology_to_json
 
@@ -35,10 +35,14 @@ ALLOCATE_FIELDS = frozenset(
         "wait_timeout_seconds",
         "memory_bytes",
         "mig_profile",
+        "request_id",
+        "on_revoke",
     }
 )
+ON_REVOKE_CHOICES = ("notify", "terminate")
 MAX_HISTORY_LIMIT = 10_000
 MAX_PROFILE_LENGTH = 64
+MAX_REQUEST_ID_LENGTH = 100
 
 
 def _caller(request: web.Request) -> Caller:
@@ -50,7 +54,18 @@ def _facade(request: web.Request) -> AllocatorFacade:
 
 
 async def _body(request: web.Request, allowed: frozenset[str]) -> Body:
-    return Body(parse_json_object(await request.read()), allowed)
+    timeout = context_of(request).body_timeout_seconds
+    try:
+        raw = await asyncio.wait_for(request.read(), timeout)
+    except asyncio.TimeoutError:
+        raise InvalidRequest(f"the request body did not arrive within {timeout:g} s") from None
+    return Body(parse_json_object(raw), allowed)
+
+
+def _lease_json(request: web.Request, lease: Lease) -> dict[str, Any]:
+    data = lease.to_json()
+    data["processes"] = _facade(request).processes_of(lease.id) if lease.active else []
+    return data
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -71,7 +86,7 @@ async def list_gpus(request: web.Request) -> web.Response:
 async def list_leases(request: web.Request) -> web.Response:
     _caller(request)
     leases = await _facade(request).leases()
-    return _json({"leases": [lease.to_json() for lease in leases]})
+    return _json({"leases": [_lease_json(request, lease) for lease in leases]})
 
 
 def _allocate_spec(body: Body) -> AllocateSpec:
@@ -85,6 +100,8 @@ def _allocate_spec(body: Body) -> AllocateSpec:
         bind_to_process=bool(body.boolean("bind_to_process")),
         memory_bytes=body.integer("memory_bytes", minimum=1),
         mig_profile=body.text("mig_profile", max_length=MAX_PROFILE_LENGTH),
+        request_id=body.text("request_id", max_length=MAX_REQUEST_ID_LENGTH),
+        on_revoke=body.choice("on_revoke", ON_REVOKE_CHOICES) or "notify",
     )
     if spec.count is None and not spec.gpus:
         if spec.memory_bytes is None and spec.mig_profile is None:
@@ -93,20 +110,34 @@ def _allocate_spec(body: Body) -> AllocateSpec:
     return spec
 
 
-async def allocate(request: web.Request) -> web.Response:
+async def allocate(request: web.Request) -> web.StreamResponse:
     caller = _caller(request)
     body = await _body(request, ALLOCATE_FIELDS)
     spec = _allocate_spec(body)
     wait = bool(body.boolean("wait"))
     timeout = body.seconds("wait_timeout_seconds")
     lease = await _facade(request).allocate(caller, spec, wait=wait, timeout=timeout)
-    return _json(lease.to_json(), status=201)
+    return await _deliver(request, lease)
+
+
+async def _deliver(request: web.Request, lease: Lease) -> web.StreamResponse:
+    """Send the new lease, or withdraw it when it cannot reach its client."""
+    response = _json(_lease_json(request, lease), status=201)
+    try:
+        if request.transport is None or request.transport.is_closing():
+            raise ConnectionResetError("the client left before its answer")
+        await response.prepare(request)
+        await response.write_eof()
+    except (ConnectionError, asyncio.CancelledError):
+        _facade(request).withdraw(lease)
+        raise
+    return response
 
 
 async def get_lease(request: web.Request) -> web.Response:
     _caller(request)
     lease = await _facade(request).lease(request.match_info["lease_id"])
-    return _json(lease.to_json())
+    return _json(_lease_json(request, lease))
 
 
 async def renew_lease(request: web.Request) -> web.Response:
@@ -167,6 +198,13 @@ async def rescan(request: web.Request) -> web.Response:
     return _json(topology_to_json(await ctx.facade.adopt_topology(topology)))
 
 
+async def release_gpu(request: web.Request) -> web.Response:
+    caller = _caller(request)
+    ref: str | int = request.match_info["gpu"]
+    status = await _facade(request).release_gpu(caller, ref)
+    return _json(status.to_json())
+
+
 async def list_queue(request: web.Request) -> web.Response:
     _caller(request)
     return _json({"waiters": await _facade(request).waiters()})
@@ -193,4 +231,5 @@ def routes() -> list[web.RouteDef]:
         web.get("/v1/policies", list_policies),
         web.get("/v1/queue", list_queue),
         *admin_routes(),
+        web.post("/v1/gpus/{gpu}/release", release_gpu),
     ]

@@ -14,6 +14,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from gpuallocd.api.limits import ConnectionLimiter
+from gpuallocd.api.peercred import peer_caller
 from gpuallocd.errors import (
     AlreadyRunning,
     ConfigError,
@@ -22,6 +24,7 @@ from gpuallocd.errors import (
     MalformedHttp,
     StateUnusable,
 )
+from gpuallocd.model import Caller
 
 __all__ = ["UnixApiServer", "bind_unix_socket"]
 
@@ -29,6 +32,7 @@ __all__ = ["UnixApiServer", "bind_unix_socket"]
 # that hangs up cancels its request, so a disconnected waiter leaves the queue at once.
 _HANDLER_OPTIONS: dict[str, Any] = {"access_log": None, "keepalive_timeout": 300.0}
 _RUNNER_OPTIONS: dict[str, Any] = {**_HANDLER_OPTIONS, "handler_cancellation": True}
+DEFAULT_HEAD_TIMEOUT_SECONDS = 10.0
 
 
 def _refuse_if_served(path: Path) -> None:
@@ -81,9 +85,57 @@ def bind_unix_socket(path: Path, *, mode: int, group: str | None = None) -> sock
 
 class _EnvelopeRequestHandler(RequestHandler):
     """aiohttp's connection handler, but errors raised before routing (unparseable HTTP)
-    leave as the JSON envelope too. `peer` keeps the caller of the connection."""
+    leave as the JSON envelope too; each connection is counted against its uid's limit, and
+    closed when its first request's head does not arrive in time. `peer` keeps the caller of
+    the connection, read from the kernel once."""
 
-    __slots__ = ("peer",)
+    __slots__ = ("_head_timeout", "_head_timer", "_limiter", "_uid", "peer")
+
+    def __init__(
+        self, *args: Any, limiter: ConnectionLimiter, head_timeout: float, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._limiter = limiter
+        self._uid: int | None = None
+        self.peer: Caller | None = None
+        self._head_timeout = head_timeout
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        try:
+            self.peer = peer_caller(transport.get_extra_info("socket"))
+            uid = self.peer.uid
+        except (GpuallocError, OSError):
+            uid = -1  # unknown callers share one count
+        if not self._limiter.admit(uid):
+            transport.close()  # nothing was written: it closes at once
+            return
+        self._uid = uid
+        super().connection_made(transport)
+        self._head_timer = asyncio.get_running_loop().call_later(
+            self._head_timeout, self._head_too_slow
+        )
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._head_timer is not None and self._request_count > 0:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._uid is None:
+            return  # refused: aiohttp never knew of it
+        self._limiter.release(self._uid)
+        self._uid = None
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+    def _head_too_slow(self) -> None:
+        self._head_timer = None
+        if self._request_count == 0 and self.transport is not None:
+            self.transport.abort()
 
     def handle_error(
         self,
@@ -106,16 +158,30 @@ class UnixApiServer:
     """The aiohttp application served on an already bound Unix socket."""
 
     def __init__(
-        self, app: web.Application, sock: socket.socket, *, grace_seconds: float = 5.0
+        self,
+        app: web.Application,
+        sock: socket.socket,
+        *,
+        grace_seconds: float = 5.0,
+        limiter: ConnectionLimiter | None = None,
+        head_timeout: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
     ) -> None:
         self._runner = web.AppRunner(app, shutdown_timeout=grace_seconds, **_RUNNER_OPTIONS)
         self._sock = sock
         self._server: asyncio.AbstractServer | None = None
+        self._limiter = limiter or ConnectionLimiter(per_user=64, total=1024, root_reserve=16)
+        self._head_timeout = head_timeout
 
     def _protocol(self) -> RequestHandler:
         server = self._runner.server
         assert server is not None
-        return _EnvelopeRequestHandler(server, loop=asyncio.get_running_loop(), **_HANDLER_OPTIONS)
+        return _EnvelopeRequestHandler(
+            server,
+            loop=asyncio.get_running_loop(),
+            limiter=self._limiter,
+            head_timeout=self._head_timeout,
+            **_HANDLER_OPTIONS,
+        )
 
     async def start(self) -> None:
         await self._runner.setup()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
 from gpuallocd.errors import InvalidRequest, MalformedJson
 
-__all__ = ["Body", "parse_json_object"]
+__all__ = ["Body", "first_unprintable", "parse_json_object"]
 
 MAX_LABEL_LENGTH = 200
 MAX_GPU_REFS = 1024
@@ -21,11 +22,27 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except RecursionError:
+        raise MalformedJson("the body is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # bad syntax or encoding, or an integer with too many digits
         raise MalformedJson(f"the body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object")
     return data
+
+
+# Characters that steer a terminal or reorder text: C0/C1 controls, DEL, line and paragraph
+# separators, and format characters such as the bidirectional overrides.
+_UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+_JOINERS = frozenset({"\u200c", "\u200d"})  # zero-width (non-)joiners build emoji and scripts
+
+
+def first_unprintable(text: str) -> str | None:
+    """The first character of `text` that could rewrite a terminal, or None."""
+    for char in text:
+        if char not in _JOINERS and unicodedata.category(char) in _UNPRINTABLE_CATEGORIES:
+            return char
+    return None
 
 
 class Body:
@@ -69,6 +86,17 @@ class Body:
             raise InvalidRequest(f"{key} must be a string", field=key)
         if len(value) > max_length:
             raise InvalidRequest(f"{key} may be at most {max_length} characters", field=key)
+        bad = first_unprintable(value)
+        if bad is not None:
+            raise InvalidRequest(
+                f"{key} may not contain control characters (found U+{ord(bad):04X})", field=key
+            )
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...]) -> str | None:
+        value = self.text(key)
+        if value is not None and value not in choices:
+            raise InvalidRequest(f"{key} must be one of {', '.join(choices)}", field=key)
         return value
 
     def boolean(self, key: str) -> bool | None:

@@ -1,14 +1,16 @@
-"""Admin commands: drain and undrain GPUs, and the record of admin actions."""
+"""Admin commands: drain and undrain GPUs, the record of admin actions, and root's `release`
+of a GPU that its former holder's processes keep draining."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import quote
 
 import click
 
 from gpuallocd.cli.common import daemon_client
-from gpuallocd.cli.output import echo_json, table
+from gpuallocd.cli.output import echo_json, escape_unprintable, table
 
 __all__ = ["COMMANDS"]
 
@@ -72,4 +74,22 @@ def admin_log(ctx: click.Context, limit: int) -> None:
     click.echo(table(("TIME", "ACTION", "TARGET", "BY", "REASON"), rows))
 
 
-COMMANDS = (drain, undrain, admin_log)
+@click.command()
+@click.argument("gpu")
+@click.pass_context
+def release(ctx: click.Context, gpu: str) -> None:
+    """Let a draining GPU be granted again, although processes still run on it (root only).
+
+    After a lease ends, a GPU on which processes of its former holder still run is
+    `draining` and is not granted until they are gone. GPU is a UUID or an index.
+    """
+    with daemon_client(ctx) as client:
+        status = client.request("POST", f"/v1/gpus/{quote(gpu, safe='')}/release")
+    if ctx.obj.json:
+        echo_json(status)
+        return
+    uuid = escape_unprintable(status["uuid"])
+    click.echo(f"GPU {status['index']} ({uuid}) is {status['state']} now")
+
+
+COMMANDS = (drain, undrain, admin_log, release)

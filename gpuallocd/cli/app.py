@@ -29,7 +29,7 @@ _MODULES = {
     "gpuallocd.cli.plan": ("plan", "simulate", "policy-bench"),
     "gpuallocd.cli.integrations": ("slurm-gres",),
     "gpuallocd.cli.limits": ("limits", "usage"),
-    "gpuallocd.cli.admin": ("drain", "undrain", "admin-log"),
+    "gpuallocd.cli.admin": ("drain", "undrain", "admin-log", "release"),
 }
 COMMAND_MODULES = {name: module for module, names in _MODULES.items() for name in names}
 

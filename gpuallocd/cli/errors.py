@@ -21,6 +21,7 @@ __all__ = [
     "EXIT_NO_DAEMON",
     "EXIT_PERMISSION",
     "EXIT_QUOTA",
+    "EXIT_REVOKED",
     "EXIT_USAGE",
     "CliError",
     "GuardedGroup",
@@ -33,6 +34,7 @@ EXIT_NO_DAEMON = 3  # no daemon answers on the socket
 EXIT_CAPACITY = 4  # nothing fits now: GPUs unavailable or busy; the same call may work later
 EXIT_PERMISSION = 5  # not yours, or root's (or an admin's) to do
 EXIT_QUOTA = 6  # over one of the caller's limits: not now, and not by waiting
+EXIT_REVOKED = 7  # `run`: an admin revoked the lease and its command was stopped
 
 _EXIT_BY_CODE = {
     "daemon_unavailable": EXIT_NO_DAEMON,

@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
-__all__ = ["echo_json", "format_bytes", "table"]
+from gpuallocd.cli.style import escape_unprintable, render_table
+
+__all__ = ["echo_json", "escape_unprintable", "format_bytes", "table"]
 
 
 def echo_json(data: Any) -> None:
@@ -16,16 +18,8 @@ def echo_json(data: Any) -> None:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """An aligned text table; None prints as '-'."""
-    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
-    return "\n".join(lines)
+    """An aligned text table, never cut, without colour (see `style.render_table`)."""
+    return render_table(headers, rows, colour=False, width=None)
 
 
 def format_bytes(value: int | None) -> str | None:

@@ -1,8 +1,16 @@
-"""`gpuallocctl run`: lease GPUs for one command, and give them back when it ends."""
+"""`gpuallocctl run`: lease GPUs for one command, and give them back when it ends.
+
+The lease covers the command and every process it starts: `run` makes itself their
+subreaper (PR_SET_CHILD_SUBREAPER), so an orphaned process of the command comes back to it,
+and it waits for all of them before it frees the lease. The daemon follows the same tree
+through /proc, so a `kill -9` of `run` leaves the command its lease. A revoke stops the
+command (the lease asks for `on_revoke: "terminate"`); `run` then prints why and exits 6.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -14,6 +22,8 @@ from typing import Any
 import click
 
 from gpuallocd.cli.common import lease_request_options
+from gpuallocd.cli.errors import EXIT_REVOKED
+from gpuallocd.cli.output import escape_unprintable
 from gpuallocd.cli.waiting import queued
 
 __all__ = ["COMMANDS", "FORWARDED_SIGNALS", "run_leased"]
@@ -22,6 +32,8 @@ __all__ = ["COMMANDS", "FORWARDED_SIGNALS", "run_leased"]
 # our process group), and forwarding it too would interrupt it twice. It is ignored here
 # while the command runs, so the lease is freed after the command has handled it.
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+PR_SET_CHILD_SUBREAPER = 36
+MAX_LABEL = 200
 
 
 @contextlib.contextmanager
@@ -39,8 +51,27 @@ def _forward_signals(child: subprocess.Popen[bytes]) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def run_command(command: Sequence[str]) -> int:
-    """Run `command` with our environment, forwarding signals; its exit code (128+N if killed)."""
+def _become_subreaper() -> None:
+    """Orphans of the command are re-parented to us, not to init (Linux 3.4 and later)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _reap_the_rest() -> None:
+    """Wait for every remaining descendant (orphans handed to us as their subreaper)."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+def run_command(command: Sequence[str], started: Any = None) -> int:
+    """Run `command` with our environment, forwarding signals; its exit code (128+N if
+    killed). `started()` is called once it runs; returns after its last descendant exited."""
+    _become_subreaper()
     try:
         child = subprocess.Popen(list(command), env=dict(os.environ))
     except FileNotFoundError:
@@ -50,8 +81,27 @@ def run_command(command: Sequence[str]) -> int:
         click.echo(f"gpuallocctl: permission denied: {command[0]}", err=True)
         return 126
     with _forward_signals(child):
+        if started is not None:
+            started()
         code = child.wait()
+        _reap_the_rest()
     return 128 - code if code < 0 else code
+
+
+def _revocation(client: Any, lease_id: str) -> str | None:
+    """Why the lease was revoked (the reason given, or 'no reason given'); None if it was not."""
+    with contextlib.suppress(Exception):
+        if client.lease(lease_id).state != "revoked":
+            return None
+        events = [e for e in client.history(lease_id) if e["event"] == "revoked"]
+        return (events[-1]["detail"] if events else None) or "no reason given"
+    return None
+
+
+def _announce_command(client: Any, lease_id: str, ttl: float | None) -> None:
+    """A renewal makes the daemon look for the command's processes at once."""
+    with contextlib.suppress(Exception):
+        client.renew(lease_id, ttl)
 
 
 _visible_option = click.option(
@@ -68,7 +118,7 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
 
     While queued, the waiting line shows on stderr and Ctrl-C leaves the queue (exit 130).
     """
-    from gpulease import gpu_lease
+    from gpulease import Client, gpu_lease
     from gpulease.renewer import idle_message
 
     count, gpus = request.pop("count"), request.pop("gpus")
@@ -81,15 +131,26 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
         on_idle=lambda lease, idle: click.echo(
             f"gpuallocctl: {idle_message(lease, idle)}", err=True
         ),
+        on_revoke="terminate",
         **request,
     )
     with contextlib.ExitStack() as stack:
         with queued(ctx, bool(request.get("wait"))):
             granted = stack.enter_context(lease)
+        client = stack.enter_context(Client(ctx.obj.socket))
         if not ctx.obj.json:
             gpu_list = ",".join(g.uuid if g.kind == "mig" else str(g.index) for g in granted.gpus)
             click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
-        return run_command(command)
+        ttl = request.get("ttl")
+        code = run_command(command, started=lambda: _announce_command(client, granted.id, ttl))
+        reason = _revocation(client, granted.id)
+    if reason is not None:
+        click.echo(
+            f"gpuallocctl: lease {granted.id} was revoked ({reason}); the command was stopped",
+            err=True,
+        )
+        return EXIT_REVOKED
+    return code
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -105,7 +166,7 @@ def run(ctx: click.Context, /, command: tuple[str, ...], label: str | None, **re
 
     Exits with the command's exit code. Example: gpuallocctl run -n 2 -- python train.py
     """
-    request["label"] = label or " ".join(command)[:200]
+    request["label"] = label or escape_unprintable(" ".join(command))[:MAX_LABEL]
     sys.exit(run_leased(ctx, command, _gpu_lease_arguments(request)))
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "TABLE_WIDTH",
     "Styled",
     "colour_enabled",
+    "escape_unprintable",
     "render_table",
     "short_uuid",
     "state_cell",
@@ -71,10 +72,19 @@ def state_cell(state: str) -> Styled:
     return Styled(state, fg=STATE_COLOURS.get(state), bold=state == "unhealthy")
 
 
+def escape_unprintable(text: str) -> str:
+    """`text` with every character a terminal would act on (ESC, BEL, CR, bidi overrides...)
+    written as a Python escape, so a cell can never move the cursor or forge a row."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def _text(cell: object) -> str:
+    """What a cell shows; anything a terminal would act on (ESC, CR, ...) escaped."""
     if cell is None:
         return "-"
-    return cell.text if isinstance(cell, Styled) else str(cell)
+    return escape_unprintable(cell.text if isinstance(cell, Styled) else str(cell))
 
 
 def _paint(cell: object, padded: str, colour: bool) -> str:

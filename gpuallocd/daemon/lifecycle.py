@@ -17,8 +17,9 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 from gpuallocd import __version__
 from gpuallocd.allocator import (
@@ -28,13 +29,23 @@ from gpuallocd.allocator import (
     LeaseLifecycle,
     SiteRules,
 )
+from gpuallocd.allocator.deadlines import boottime
 from gpuallocd.api.app import ApiContext, create_app
+from gpuallocd.api.limits import ConnectionLimiter, fit_to_open_files, quiet_accept_errors
 from gpuallocd.api.peercred import forget_identities
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket
 from gpuallocd.daemon.activation import inherited_api_socket
 from gpuallocd.daemon.housekeeping import Housekeeper
+from gpuallocd.daemon.integrity import (
+    LEDGER_COMPANIONS,
+    check_ledger,
+    check_state_files,
+    mark_initialised,
+    prepare_private_dir,
+)
 from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watchdog
 from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.daemon.socketwatch import SocketWatch
 from gpuallocd.daemon.statelock import StateLock
 from gpuallocd.errors import (
     ConfigError,
@@ -79,11 +90,19 @@ class Daemon:
         clock: Callable[[], float] = time.time,
         inventory_opener: Callable[[str], Inventory] = open_inventory,
         reload_config: Callable[[], DaemonConfig] | None = None,
+        monotonic: Callable[[], float] = boottime,
+        initialise: bool = False,
     ) -> None:
         """`inventory_opener` turns the `inventory` setting into a backend (tests pass a fake's);
-        `reload_config` reads the config again on SIGHUP (default: keep this one)."""
+        `reload_config` reads the config again on SIGHUP (default: keep this one).
+
+        `clock` gives the wall-clock times shown to people, `monotonic` decides expiry.
+        `initialise` (`gpuallocd --init`) lets it create a new ledger where there is none.
+        """
         self.config = config
         self._clock = clock
+        self._monotonic = monotonic
+        self._initialise = initialise
         self._open_inventory = inventory_opener
         self._reload_config = reload_config or (lambda: config)
         self._stop = asyncio.Event()
@@ -109,13 +128,8 @@ class Daemon:
         log.info("reloaded the limits and admin groups")
 
     async def run(self) -> None:
-        state_dir = Path(self.config.state_dir)
-        try:
-            state_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StateUnusable(
-                f"cannot create the state directory {state_dir}: {exc.strerror}"
-            ) from exc
+        prepare_private_dir(Path(self.config.state_dir), "state directory", 0o700)
+        prepare_private_dir(Path(self.config.socket).parent, "socket's directory", 0o755)
         lock = StateLock(self.config.lock_path)
         lock.acquire(self.config.socket)
         try:
@@ -126,7 +140,7 @@ class Daemon:
     async def _run_locked(self) -> None:
         inventory = self._inventory()
         try:
-            ledger = _open_ledger(self.config, self._metrics)
+            ledger = _open_ledger(self.config, self._initialise, self._metrics)
             try:
                 await self._serve(inventory, ledger)
             finally:
@@ -155,6 +169,7 @@ class Daemon:
             clock=self._clock,
             settings=settings,
             rules=site_rules(self.config),
+            monotonic=self._monotonic,
         )
         facade = AllocatorFacade(
             lifecycle,
@@ -162,6 +177,7 @@ class Daemon:
             clock=self._clock,
             observer=self._metrics,
             idle=idle_rules(self.config),
+            revoke_grace_seconds=self.config.revoke_grace_seconds,
         )
         self._facade_in_service = facade
         return facade
@@ -175,6 +191,14 @@ class Daemon:
             interval_seconds=self.config.sample_interval_seconds,
         )
 
+    def _limiter(self) -> ConnectionLimiter:
+        config = self.config
+        return ConnectionLimiter(
+            per_user=config.max_connections_per_user,
+            total=fit_to_open_files(config.max_connections),
+            root_reserve=config.root_reserved_connections,
+        )
+
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
         facade = self._facade(inventory, ledger)
         housekeeper = Housekeeper(
@@ -184,7 +208,12 @@ class Daemon:
             retention_seconds=self.config.history_retention_days * 86400.0,
         )
         exporter = self._exporter(facade, inventory)
-        ctx = ApiContext(facade, discover=inventory.rescan, started_at=self._clock())
+        ctx = ApiContext(
+            facade,
+            discover=inventory.rescan,
+            started_at=self._clock(),
+            body_timeout_seconds=self.config.request_body_timeout_seconds,
+        )
         socket_path = Path(self.config.socket)
         activated = inherited_api_socket()  # socket activation: systemd owns the path
         sock = activated or bind_unix_socket(
@@ -192,8 +221,17 @@ class Daemon:
         )
         if activated is not None:
             socket_path = Path(activated.getsockname())
+        watch = SocketWatch(socket_path)
         app = create_app(ctx, max_body_bytes=self.config.max_body_bytes)
-        server = UnixApiServer(app, sock, grace_seconds=self.config.shutdown_grace_seconds)
+        server = UnixApiServer(
+            app,
+            sock,
+            grace_seconds=self.config.shutdown_grace_seconds,
+            limiter=self._limiter(),
+            head_timeout=self.config.request_head_timeout_seconds,
+        )
+        quiet_accept_errors(asyncio.get_running_loop())
+        problem: StateUnusable | None = None
         watchdog = None
         try:
             await housekeeper.start()
@@ -202,7 +240,7 @@ class Daemon:
             with _stop_on_signals(self._stop), _reload_on_hangup(self.reload):
                 self._announce(facade, socket_path)
                 watchdog = start_watchdog()
-                await self._stop.wait()
+                problem = await _first_of(self._stop.wait(), watch.until_gone())
                 notify_stopping()
                 log.info("stopping")
         finally:
@@ -212,9 +250,10 @@ class Daemon:
             await exporter.stop()
             await server.stop()
             await facade.close()
-            if activated is None:
-                with contextlib.suppress(FileNotFoundError):
-                    socket_path.unlink()
+            if activated is None and watch.problem() is None:
+                socket_path.unlink(missing_ok=True)  # an activated socket is systemd's
+        if problem is not None:
+            raise problem
 
     @staticmethod
     def _announce(facade: AllocatorFacade, socket_path: Path) -> None:
@@ -229,13 +268,33 @@ class Daemon:
         notify_ready()
 
 
-def _open_ledger(config: DaemonConfig, metrics: DaemonMetrics) -> Ledger:
+async def _first_of(
+    stop: Coroutine[Any, Any, Any], gone: Coroutine[Any, Any, StateUnusable]
+) -> StateUnusable | None:
+    """Wait for a stop request or the loss of the socket; the loss, if that came first."""
+    stop_task, gone_task = asyncio.ensure_future(stop), asyncio.ensure_future(gone)
     try:
-        return Ledger(
-            config.ledger_path, sync=config.ledger_sync, commit_timer=metrics.observe_commit
-        )
+        await asyncio.wait({stop_task, gone_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (stop_task, gone_task):
+            task.cancel()
+    if gone_task.done() and not gone_task.cancelled():
+        problem = gone_task.result()
+        log.error("%s", problem.message)
+        return problem
+    return None
+
+
+def _open_ledger(config: DaemonConfig, initialise: bool, metrics: DaemonMetrics) -> Ledger:
+    path = config.ledger_path
+    check_state_files([path, *(path.with_name(path.name + c) for c in LEDGER_COMPANIONS)])
+    check_ledger(path, initialise=initialise)
+    try:
+        ledger = Ledger(path, sync=config.ledger_sync, commit_timer=metrics.observe_commit)
     except LedgerError as exc:
         raise StateUnusable(exc.message) from exc
+    mark_initialised(path)
+    return ledger
 
 
 @contextlib.contextmanager

@@ -97,16 +97,24 @@ def exit_code_for(exc: BaseException) -> int:
     is_eager=True,
     help="Print every setting as an example config file (toml) or a table (markdown), and exit.",
 )
+@click.option(
+    "--init",
+    "initialise",
+    is_flag=True,
+    help="Create a new, empty ledger if the state directory has none (an empty one is set "
+    "aside); an existing ledger is used as it is. Without it, a missing or empty ledger "
+    "stops the daemon (exit 73).",
+)
 @_setting_options
 @click.version_option(__version__, prog_name="gpuallocd")
-def main(config_file: Path | None, **options: Any) -> None:
+def main(config_file: Path | None, initialise: bool, **options: Any) -> None:
     """Run the GPU allocation daemon in the foreground."""
     config: DaemonConfig | None = None
     try:
         config = load_config(config_file, **options)
         _configure_logging(config.log_level)
         reload = functools.partial(load_config, config_file, **options)  # on SIGHUP
-        run_event_loop(Daemon(config, reload_config=reload).run())
+        run_event_loop(Daemon(config, reload_config=reload, initialise=initialise).run())
     except GpuallocError as exc:
         log.debug("startup failed", exc_info=exc)
         click.echo(f"gpuallocd: {exc.message}", err=True)

@@ -142,6 +142,26 @@ class DaemonConfig:
             "`[limits.user.NAME]` overrides, re-read on SIGHUP (docs/limits.md)"
         },
     )
+    revoke_grace_seconds: float = _setting(
+        30.0,
+        "after a revoke, how long the processes of a lease that asked to be terminated "
+        '(`gpuallocctl run`, `on_revoke="terminate"`) have between SIGTERM and SIGKILL',
+    )
+    max_connections_per_user: int = _setting(
+        64, "open connections one uid may hold at once; more are closed at once"
+    )
+    max_connections: int = _setting(
+        4096, "open connections in all (kept below the open-file limit, `LimitNOFILE=`)"
+    )
+    root_reserved_connections: int = _setting(
+        16, "of `max_connections`, the slots only root may use"
+    )
+    request_head_timeout_seconds: float = _setting(
+        10.0, "a new connection is closed if its first request's head has not arrived by then"
+    )
+    request_body_timeout_seconds: float = _setting(
+        10.0, "a request whose body has not arrived by then gets `invalid_request`"
+    )
 
     @property
     def ledger_path(self) -> Path:

@@ -1,42 +1,79 @@
-"""One daemon per state directory: an exclusive file lock, and who holds it."""
+"""One daemon per state directory: an exclusive lock on a file in it, and who holds it.
+
+Both files are opened with `O_NOFOLLOW` and never truncated through a link: a symbolic link
+planted in the state directory makes the daemon refuse to start, never write where it points.
+The lock is `flock(2)` on `gpuallocd.lock`; the kernel drops it when the process dies.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
+import stat
 from pathlib import Path
 
-from filelock import FileLock, Timeout
+from gpuallocd.errors import AlreadyRunning, StateUnusable
 
-from gpuallocd.errors import AlreadyRunning
+__all__ = ["StateLock", "open_no_follow"]
 
-__all__ = ["StateLock"]
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_no_follow(path: Path, flags: int, mode: int = 0o600) -> int:
+    """`os.open` that refuses a symbolic link (and anything but a regular file) at `path`."""
+    try:
+        fd = os.open(path, flags | _OPEN_FLAGS | os.O_NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StateUnusable(f"{path} is a symbolic link; refusing to follow it") from exc
+        raise StateUnusable(f"cannot open {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StateUnusable(f"{path} is not a regular file")
+    return fd
 
 
 class StateLock:
     """Held for the daemon's whole life; a second daemon is refused with the holder's name."""
 
     def __init__(self, lock_path: Path) -> None:
-        self._lock = FileLock(lock_path, timeout=0)
+        self._lock_path = lock_path
         self._holder_path = lock_path.with_suffix(".holder")
+        self._fd: int | None = None
 
     def acquire(self, socket_path: str) -> None:
+        fd = open_no_follow(self._lock_path, os.O_RDWR | os.O_CREAT)
         try:
-            self._lock.acquire()
-        except Timeout as exc:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
             raise AlreadyRunning(
-                f"another gpuallocd holds {self._lock.lock_file} ({self._describe_holder()}); "
+                f"another gpuallocd holds {self._lock_path} ({self._describe_holder()}); "
                 "stop it first, or give this one another --state-dir"
-            ) from exc
-        self._holder_path.write_text(json.dumps({"pid": os.getpid(), "socket": socket_path}))
+            ) from None
+        self._fd = fd
+        self._write_holder(socket_path)
 
     def release(self) -> None:
-        self._holder_path.unlink(missing_ok=True)
-        self._lock.release()
+        with contextlib.suppress(OSError):
+            self._holder_path.unlink()
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor drops the flock
+            self._fd = None
+
+    def _write_holder(self, socket_path: str) -> None:
+        fd = open_no_follow(self._holder_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "w") as holder:
+            holder.write(json.dumps({"pid": os.getpid(), "socket": socket_path}))
 
     def _describe_holder(self) -> str:
         try:
-            holder = json.loads(self._holder_path.read_text())
-            return f"pid {holder['pid']}, serving {holder['socket']}"
-        except (OSError, ValueError, KeyError, TypeError):
+            fd = open_no_follow(self._holder_path, os.O_RDONLY)
+            with os.fdopen(fd) as holder:
+                found = json.loads(holder.read())
+            return f"pid {found['pid']}, serving {found['socket']}"
+        except (StateUnusable, OSError, ValueError, KeyError, TypeError):
             return "holder unknown"

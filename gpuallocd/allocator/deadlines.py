@@ -1,0 +1,64 @@
+"""When each active lease expires, on a clock that no one can set.
+
+The wall clock can jump (an admin, NTP stepping after a suspend, a wrong RTC at boot): a
+step forward would expire every lease, a step back would keep them for hours. So expiry runs
+on CLOCK_BOOTTIME, which only moves forward and keeps counting through a suspend (a lease's
+TTL is time that passes, suspended or not). The wall-clock times of a lease (`created_at`,
+`expires_at`) are kept for people and for the ledger.
+
+Across a restart: CLOCK_BOOTTIME starts again at each boot and the ledger keeps wall times,
+so a lease read from the ledger gets the deadline `now + (expires_at - wall now)`: the time
+it had left by the wall clock when the daemon started. A wall-clock step while the daemon is
+down therefore shortens or lengthens what is left of the leases of that moment (never beyond
+`max_ttl_seconds`); after start, steps change nothing, and each renewal counts from then on
+the monotonic clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from gpuallocd.model import Lease
+
+__all__ = ["Deadlines", "boottime"]
+
+Clock = Callable[[], float]
+
+
+def boottime() -> float:
+    """Seconds since boot, suspend included; the monotonic clock where there is none."""
+    clock_id = getattr(time, "CLOCK_BOOTTIME", None)
+    if clock_id is None:  # pragma: no cover - not Linux
+        return time.monotonic()
+    return time.clock_gettime(clock_id)
+
+
+class Deadlines:
+    """The monotonic deadline of each active lease."""
+
+    def __init__(self, wall: Clock, monotonic: Clock, max_seconds: float) -> None:
+        self._wall = wall
+        self._monotonic = monotonic
+        self._max_seconds = max_seconds
+        self._at: dict[str, float] = {}
+
+    def adopt(self, lease: Lease) -> None:
+        """A lease read from the ledger: what it has left by the wall clock, from now on."""
+        left = min(lease.expires_at - self._wall(), self._max_seconds)
+        self._at[lease.id] = self._monotonic() + left
+
+    def start(self, lease_id: str, ttl_seconds: float) -> None:
+        """A lease granted or renewed now for `ttl_seconds`."""
+        self._at[lease_id] = self._monotonic() + ttl_seconds
+
+    def passed(self, lease: Lease) -> bool:
+        if lease.id not in self._at:
+            self.adopt(lease)
+        return self._at[lease.id] <= self._monotonic()
+
+    def forget(self, lease_id: str) -> None:
+        self._at.pop(lease_id, None)
+
+    def clear(self) -> None:
+        self._at.clear()
