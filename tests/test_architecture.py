@@ -28,7 +28,7 @@ ALLOWED = {
     "allocator": {"model", "policies", "ledger"},
     "api": {"model", "allocator", "policies", "topology"},
     "metrics": {"model", "allocator", "inventory"},
-    "daemon": {"model", "allocator", "api", "inventory", "ledger", "metrics"},
+    "daemon": {"model", "allocator", "api", "inventory", "integrations", "ledger", "metrics"},
     "integrations": {"model"},
     "cli": {"model", "integrations", "inventory", "planning", "policies", "topology"},
     "testing": {"model", "inventory", "topology"},

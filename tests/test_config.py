@@ -33,6 +33,7 @@ SAMPLES = {
     "share_enforcement": "warn",
     "metrics_listen": "127.0.0.1:9423",
     "metrics_textfile": "/tmp/gpuallocd.prom",
+    "cdi_spec_path": "/run/cdi/gpuallocd.json",
     "admin_groups": "gpuadmin, wheel",
     "idle_reclaim_minutes": "30",
     "idle_grace_minutes": "5",

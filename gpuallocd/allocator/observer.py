@@ -17,7 +17,7 @@ from typing import Protocol
 
 from gpuallocd.model import Lease
 
-__all__ = ["NO_OBSERVER", "LeaseObserver", "NoObserver", "timed_allocation"]
+__all__ = ["NO_OBSERVER", "LeaseObserver", "NoObserver", "Observers", "timed_allocation"]
 
 
 class LeaseObserver(Protocol):
@@ -51,6 +51,25 @@ class NoObserver:
 
 
 NO_OBSERVER = NoObserver()
+
+
+class Observers:
+    """Several observers told the same things, in order (metrics, the CDI spec, ...)."""
+
+    def __init__(self, *observers: LeaseObserver) -> None:
+        self._observers = observers
+
+    def lease_granted(self, lease: Lease) -> None:
+        for observer in self._observers:
+            observer.lease_granted(lease)
+
+    def lease_ended(self, lease: Lease) -> None:
+        for observer in self._observers:
+            observer.lease_ended(lease)
+
+    def allocation_finished(self, seconds: float, *, waited: bool, outcome: str) -> None:
+        for observer in self._observers:
+            observer.allocation_finished(seconds, waited=waited, outcome=outcome)
 
 
 @contextlib.contextmanager

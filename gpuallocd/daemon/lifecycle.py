@@ -30,6 +30,7 @@ from gpuallocd.allocator import (
     SiteRules,
 )
 from gpuallocd.allocator.deadlines import boottime
+from gpuallocd.allocator.observer import LeaseObserver, Observers
 from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.limits import ConnectionLimiter, fit_to_open_files, quiet_accept_errors
 from gpuallocd.api.peercred import forget_identities
@@ -55,6 +56,7 @@ from gpuallocd.errors import (
     NvmlError,
     StateUnusable,
 )
+from gpuallocd.integrations.cdi_writer import CdiSpecWriter
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.ledger import Ledger
 from gpuallocd.metrics import DaemonMetrics, MetricsExporter, take_sample
@@ -175,12 +177,20 @@ class Daemon:
             lifecycle,
             ledger,
             clock=self._clock,
-            observer=self._metrics,
+            observer=self._observers(lifecycle),
             idle=idle_rules(self.config),
             revoke_grace_seconds=self.config.revoke_grace_seconds,
         )
         self._facade_in_service = facade
         return facade
+
+    def _observers(self, lifecycle: LeaseLifecycle) -> LeaseObserver:
+        """The metrics, and the CDI spec where `cdi_spec_path` is set."""
+        path = self.config.cdi_spec_path
+        if path is None:
+            return self._metrics
+        active = lifecycle.leases()
+        return Observers(self._metrics, CdiSpecWriter(path, lifecycle.topology.gpus, active))
 
     def _exporter(self, facade: AllocatorFacade, inventory: Inventory) -> MetricsExporter:
         return MetricsExporter(

@@ -118,6 +118,13 @@ class DaemonConfig:
         "node_exporter's textfile collector (a name ending in `.prom`); unset: no file",
         example='"/var/lib/prometheus/node-exporter/gpuallocd.prom"',
     )
+    cdi_spec_path: str | None = _setting(
+        None,
+        "write a CDI spec with one device per active lease here (kind `gpuallocd.io/lease`), "
+        "rewritten on every grant and end, for `podman run --device gpuallocd.io/lease=ID` "
+        "(docs/integrations.md); unset: none",
+        example='"/var/run/cdi/gpuallocd.json"',
+    )
     admin_groups: tuple[str, ...] = _setting(
         (),
         "groups whose members (and root) may revoke, drain and undrain; re-read on SIGHUP",
