@@ -3,6 +3,7 @@ someone else's process, GPU 7 is in MIG mode), with `shared_gpus = ["all"]`."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -20,7 +21,8 @@ from gpuallocd.cli import cli
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller
 from gpuallocd.testing import nvml_inventory
-from tests.harness import ThreadDaemon
+from tests.harness import DaemonPaths, ThreadDaemon
+from tests.local_users import LocalUser, run_as
 
 GIB = 2**30
 CAPACITY = 79 * GIB  # 80 GiB less the default 1 GiB reserve
@@ -180,3 +182,38 @@ def test_two_users_share_one_gpu_and_neither_is_foreign(tmp_path: Path) -> None:
         ledger.close()
     finally:
         inventory.close()
+
+
+SHARE_20G_AND_HOLD = (
+    "import sys, json\n"
+    "from gpulease import Client\n"
+    "c = Client()\n"
+    "lease = c.allocate(1, memory_bytes=20 * 2**30, ttl=600)\n"
+    "print(json.dumps({'id': lease.id, 'gpu': lease.raw['gpus'][0]['parent_uuid'] or "
+    "lease.raw['gpus'][0]['uuid'], 'owner': lease.owner_uid}), flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+def test_two_real_users_each_lease_20g_of_one_gpu_against_the_daemon(
+    start_daemon: SharedDaemon,
+    open_paths: DaemonPaths,
+    users: tuple[LocalUser, LocalUser],
+    user_processes: list[subprocess.Popen[str]],
+) -> None:
+    """Two users (real uids, as the kernel reports them) each lease 20 GiB; both shares land on
+    one GPU, and a whole-GPU request of root's goes to another GPU."""
+    daemon = start_daemon(inventory="nvml-recording:dgx-a100-mig", shared_gpus=("all",))
+    granted = []
+    for user in users:
+        holder = run_as(user, SHARE_20G_AND_HOLD, daemon.paths.socket, stdin=subprocess.PIPE)
+        user_processes.append(holder)
+        assert holder.stdout is not None
+        granted.append(json.loads(holder.stdout.readline()))
+    assert [g["owner"] for g in granted] == [u.uid for u in users]
+    assert granted[0]["gpu"] == granted[1]["gpu"]
+    with daemon.client() as client:
+        whole = client.allocate(1)
+        assert whole.gpus[0].uuid != granted[0]["gpu"]
+        owners = {lease.owner_uid for lease in client.leases()}
+    assert owners == {users[0].uid, users[1].uid, 0}
