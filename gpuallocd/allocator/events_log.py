@@ -16,6 +16,7 @@ shipper's key=value parser reads them.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -42,9 +43,12 @@ class Transition:
     detail: str | None = None
 
 
+_NEEDS_QUOTES = re.compile(r'[ "=\\\n\t]')
+
+
 def _value(value: object) -> str:
     text = str(value)
-    if text and not any(c in text for c in ' "=\\\n\t'):
+    if text and _NEEDS_QUOTES.search(text) is None:
         return text
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
@@ -87,6 +91,8 @@ def format_transition(transition: Transition) -> str:
 
 
 def write_log(transitions: Iterable[Transition]) -> None:
+    if not log.isEnabledFor(logging.INFO):  # formatting is most of the cost: skip it unread
+        return
     for transition in transitions:
         log.info("%s", format_transition(transition))
 
