@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,33 +31,53 @@ class BenchResult:
         return asdict(self)
 
 
+def _timed_pairs(
+    allocate: Callable[[], str],
+    free: Callable[[str], object],
+    refusal: Callable[[Exception], bool | None],
+    seconds: float,
+    start_at: float,
+) -> tuple[list[tuple[float, float]], int, int]:
+    """Allocate and free for `seconds` from `start_at`: each pair's two latencies, and the
+    counts of refusals (`refusal(exc)` True) and errors (False); other exceptions propagate
+    (`refusal` returns None for them)."""
+    pairs: list[tuple[float, float]] = []
+    refused = errors = 0
+    while time.time() < start_at:
+        time.sleep(0.001)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        started = time.perf_counter()
+        try:
+            lease_id = allocate()
+            granted = time.perf_counter()
+            free(lease_id)
+        except Exception as exc:
+            verdict = refusal(exc)
+            if verdict is None:
+                raise
+            refused, errors = (refused + 1, errors) if verdict else (refused, errors + 1)
+            continue
+        pairs.append((granted - started, time.perf_counter() - granted))
+    return pairs, refused, errors
+
+
 def _raw_loop(
     socket: str, seconds: float, count: int, policy: str | None, start_at: float, out: Any
 ) -> None:
     """The same loop through a bare HTTP client: what remains is the daemon's time."""
     from gpuallocd.cli.rawhttp import RawClient, RawHttpError
 
-    pairs: list[tuple[float, float]] = []
-    refused = errors = 0
+    def refusal(exc: Exception) -> bool | None:
+        return exc.code == "gpus_unavailable" if isinstance(exc, RawHttpError) else None
+
     with RawClient(socket) as client:
-        client.health()
-        while time.time() < start_at:
-            time.sleep(0.001)
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            started = time.perf_counter()
-            try:
-                lease_id = client.allocate(count, policy)
-                granted = time.perf_counter()
-                client.free(lease_id)
-            except RawHttpError as exc:
-                if exc.code == "gpus_unavailable":
-                    refused += 1
-                else:
-                    errors += 1
-                continue
-            pairs.append((granted - started, time.perf_counter() - granted))
-    out.put((pairs, refused, errors))
+        client.health()  # connect before the clock starts
+
+        def allocate() -> str:
+            return client.allocate(count, policy)
+
+        out.put(_timed_pairs(allocate, client.free, refusal, seconds, start_at))
 
 
 def _client_loop(
@@ -64,31 +85,18 @@ def _client_loop(
 ) -> None:
     from gpulease import Client, GpuallocError, GpusUnavailable
 
-    pairs: list[tuple[float, float]] = []
-    refused = errors = 0
+    def refusal(exc: Exception) -> bool | None:
+        if isinstance(exc, GpusUnavailable):
+            return True
+        return False if isinstance(exc, GpuallocError) else None
+
     with Client(socket) as client:
         client.health()  # connect before the clock starts
-        while time.time() < start_at:
-            time.sleep(0.001)
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            started = time.perf_counter()
-            try:
-                lease = client.allocate(count, policy=policy, label="bench")
-            except GpusUnavailable:
-                refused += 1
-                continue
-            except GpuallocError:
-                errors += 1
-                continue
-            granted = time.perf_counter()
-            try:
-                client.free(lease.id)
-            except GpuallocError:
-                errors += 1
-                continue
-            pairs.append((granted - started, time.perf_counter() - granted))
-    out.put((pairs, refused, errors))
+
+        def allocate() -> str:
+            return client.allocate(count, policy=policy, label="bench").id
+
+        out.put(_timed_pairs(allocate, client.free, refusal, seconds, start_at))
 
 
 def _percentile(sorted_values: list[float], fraction: float) -> float:
