@@ -192,3 +192,12 @@ def test_status_json_watch_prints_one_document_per_line(a100: ThreadDaemon) -> N
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
     assert all(len(d["gpus"]) == 8 and d["at"] > 0 for d in documents)
+
+
+def test_a_drained_gpu_shows_who_drained_it_and_why(daemon: ThreadDaemon) -> None:
+    """An admin's drain reads `drained` with the admin and the reason, until undrained."""
+    assert ctl(daemon, "drain", "2", "--reason", "fan noise").exit_code == 0
+    row = rows_by_index(ctl(daemon, "status").output)[2]
+    assert "drained" in row and "drained by root: fan noise" in row
+    assert ctl(daemon, "undrain", "2").exit_code == 0
+    assert "free" in rows_by_index(ctl(daemon, "status").output)[2]

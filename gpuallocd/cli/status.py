@@ -63,6 +63,9 @@ def _holder(gpu: dict[str, Any], now: float) -> str | None:
         parts.append(f"{holder['user']}{label}" + (f" {left} left" if left else ""))
     elif reserved is not None and gpu.get("state") == "reserved":
         parts.append(f"for {reserved['user']} (queue {reserved['position']})")
+    drain = gpu.get("drain")
+    if drain:
+        parts.append(f"drained by {drain.get('by') or '?'}: {drain.get('reason') or '-'}")
     if not gpu.get("healthy", True) and gpu.get("health_reason"):
         parts.append(str(gpu["health_reason"]))
     parts += _foreign(gpu)
