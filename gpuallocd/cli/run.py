@@ -4,7 +4,7 @@ The lease covers the command and every process it starts: `run` makes itself the
 subreaper (PR_SET_CHILD_SUBREAPER), so an orphaned process of the command comes back to it,
 and it waits for all of them before it frees the lease. The daemon follows the same tree
 through /proc, so a `kill -9` of `run` leaves the command its lease. A revoke stops the
-command (the lease asks for `on_revoke: "terminate"`); `run` then prints why and exits 6.
+command (the lease asks for `on_revoke: "terminate"`); `run` then prints why and exits 7.
 """
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
 def run(ctx: click.Context, /, command: tuple[str, ...], label: str | None, **request: Any) -> None:
     """Lease GPUs, run COMMAND with CUDA_VISIBLE_DEVICES set, free them when it exits.
 
-    Exits with the command's exit code. Example: gpuallocctl run -n 2 -- python train.py
+    Exits with the command's exit code; 7 if an admin revoked the lease (the command is
+    stopped: SIGTERM, then SIGKILL). Example: gpuallocctl run -n 2 -- python train.py
     """
     request["label"] = label or escape_unprintable(" ".join(command))[:MAX_LABEL]
     sys.exit(run_leased(ctx, command, _gpu_lease_arguments(request)))
