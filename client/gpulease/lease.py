@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import secrets
 import sys
 import threading
 from collections.abc import Sequence
@@ -139,7 +138,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     def _acquire(self, client: Client) -> Lease:
         """Allocate; a request whose answer was lost is sent once more with the same id, so
         it gets the lease the first one was granted (or the daemon withdrew it)."""
-        request_id = secrets.token_hex(8)
+        request_id = os.urandom(8).hex()  # `secrets` costs ~5 ms of import time
         try:
             return self._allocate_once(client, request_id)
         except DaemonUnavailable:

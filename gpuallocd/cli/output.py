@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from gpuallocd.cli.style import escape_unprintable, render_table
+from gpuallocd.cli.style import render_table
+from gpuallocd.cli.text import escape_unprintable
 
 __all__ = ["echo_json", "escape_unprintable", "format_bytes", "table"]
 

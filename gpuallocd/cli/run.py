@@ -23,7 +23,7 @@ import click
 
 from gpuallocd.cli.common import lease_request_options
 from gpuallocd.cli.errors import EXIT_REVOKED
-from gpuallocd.cli.output import escape_unprintable
+from gpuallocd.cli.text import escape_unprintable
 from gpuallocd.cli.waiting import queued
 
 __all__ = ["COMMANDS", "FORWARDED_SIGNALS", "run_leased"]

@@ -14,6 +14,8 @@ from typing import IO, Any
 
 import click
 
+from gpuallocd.cli.text import escape_unprintable
+
 __all__ = [
     "STATE_COLOURS",
     "TABLE_WIDTH",
@@ -70,14 +72,6 @@ def short_uuid(uuid: str) -> str:
 def state_cell(state: str) -> Styled:
     """A GPU or lease state in its colour; a state this version does not know stays plain."""
     return Styled(state, fg=STATE_COLOURS.get(state), bold=state == "unhealthy")
-
-
-def escape_unprintable(text: str) -> str:
-    """`text` with every character a terminal would act on (ESC, BEL, CR, bidi overrides...)
-    written as a Python escape, so a cell can never move the cursor or forge a row."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def _text(cell: object) -> str:
