@@ -10,13 +10,13 @@ from typing import Any
 from aiohttp import web
 
 from gpuallocd import __version__
-from gpuallocd.allocator import AllocateSpec, AllocatorFacade
+from gpuallocd.allocator import AllocateSpec
 from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
-from gpuallocd.api.peercred import connection_caller
-from gpuallocd.api.validation import Body, parse_json_object
+from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
+from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest, PermissionDenied
-from gpuallocd.model import Caller, Lease
+from gpuallocd.model import Lease
 from gpuallocd.policies import available_policies
 from gpuallocd.topology import topology_to_json
 
@@ -45,26 +45,9 @@ MAX_PROFILE_LENGTH = 64
 MAX_REQUEST_ID_LENGTH = 100
 
 
-def _caller(request: web.Request) -> Caller:
-    return connection_caller(request.protocol, request.transport)
-
-
-def _facade(request: web.Request) -> AllocatorFacade:
-    return context_of(request).facade
-
-
-async def _body(request: web.Request, allowed: frozenset[str]) -> Body:
-    timeout = context_of(request).body_timeout_seconds
-    try:
-        raw = await asyncio.wait_for(request.read(), timeout)
-    except asyncio.TimeoutError:
-        raise InvalidRequest(f"the request body did not arrive within {timeout:g} s") from None
-    return Body(parse_json_object(raw), allowed)
-
-
 def _lease_json(request: web.Request, lease: Lease) -> dict[str, Any]:
     data = lease.to_json()
-    data["processes"] = _facade(request).processes_of(lease.id) if lease.active else []
+    data["processes"] = facade_of(request).processes_of(lease.id) if lease.active else []
     return data
 
 
@@ -78,14 +61,14 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def list_gpus(request: web.Request) -> web.Response:
-    _caller(request)
-    statuses = await _facade(request).gpu_status()
+    caller_of(request)
+    statuses = await facade_of(request).gpu_status()
     return _json({"gpus": [s.to_json() for s in statuses]})
 
 
 async def list_leases(request: web.Request) -> web.Response:
-    _caller(request)
-    leases = await _facade(request).leases()
+    caller_of(request)
+    leases = await facade_of(request).leases()
     return _json({"leases": [_lease_json(request, lease) for lease in leases]})
 
 
@@ -111,12 +94,12 @@ def _allocate_spec(body: Body) -> AllocateSpec:
 
 
 async def allocate(request: web.Request) -> web.StreamResponse:
-    caller = _caller(request)
-    body = await _body(request, ALLOCATE_FIELDS)
+    caller = caller_of(request)
+    body = await read_body(request, ALLOCATE_FIELDS)
     spec = _allocate_spec(body)
     wait = bool(body.boolean("wait"))
     timeout = body.seconds("wait_timeout_seconds")
-    lease = await _facade(request).allocate(caller, spec, wait=wait, timeout=timeout)
+    lease = await facade_of(request).allocate(caller, spec, wait=wait, timeout=timeout)
     return await _deliver(request, lease)
 
 
@@ -129,68 +112,59 @@ async def _deliver(request: web.Request, lease: Lease) -> web.StreamResponse:
         await response.prepare(request)
         await response.write_eof()
     except (ConnectionError, asyncio.CancelledError):
-        _facade(request).withdraw(lease)
+        facade_of(request).withdraw(lease)
         raise
     return response
 
 
 async def get_lease(request: web.Request) -> web.Response:
-    _caller(request)
-    lease = await _facade(request).lease(request.match_info["lease_id"])
+    caller_of(request)
+    lease = await facade_of(request).lease(request.match_info["lease_id"])
     return _json(_lease_json(request, lease))
 
 
 async def renew_lease(request: web.Request) -> web.Response:
-    caller = _caller(request)
-    body = await _body(request, frozenset({"ttl_seconds"}))
-    lease = await _facade(request).renew(
+    caller = caller_of(request)
+    body = await read_body(request, frozenset({"ttl_seconds"}))
+    lease = await facade_of(request).renew(
         caller, request.match_info["lease_id"], body.seconds("ttl_seconds")
     )
     answer = lease.to_json()
-    idle = _facade(request).idle_notice(lease.id)
+    idle = facade_of(request).idle_notice(lease.id)
     if idle is not None:  # idle reclaim: the holder learns it may lose the lease
         answer["idle"] = idle
     return _json(answer)
 
 
 async def free_lease(request: web.Request) -> web.Response:
-    caller = _caller(request)
-    lease = await _facade(request).free(caller, request.match_info["lease_id"])
+    caller = caller_of(request)
+    lease = await facade_of(request).free(caller, request.match_info["lease_id"])
     return _json(lease.to_json())
 
 
 async def revoke_lease(request: web.Request) -> web.Response:
-    caller = _caller(request)
-    body = await _body(request, frozenset({"reason"}))
-    lease = await _facade(request).revoke(
+    caller = caller_of(request)
+    body = await read_body(request, frozenset({"reason"}))
+    lease = await facade_of(request).revoke(
         caller, request.match_info["lease_id"], body.text("reason")
     )
     return _json(lease.to_json())
 
 
-def _history_limit(request: web.Request) -> int:
-    text = request.query.get("limit", "100")
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_HISTORY_LIMIT:
-        raise InvalidRequest(
-            f"limit must be an integer from 1 to {MAX_HISTORY_LIMIT}", field="limit"
-        )
-    return int(text)
-
-
 async def history(request: web.Request) -> web.Response:
-    _caller(request)
-    limit = _history_limit(request)
-    events = await _facade(request).history(request.query.get("lease"), limit)
+    caller_of(request)
+    limit = query_limit(request, MAX_HISTORY_LIMIT)
+    events = await facade_of(request).history(request.query.get("lease"), limit)
     return _json({"events": [e.to_json() for e in events]})
 
 
 async def get_topology(request: web.Request) -> web.Response:
-    _caller(request)
-    return _json(topology_to_json(_facade(request).topology))
+    caller_of(request)
+    return _json(topology_to_json(facade_of(request).topology))
 
 
 async def rescan(request: web.Request) -> web.Response:
-    if not _caller(request).is_root:
+    if not caller_of(request).is_root:
         raise PermissionDenied("only root may rescan the node")
     ctx = context_of(request)
     # Discovery may take seconds on a real node: off the event loop, then adopted in order.
@@ -199,19 +173,19 @@ async def rescan(request: web.Request) -> web.Response:
 
 
 async def release_gpu(request: web.Request) -> web.Response:
-    caller = _caller(request)
+    caller = caller_of(request)
     ref: str | int = request.match_info["gpu"]
-    status = await _facade(request).release_gpu(caller, ref)
+    status = await facade_of(request).release_gpu(caller, ref)
     return _json(status.to_json())
 
 
 async def list_queue(request: web.Request) -> web.Response:
-    _caller(request)
-    return _json({"waiters": await _facade(request).waiters()})
+    caller_of(request)
+    return _json({"waiters": await facade_of(request).waiters()})
 
 
 async def list_policies(request: web.Request) -> web.Response:
-    _caller(request)
+    caller_of(request)
     return _json({"policies": available_policies()})
 
 
