@@ -1,13 +1,3 @@
 #!/bin/sh
-# Slurm Epilog: free the job's lease in gpuallocd's ledger.
-# Always exits 0: a failing epilog drains the node. Settings: /etc/default/gpuallocd-slurm
-# (GPUALLOCD_SOCKET, GPUALLOCD_SLURM_TTL, GPUALLOCD_SLURM_TIMEOUT, GPUALLOCD_SLURM_PYTHON).
-defaults=${GPUALLOCD_SLURM_DEFAULTS:-/etc/default/gpuallocd-slurm}
-# shellcheck disable=SC1090
-[ -r "$defaults" ] && . "$defaults"
-export GPUALLOCD_SOCKET GPUALLOCD_SLURM_TTL GPUALLOCD_SLURM_TIMEOUT
-limit=${GPUALLOCD_SLURM_TIMEOUT:-15}
-# The program stops itself after $limit seconds; timeout(1) is the backstop if it hangs.
-timeout -k 2 "$((${limit%.*} + 5))" "${GPUALLOCD_SLURM_PYTHON:-python3}" \
-    "$(dirname "$(readlink -f "$0")")/gpuallocd_slurm.py" epilog
-exit 0
+# Slurm Epilog: free the job's lease in gpuallocd's ledger (hook.sh says how; always exits 0).
+exec "$(dirname "$(readlink -f "$0")")/hook.sh" epilog
