@@ -57,6 +57,8 @@ def _problem(weights: Sequence[Sequence[int]], ask: PickRequest) -> SubsetProble
     linear = tuple(
         (damage_cap + 1) * near - cut for near, cut in zip(to_required, to_free, strict=True)
     )
+    if ask.count <= 1:  # a set of one has no pairs: the O(n^2) matrix is never read
+        return SubsetProblem(linear=linear, pair=(), size=ask.count)
     scale = damage_cap + 2
     pair = tuple(tuple(scale * w for w in map(weights[v].__getitem__, pool)) for v in pool)
     return SubsetProblem(linear=linear, pair=pair, size=ask.count)

@@ -12,7 +12,8 @@ __all__ = ["SubsetProblem", "SubsetResult"]
 class SubsetProblem:
     """Items 0..n-1: a linear term each, a pair matrix, a size.
 
-    `pair` is symmetric, non-negative and zero on its diagonal.
+    `pair` is symmetric, non-negative and zero on its diagonal; it may be empty when
+    `size` <= 1, since no set of one item has a pair.
     """
 
     linear: Sequence[int]
