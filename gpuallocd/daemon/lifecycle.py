@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import threading
@@ -275,6 +276,9 @@ class Daemon:
             topology.name,
             socket_path,
         )
+        # What start-up built lives as long as the daemon: out of the collector's sight, so
+        # a full collection scans only what requests made since (shorter pauses).
+        gc.freeze()
         notify_ready()
 
 

@@ -66,6 +66,12 @@ def _configure_logging(level: str) -> None:
         level=level, stream=sys.stderr, format="gpuallocd: %(levelname)s %(message)s"
     )
     logging.getLogger("filelock").setLevel(logging.WARNING)
+    # The format shows neither the caller's frame, thread nor process: the logging HOWTO's
+    # optimisations, so a record (one per grant and free) does not collect them.
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
 
 
 def _print_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
