@@ -4,7 +4,7 @@
     waitqueue.py   first come, first served waiting with reservations
     queue_view.py  the queue seen from outside: reservations, reasons, estimated starts
     events_log.py  one key=value INFO line per grant, free, expiry, revoke (after the commit)
-    worker.py      SerialWorker: one call at a time on the event loop, group commit
+    worker.py      SerialWorker: one call at a time on the event loop, group commit off it
     watcher.py     ProcessWatcher: leases that end with their process (pidfd, /proc fallback)
     lifecycle.py   LeaseLifecycle: grant, renew, free, revoke, expire, record in the ledger
     node_view.py   NodeView: topology, live state, snapshots for policies, GPU status

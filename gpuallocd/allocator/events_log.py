@@ -1,9 +1,9 @@
 """Lease transitions, published once they are durable: one INFO line each, and the observer.
 
-The lifecycle notes each transition in a journal as it makes it; the serial worker's
-caller publishes the journal once the call returns, i.e. after the ledger commit, so neither
-the log nor the observer (metrics) ever tells of a grant the ledger rolled back (a failed
-commit empties the journal).
+The lifecycle notes each transition in a journal as it makes it; the serial worker
+publishes the journal after each ledger commit (its `after_commit`), so neither the log
+nor the observer (metrics) ever tells of a grant the ledger rolled back (a failed commit
+empties the journal).
 A line reads, for example:
 
     event=granted lease=3f2a9c01d4e5 user=alice uid=1000 gpus=0,1 pid=4711 bound=yes
@@ -17,20 +17,14 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
 
-from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.model import Lease, LeaseEvent
 
-__all__ = ["JournalWorker", "Transition", "format_transition", "write_log"]
+__all__ = ["Transition", "format_transition", "write_log"]
 
 log = logging.getLogger("gpuallocd.events")
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,26 +89,3 @@ def write_log(transitions: Iterable[Transition]) -> None:
         return
     for transition in transitions:
         log.info("%s", format_transition(transition))
-
-
-class JournalWorker(SerialWorker):
-    """The serial worker, publishing the lifecycle's journal after each call returns."""
-
-    def __init__(
-        self,
-        take_journal: Callable[[], list[Transition]],
-        publish: Callable[[list[Transition]], None],
-        unit_of_work: Callable[[], AbstractContextManager[Any]],
-        on_commit_failure: Callable[[], None],
-    ) -> None:
-        super().__init__(unit_of_work, on_commit_failure)
-        self._take_journal = take_journal
-        self._publish = publish
-
-    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await super().run(fn, *args, **kwargs)
-        finally:
-            transitions = self._take_journal()
-            if transitions:
-                self._publish(transitions)

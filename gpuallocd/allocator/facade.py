@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from gpuallocd.allocator import gpu_admin
-from gpuallocd.allocator.events_log import JournalWorker, Transition, write_log
+from gpuallocd.allocator.events_log import write_log
 from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
@@ -24,6 +24,7 @@ from gpuallocd.allocator.reclaim import IdleReclaimer
 from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.allocator.waitqueue import WaitQueue
+from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
@@ -63,8 +64,8 @@ class AllocatorFacade:
         self._ledger = ledger
         self._clock = clock
         self._observer = observer
-        self._worker = JournalWorker(
-            lifecycle.take_journal, self._publish, ledger.unit_of_work, lifecycle.reload
+        self._worker = SerialWorker(
+            ledger.unit_of_work, lifecycle.reload, after_commit=self._publish
         )
         self._queue = WaitQueue(lifecycle, self._worker, clock)
         self._reclaimer = IdleReclaimer(
@@ -77,8 +78,11 @@ class AllocatorFacade:
     def topology(self) -> Topology:
         return self._lifecycle.topology
 
-    def _publish(self, transitions: list[Transition]) -> None:
-        """Durable transitions: one log line each, and the observer told."""
+    def _publish(self) -> None:
+        """The transitions just made durable: one log line each, and the observer told."""
+        transitions = self._lifecycle.take_journal()
+        if not transitions:
+            return
         write_log(transitions)
         for transition in transitions:
             if transition.event is LeaseEvent.GRANTED:
@@ -284,7 +288,7 @@ class AllocatorFacade:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._processes.close()
-        self._worker.close()
+        await self._worker.close()
 
     def _process_exited(self, lease_ids: list[str]) -> None:
         """A holder exited: its lease ends if no process started under it still runs."""
