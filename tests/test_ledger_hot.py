@@ -68,3 +68,31 @@ def test_a_refused_grant_leaves_no_transaction_open(ledger: Ledger) -> None:
     with sqlite3.connect(ledger.path, timeout=0) as other:  # the write lock is free
         other.execute("UPDATE gpus SET name = 'x' WHERE uuid = 'GPU-5'")
     ledger.grant(make_lease("c", [1]), 0)
+
+
+def _page_size(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return int(db.execute("PRAGMA page_size").fetchone()[0])
+
+
+def test_a_new_ledger_uses_small_pages_so_a_commit_syncs_less(tmp_path: Path) -> None:
+    """A new ledger is made with 1 KiB pages: a grant syncs a quarter of the bytes."""
+    path = tmp_path / "ledger.sqlite3"
+    Ledger(path).close()
+    assert _page_size(path) == 1024
+
+
+def test_a_ledger_made_with_larger_pages_keeps_them_and_its_leases(tmp_path: Path) -> None:
+    """An existing ledger with 4 KiB pages opens as it is: its leases stay, its pages too."""
+    path = tmp_path / "ledger.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA page_size=4096")
+        db.execute("VACUUM")
+    ledger = Ledger(path)
+    ledger.sync_gpus(GPUS, 0.0)
+    ledger.grant(make_lease("old", [0]), actor_uid=1000)
+    ledger.close()
+    reopened = Ledger(path)
+    assert [lease.id for lease in reopened.active_leases()] == ["old"]
+    reopened.close()
+    assert _page_size(path) == 4096
