@@ -89,6 +89,16 @@ def test_error_lines_between_a_title_and_its_table_are_skipped() -> None:
     assert topology.link(g[0].uuid, g[2].uuid).xgmi == 0
 
 
+def test_a_table_of_link_types_under_another_title_reads_as_link_types() -> None:
+    """XGMI and XXXX cells under the Weight title (a paste missing the Link Type title)."""
+    topology = parse_amd_topo(corpus("amd-rocm-smi-12gpu-mi300-tpx-rocm-smi-lib-changelog.txt"))
+    g = topology.gpus
+    assert len(g) == 12
+    assert topology.link(g[0].uuid, g[1].uuid).xgmi == 1
+    assert topology.link(g[1].uuid, g[2].uuid).xgmi == 0
+    assert topology.link(g[1].uuid, g[2].uuid).pcie is PcieLevel.NODE
+
+
 def test_amd_smi_tables_by_bus_id_keep_the_bus_ids() -> None:
     """`amd-smi topology` rows and columns are PCI bus ids: they become the GPUs' bus ids."""
     topology = parse_amd_topo(corpus("amd-smi-8x-mi300x-amdsmi-changelog.txt"))
