@@ -37,6 +37,25 @@ GPU[3]          : (Topology) Numa Node: 1
 """
 
 
+ROCM_WEIGHT_READ_FAILED = """\
+============================ ROCm System Management Interface ============================
+================================ Weight between two GPUs =================================
+get_link_weight_topology, Not supported on the given system
+ERROR: GPU[2]   : Cannot read Link Weight: Not supported on this machine
+
+       GPU0         GPU1         GPU2
+GPU0   0            15           30
+GPU1   15           0            15
+GPU2   N/A          N/A          0
+
+=============================== Link Type between two GPUs ===============================
+       GPU0         GPU1         GPU2
+GPU0   0            XGMI         XGMI
+GPU1   XGMI         0            XGMI
+GPU2   XGMI         XGMI         0
+"""
+
+
 def corpus(name: str) -> str:
     return (CORPUS / name).read_text(encoding="utf-8")
 
@@ -59,6 +78,25 @@ def test_xgmi_through_another_gpu_is_not_a_direct_link() -> None:
     assert topology.link(g[0].uuid, g[2].uuid).xgmi == 0
     assert topology.link(g[0].uuid, g[2].uuid).pcie is PcieLevel.NODE
     assert topology.link(g[0].uuid, g[3].uuid).pcie is PcieLevel.SYS
+
+
+def test_error_lines_between_a_title_and_its_table_are_skipped() -> None:
+    """rocm-smi's `Cannot read Link Weight` lines before the table: the weights still count."""
+    topology = parse_amd_topo(ROCM_WEIGHT_READ_FAILED)
+    g = topology.gpus
+    assert len(g) == 3
+    assert topology.link(g[0].uuid, g[1].uuid).xgmi == 1
+    assert topology.link(g[0].uuid, g[2].uuid).xgmi == 0
+
+
+def test_a_table_of_link_types_under_another_title_reads_as_link_types() -> None:
+    """XGMI and XXXX cells under the Weight title (a paste missing the Link Type title)."""
+    topology = parse_amd_topo(corpus("amd-rocm-smi-12gpu-mi300-tpx-rocm-smi-lib-changelog.txt"))
+    g = topology.gpus
+    assert len(g) == 12
+    assert topology.link(g[0].uuid, g[1].uuid).xgmi == 1
+    assert topology.link(g[1].uuid, g[2].uuid).xgmi == 0
+    assert topology.link(g[1].uuid, g[2].uuid).pcie is PcieLevel.NODE
 
 
 def test_amd_smi_tables_by_bus_id_keep_the_bus_ids() -> None:

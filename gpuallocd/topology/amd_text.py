@@ -6,6 +6,12 @@ Both print square tables of GPU pairs. rocm-smi titles each table between rows o
 amd-smi titles them `WEIGHT TABLE:`, `HOPS TABLE:`, `LINK TYPE TABLE:` and labels rows and
 columns with PCI bus ids, in GPU index order. Any subset of the tables is read.
 
+rocm-smi prints a message for each pair it cannot read (`ERROR: GPU[1] : Cannot read Link
+Weight: ...`) between a title and its table, so a table's header is its first line of GPU
+labels, not its first line. A table is filed under its title, except one whose cells are all
+link types (`XGMI`, `PCIE`, or `XXXX`, rocm-smi's word for a type it cannot name): that is a
+link type table whatever it is titled, as in pastes whose titles were cut.
+
 The model's links follow the amdsmi backend (`inventory/amd.py`): an XGMI pair one hop away
 counts one XGMI link. Both tools report 1 hop for every XGMI pair, even those routed through
 other GPUs, so where a weight table is given an XGMI pair is direct only at weight 15 (each
@@ -33,6 +39,7 @@ _BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _GPU = re.compile(r"^GPU(\d+)$")
 _TABLES = {"weight": "weight", "hops": "hops", "link type": "link type"}
 _XGMI_HOP_WEIGHT = 15
+_LINK_TYPES = frozenset({"XGMI", "PCIE", "XXXX"})
 
 
 @dataclass
@@ -68,15 +75,26 @@ def _is_label(cell: str) -> bool:
     return bool(_GPU.match(cell) or _BDF.match(cell))
 
 
+def _is_header(line: Line) -> bool:
+    cells = line.text.split()
+    return bool(cells) and all(_is_label(c) for c in cells)
+
+
+def _kind(name: str, table: dict[tuple[int, int], str]) -> str:
+    """The table's kind: its title's, or `link type` where every pair names a link type."""
+    pairs = {cell for (a, b), cell in table.items() if a != b}
+    return "link type" if pairs and pairs <= _LINK_TYPES else name
+
+
 def _read_table(lines: Sequence[Line], found: AmdTables, name: str) -> None:
-    header = next((ln for ln in lines if not ln.is_blank()), None)
-    if header is None or not all(_is_label(c) for c in header.text.split()):
+    header = next((ln for ln in lines if _is_header(ln)), None)
+    if header is None:
         return
     columns = header.text.split()
     if not found.labels:
         found.labels = columns
     index = {label: i for i, label in enumerate(found.labels)}
-    table = found.tables.setdefault(name, {})
+    table: dict[tuple[int, int], str] = {}
     for line in lines[lines.index(header) + 1 :]:
         cells = line.text.split()
         if not cells or cells[0] not in index:
@@ -88,6 +106,7 @@ def _read_table(lines: Sequence[Line], found: AmdTables, name: str) -> None:
                     line=header.number,
                 )
             table[(index[cells[0]], index[column])] = cell.upper()
+    found.tables.setdefault(_kind(name, table), {}).update(table)
 
 
 def _sections(lines: list[Line]) -> list[tuple[str, list[Line]]]:
