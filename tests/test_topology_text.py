@@ -180,3 +180,22 @@ def test_text_naming_no_gpu_says_so() -> None:
     """Text with no GPU label at all is refused with what was expected."""
     with pytest.raises(InventoryError, match="no line names a GPU column"):
         parse_topology("just some words\n", name="pasted")
+
+
+MIG_LISTING = """$ nvidia-smi -L
+GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)
+  MIG 3g.20gb     Device  0: (UUID: MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f)
+  MIG 2g.10gb     Device  1: (UUID: MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb)
+  MIG 1g.5gb      Device  2: (UUID: MIG-1e099852-3624-56c0-8064-c5db1211e44f)
+GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-4e8a0ea2-2f44-4b5a-b6f4-5b3cf0b5d1a2)
+"""
+
+
+def test_a_mig_device_listing_beside_the_matrix_is_skipped() -> None:
+    """`nvidia-smi -L` lines of MIG devices (`  MIG 1g.5gb  Device 0: ...`), as people paste
+    them with the matrix of a MIG host, neither stop the read nor add devices."""
+    name = "nv-2x-a100-della-gpu.txt"
+    before = parse_smi_topo(MIG_LISTING + corpus(name))
+    after = parse_smi_topo(corpus(name) + "\n" + MIG_LISTING)
+    assert same_node(before, parse_smi_topo(corpus(name)))
+    assert same_node(after, parse_smi_topo(corpus(name)))
