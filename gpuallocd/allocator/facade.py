@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from gpuallocd.allocator import gpu_admin
-from gpuallocd.allocator.events_log import write_log
+from gpuallocd.allocator.events_log import Transition, write_log
 from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
@@ -65,7 +65,7 @@ class AllocatorFacade:
         self._clock = clock
         self._observer = observer
         self._worker = SerialWorker(
-            ledger.unit_of_work, lifecycle.reload, after_commit=self._publish
+            ledger.unit_of_work, lifecycle.reload, after_commit=self._publish_soon
         )
         self._queue = WaitQueue(lifecycle, self._worker, clock)
         self._reclaimer = IdleReclaimer(
@@ -78,11 +78,15 @@ class AllocatorFacade:
     def topology(self) -> Topology:
         return self._lifecycle.topology
 
-    def _publish(self) -> None:
-        """The transitions just made durable: one log line each, and the observer told."""
+    def _publish_soon(self) -> None:
+        """Take the transitions the last commit made durable; publish them once the callers
+        it answers have written their answers (their wake-ups are already queued)."""
         transitions = self._lifecycle.take_journal()
-        if not transitions:
-            return
+        if transitions:
+            asyncio.get_running_loop().call_soon(self._publish, transitions)
+
+    def _publish(self, transitions: list[Transition]) -> None:
+        """Durable transitions: one log line each, and the observer told."""
         write_log(transitions)
         for transition in transitions:
             if transition.event is LeaseEvent.GRANTED:
@@ -289,6 +293,7 @@ class AllocatorFacade:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._processes.close()
         await self._worker.close()
+        await asyncio.sleep(0)  # the last transitions' log lines and metrics
 
     def _process_exited(self, lease_ids: list[str]) -> None:
         """A holder exited: its lease ends if no process started under it still runs."""

@@ -9,8 +9,8 @@ ledger is never touched by two threads at once. Callers are answered only after 
 commit. If it fails, every call of the batch fails with a LedgerError and the allocator
 reloads its view from the ledger.
 
-`after_commit` is told after each commit (and before any caller is answered or another call
-runs), so what it publishes is exactly what that commit made durable.
+`after_commit` is told after each commit, once the commit's callers are settled and before
+another call runs, so what it takes to publish is exactly what that commit made durable.
 """
 
 from __future__ import annotations
@@ -120,9 +120,9 @@ class SerialWorker:
         self._flush()  # what arrived during the commit
 
     def _settle(self, batch: list[_Job]) -> None:
-        self._after_commit()
         for job in batch:
             job.settle()
+        self._after_commit()
 
     def _fail(self, batch: list[_Job], exc: BaseException) -> None:
         log.error("ledger commit failed: %s", exc)
