@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from gpuallocd.cli.app import COMMAND_MODULES
+from tests.harness import ThreadDaemon
 
 
 def test_every_command_is_mapped_to_the_module_that_defines_it() -> None:
@@ -50,3 +51,43 @@ def test_a_command_loads_only_its_own_module() -> None:
         "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
     )
     assert loaded == "[]"
+
+
+def test_run_loads_neither_the_local_errors_nor_the_waiting_line_nor_http_client() -> None:
+    """Loading `run` and the client it uses leaves out what a plain `run` never needs."""
+    loaded = python_says(
+        "import sys\n"
+        "from gpuallocd.cli import cli\n"
+        "ctx = cli.make_context('gpuallocctl', ['run', '--', 'true'])\n"
+        "cli.get_command(ctx, 'run')\n"
+        "import gpulease, gpulease.renewer\n"
+        "unwanted = ('gpuallocd.errors', 'gpuallocd.cli.waiting', 'gpuallocd.cli.output',"
+        " 'gpuallocd.cli.style', 'http.client', 'email', 'secrets')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(unwanted)))"
+    )
+    assert loaded == "[]"
+
+
+def test_the_client_models_define_their_methods_instead_of_generating_them() -> None:
+    """Lease, LeasedGpu and GpuStatus carry hand-written __init__, __eq__, __hash__ and
+    __repr__: `@dataclass` would compile them at every import of gpulease."""
+    from gpulease import GpuStatus, Lease, LeasedGpu, models
+
+    for model in (Lease, LeasedGpu, GpuStatus):
+        for method in ("__init__", "__eq__", "__hash__", "__repr__"):
+            assert getattr(model, method).__code__.co_filename == models.__file__, (model, method)
+
+
+def test_run_ends_without_the_interpreters_teardown(daemon: ThreadDaemon) -> None:
+    """The console entry point ends `run` at once with the command's status: an atexit
+    handler, which a normal interpreter exit would call, is not called."""
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('teardown ran'))\n"
+        "from gpuallocd.cli import main\n"
+        f"sys.argv = ['gpuallocctl', '--socket', {str(daemon.paths.socket)!r},"
+        " 'run', '--', 'sh', '-c', 'echo ran; exit 3']\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (3, "ran\n"), done.stderr

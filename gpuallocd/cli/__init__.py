@@ -12,8 +12,12 @@ __all__ = ["CliContext", "cli", "main"]
 
 def main() -> None:
     from gpuallocd.cli.app import main as click_main
+    from gpuallocd.cli.quick_exit import Finished, end_process
 
-    click_main()
+    try:
+        click_main()
+    except Finished as finished:
+        end_process(finished.status)
 
 
 def __getattr__(name: str) -> Any:

@@ -7,7 +7,6 @@ does not pay for the planning code nor `plan` for the client.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
 from typing import Any
 
 import click
@@ -34,20 +33,26 @@ _MODULES = {
 COMMAND_MODULES = {name: module for module, names in _MODULES.items() for name in names}
 
 
-@dataclass(frozen=True)
 class CliContext:
-    socket: str | None
-    json: bool
+    """The group's options, which every command reads from `ctx.obj` (and never changes).
+
+    A plain class: a dataclass would cost `run`'s start the import of `dataclasses`."""
+
+    __slots__ = ("json", "socket")
+
+    def __init__(self, socket: str | None, json: bool) -> None:
+        self.socket = socket
+        self.json = json
 
 
 def _set_socket(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
     if value is not None:
-        ctx.obj = replace(ctx.obj, socket=value)
+        ctx.obj = CliContext(socket=value, json=ctx.obj.json)
 
 
 def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value:
-        ctx.obj = replace(ctx.obj, json=True)
+        ctx.obj = CliContext(socket=ctx.obj.socket, json=True)
 
 
 # The group's --socket and --json, repeated on each command, so that both go before or after

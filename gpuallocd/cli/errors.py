@@ -13,8 +13,6 @@ from typing import Any
 
 import click
 
-from gpuallocd import errors as local
-
 __all__ = [
     "EXIT_CAPACITY",
     "EXIT_ERROR",
@@ -80,6 +78,15 @@ def _exit_code(code: str, caller_error: bool) -> int:
 
 def as_cli_error(exc: BaseException) -> CliError | None:
     """The CLI error for a project error of either tree; None for anything else."""
+    return _local_cli_error(exc) or _client_cli_error(exc)
+
+
+def _local_cli_error(exc: BaseException) -> CliError | None:
+    """The CLI error for an error of the local tree (`gpuallocd.errors`); None otherwise."""
+    if "gpuallocd.errors" not in sys.modules:
+        return None  # not loaded, so no local error exists: `run` never pays for importing it
+    from gpuallocd import errors as local
+
     if isinstance(exc, local.LocalError):
         kind = EXIT_USAGE if isinstance(exc, local.InputFileError) else EXIT_ERROR
         return CliError(exc.message, kind)
@@ -88,6 +95,11 @@ def as_cli_error(exc: BaseException) -> CliError | None:
             f"{exc.message} [{exc.code}]",
             _exit_code(exc.code, isinstance(exc, local.CallerError)),
         )
+    return None
+
+
+def _client_cli_error(exc: BaseException) -> CliError | None:
+    """The CLI error for an error of the client's tree (`gpulease.errors`); None otherwise."""
     client_error = _client_error_class()
     if client_error is not None and isinstance(exc, client_error):
         code: str = getattr(exc, "code", "internal_error")

@@ -14,8 +14,8 @@ import ctypes
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from types import FrameType
 from typing import Any
 
@@ -23,8 +23,8 @@ import click
 
 from gpuallocd.cli.common import lease_request_options
 from gpuallocd.cli.errors import EXIT_REVOKED
+from gpuallocd.cli.quick_exit import Finished
 from gpuallocd.cli.text import escape_unprintable
-from gpuallocd.cli.waiting import queued
 
 __all__ = ["COMMANDS", "FORWARDED_SIGNALS", "run_leased"]
 
@@ -113,6 +113,16 @@ _visible_option = click.option(
 )
 
 
+def _queue_display(ctx: click.Context, wait: bool) -> AbstractContextManager[None]:
+    """With --wait, the waiting line and Ctrl-C's leaving of the queue (`waiting.py`, loaded
+    only then); without, nothing."""
+    if not wait:
+        return contextlib.nullcontext()
+    from gpuallocd.cli.waiting import queued
+
+    return queued(ctx, wait)
+
+
 def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, Any]) -> int:
     """Lease as `request` says (gpu_lease's arguments), run `command` under it, free it.
 
@@ -135,7 +145,7 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
         **request,
     )
     with contextlib.ExitStack() as stack:
-        with queued(ctx, bool(request.get("wait"))):
+        with _queue_display(ctx, bool(request.get("wait"))):
             granted = stack.enter_context(lease)
         client = stack.enter_context(Client(ctx.obj.socket))
         if not ctx.obj.json:
@@ -168,7 +178,7 @@ def run(ctx: click.Context, /, command: tuple[str, ...], label: str | None, **re
     stopped: SIGTERM, then SIGKILL). Example: gpuallocctl run -n 2 -- python train.py
     """
     request["label"] = label or escape_unprintable(" ".join(command))[:MAX_LABEL]
-    sys.exit(run_leased(ctx, command, _gpu_lease_arguments(request)))
+    raise Finished(run_leased(ctx, command, _gpu_lease_arguments(request)))
 
 
 def _gpu_lease_arguments(options: dict[str, Any]) -> dict[str, Any]:
@@ -192,7 +202,7 @@ def shell(ctx: click.Context, /, label: str | None, **request: Any) -> None:
     """
     login_shell = os.environ.get("SHELL") or "/bin/sh"
     request["label"] = label or "shell"
-    sys.exit(run_leased(ctx, [login_shell], _gpu_lease_arguments(request)))
+    raise Finished(run_leased(ctx, [login_shell], _gpu_lease_arguments(request)))
 
 
 COMMANDS = (run, shell)
