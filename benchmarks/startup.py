@@ -41,7 +41,7 @@ def compile_bytecode() -> None:
     import gpuallocd
 
     for package in (gpuallocd, gpulease):
-        compileall.compile_dir(str(Path(package.__file__).parent), quiet=1)
+        compileall.compile_dir(package.__path__[0], quiet=1)
 
 
 def cli_run_ms(socket: Path, runs: int) -> float:
