@@ -219,16 +219,21 @@ def test_textfile_is_written_for_node_exporter(
         default_policy="simple", metrics_textfile=str(path), sample_interval_seconds=0.05
     )
 
-    def grants() -> float:
+    def grants_and_leased() -> tuple[float, float]:
         text = path.read_text() if path.exists() else ""
-        return value(parse(text), "gpuallocd_grants_total") if text else -1
+        if not text:
+            return -1, -1
+        samples = parse(text)
+        return value(samples, "gpuallocd_grants_total"), value(
+            samples, "gpuallocd_gpus", state="leased"
+        )
 
-    wait_for(lambda: grants() == 0, 20)
+    wait_for(lambda: grants_and_leased() == (0, 0), 20)
     with daemon.client() as client:
         client.allocate(2)
-    wait_for(lambda: grants() == 1, 20)
-    samples = parse(path.read_text())
-    assert value(samples, "gpuallocd_gpus", state="leased") == 2
+    # A sample taken in the same turn as the grant may count it before it shows the GPUs;
+    # the next sample shows both.
+    wait_for(lambda: grants_and_leased() == (1, 2), 20)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert [p.name for p in path.parent.iterdir()] == ["gpuallocd.prom"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from gpuallocd.allocator import gpu_admin
-from gpuallocd.allocator.events_log import Transition, write_log
+from gpuallocd.allocator.events_log import write_log
 from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
@@ -65,7 +65,7 @@ class AllocatorFacade:
         self._clock = clock
         self._observer = observer
         self._worker = SerialWorker(
-            ledger.unit_of_work, lifecycle.reload, after_commit=self._publish_soon
+            ledger.unit_of_work, lifecycle.reload, after_commit=self._publish
         )
         self._queue = WaitQueue(lifecycle, self._worker, clock)
         self._reclaimer = IdleReclaimer(
@@ -78,21 +78,19 @@ class AllocatorFacade:
     def topology(self) -> Topology:
         return self._lifecycle.topology
 
-    def _publish_soon(self) -> None:
-        """Take the transitions the last commit made durable; publish them once the callers
-        it answers have written their answers (their wake-ups are already queued)."""
+    def _publish(self) -> None:
+        """The transitions the last commit made durable. The observer is told at once, before
+        their callers hear (a CDI spec names a lease before its holder may use the name); the
+        log lines are written once the callers' answers are out."""
         transitions = self._lifecycle.take_journal()
-        if transitions:
-            asyncio.get_running_loop().call_soon(self._publish, transitions)
-
-    def _publish(self, transitions: list[Transition]) -> None:
-        """Durable transitions: one log line each, and the observer told."""
-        write_log(transitions)
+        if not transitions:
+            return
         for transition in transitions:
             if transition.event is LeaseEvent.GRANTED:
                 self._observer.lease_granted(transition.lease)
             else:
                 self._observer.lease_ended(transition.lease)
+        asyncio.get_running_loop().call_soon(write_log, transitions)
 
     # Requests -------------------------------------------------------------------------------
 
