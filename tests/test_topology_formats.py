@@ -149,3 +149,23 @@ def test_missing_file_and_unknown_example_name_the_problem(tmp_path: Path) -> No
         load_topology(tmp_path / "missing.txt")
     with pytest.raises(InventoryError, match="known"):
         load_topology("example:no-such-machine")
+
+
+def _as_a_terminal_shows(text: str) -> str:
+    """The matrix as copied from a terminal: tabs expanded to 8-column stops, no trailing blanks."""
+    return "\n".join(line.expandtabs(8).rstrip() for line in text.splitlines())
+
+
+@pytest.mark.parametrize("name", ["dgx2", "synthetic-32gpu"])
+def test_wide_matrices_read_back_from_a_terminal_copy(name: str) -> None:
+    """16 and 32 GPUs: the printed matrix, copied with spaces, reads back link for link."""
+    topo = load_topology(f"example:{name}")
+    again = parse_smi_topo(_as_a_terminal_shows(render_smi_topo(topo)))
+    assert len(again.gpus) == len(topo.gpus)
+    for a, b in zip(topo.gpus, again.gpus, strict=True):
+        assert a.numa_node == b.numa_node
+        for c, d in zip(topo.gpus, again.gpus, strict=True):
+            if a.index < c.index:
+                theirs, ours = topo.link(a.uuid, c.uuid), again.link(b.uuid, d.uuid)
+                assert ours.nvlinks == theirs.nvlinks
+                assert theirs.nvlinks or ours.pcie is theirs.pcie
