@@ -129,3 +129,27 @@ def test_a_failed_commit_fails_every_call_of_its_batch_and_the_next_call_works(
     assert after == "after"
     assert reloads == [1]
     assert active(gated) == ["after"]  # the failed batch left nothing behind
+
+
+def test_a_failing_publisher_neither_loses_the_answer_nor_stops_the_worker(
+    gated: GatedLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    """after_commit raising (say an observer's disk is full) is logged; calls go on."""
+
+    def broken_publisher() -> None:
+        raise OSError("no space left on device")
+
+    async def scenario() -> list[str]:
+        worker = SerialWorker(gated.unit_of_work, after_commit=broken_publisher)
+        gated.gate.clear()
+        batch = asyncio.gather(*(worker.run(grant, gated, f"p{i}", i) for i in range(2)))
+        await asyncio.get_running_loop().run_in_executor(None, gated.at_gate.wait, 30)
+        later = asyncio.ensure_future(worker.run(grant, gated, "alone", 4))  # queued meanwhile
+        gated.gate.set()
+        done = [*await batch, await asyncio.wait_for(later, 30)]  # a wedged worker fails here
+        await worker.close()
+        return done
+
+    assert asyncio.run(scenario()) == ["p0", "p1", "alone"]
+    assert active(gated) == ["alone", "p0", "p1"]
+    assert "publishing a commit's transitions failed" in caplog.text

@@ -113,16 +113,21 @@ class SerialWorker:
     def _committed(self, batch: list[_Job], done: asyncio.Future[Any]) -> None:
         self._committing = None
         exc = None if done.cancelled() else done.exception()
-        if done.cancelled() or exc is not None:
-            self._fail(batch, exc or LedgerError("the commit was cancelled"))
-        else:
-            self._settle(batch)
-        self._flush()  # what arrived during the commit
+        try:
+            if done.cancelled() or exc is not None:
+                self._fail(batch, exc or LedgerError("the commit was cancelled"))
+            else:
+                self._settle(batch)
+        finally:
+            self._flush()  # what arrived during the commit
 
     def _settle(self, batch: list[_Job]) -> None:
         for job in batch:
             job.settle()
-        self._after_commit()
+        try:
+            self._after_commit()
+        except Exception:  # what was committed stays committed; the worker goes on
+            log.exception("publishing a commit's transitions failed")
 
     def _fail(self, batch: list[_Job], exc: BaseException) -> None:
         log.error("ledger commit failed: %s", exc)
