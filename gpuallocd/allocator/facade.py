@@ -291,7 +291,7 @@ class AllocatorFacade:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._processes.close()
         await self._worker.close()
-        await asyncio.sleep(0)  # the last transitions' log lines and metrics
+        await asyncio.sleep(0)  # the last transitions' log lines (written after the answers)
 
     def _process_exited(self, lease_ids: list[str]) -> None:
         """A holder exited: its lease ends if no process started under it still runs."""
