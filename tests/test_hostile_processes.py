@@ -46,9 +46,9 @@ STUBBORN = (
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, FileNotFoundError):  # gone, or reaped between the two
         return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
     return stat[stat.rindex(")") + 2] not in "ZX"
 
 
