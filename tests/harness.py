@@ -37,12 +37,18 @@ def write_config(path: Path, settings: dict[str, Any]) -> Path:
     return path
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> None:
-    """Return once `condition()` holds; fail after `timeout` seconds (an upper bound only)."""
+def wait_for(
+    condition: Callable[[], bool],
+    timeout: float,
+    interval: float = 0.05,
+    what: str = "condition",
+) -> None:
+    """Return once `condition()` holds; fail after `timeout` seconds (an upper bound only),
+    naming `what` was awaited."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout:g} s")
+            raise AssertionError(f"{what} not met within {timeout:g} s")
         time.sleep(interval)
 
 

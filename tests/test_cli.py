@@ -6,13 +6,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from typing import Any
 
 from click.testing import CliRunner
 
 from gpuallocd.cli import cli
-from tests.harness import ThreadDaemon
+from tests.harness import ThreadDaemon, wait_for
 
 
 def ctl(daemon: ThreadDaemon, *args: str) -> Any:
@@ -147,9 +146,7 @@ def test_run_waits_in_the_queue(daemon: ThreadDaemon) -> None:
     proc = ctl_process(
         daemon, "run", "--wait", "-n", "2", "--", sys.executable, "-c", "print('ran')"
     )
-    deadline = time.monotonic() + 20
-    while not ctl_json(daemon, "queue")["waiters"] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: bool(ctl_json(daemon, "queue")["waiters"]), 20)
     waiters = ctl_json(daemon, "queue")["waiters"]
     assert len(waiters) == 1 and waiters[0]["count"] == 2
     ctl_json(daemon, "free", holder["id"])

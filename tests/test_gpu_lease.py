@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from gpulease import GpusUnavailable, LeaseRevoked, gpu_lease
 
-from tests.harness import ThreadDaemon
+from tests.harness import ThreadDaemon, wait_for
 
 
 def test_context_sets_cuda_visible_devices_and_frees(daemon: ThreadDaemon) -> None:
@@ -94,9 +94,7 @@ def test_revocation_is_reported_to_a_callback(daemon: ThreadDaemon) -> None:
     ) as lease:
         with daemon.client() as client:
             client.revoke(lease.id)
-        deadline = time.monotonic() + 5
-        while not lost and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: bool(lost), 5)
     assert lost == [lease.id]
 
 

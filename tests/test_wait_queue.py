@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from gpulease import Client, GpusUnavailable, Lease
 
-from tests.harness import ThreadDaemon
+from tests.harness import ThreadDaemon, wait_for
 
 
 class Waiter(threading.Thread):
@@ -35,18 +35,11 @@ def queue_length(client: Client) -> int:
     return len(client.queue())
 
 
-def wait_until(predicate: Callable[[], bool], limit: float = 10.0) -> None:
-    deadline = time.monotonic() + limit
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
-
-
 def enqueue(daemon: ThreadDaemon, client: Client, **request: Any) -> Waiter:
     before = queue_length(client)
     waiter = Waiter(daemon, **request)
     waiter.start()
-    wait_until(lambda: queue_length(client) == before + 1)
+    wait_for(lambda: queue_length(client) == before + 1, 10)
     return waiter
 
 
@@ -116,9 +109,9 @@ def test_disconnected_waiter_leaves_the_queue_at_once(daemon: ThreadDaemon) -> N
         raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         raw.connect(str(daemon.paths.socket))
         raw.sendall(request)
-        wait_until(lambda: queue_length(client) == 1)
+        wait_for(lambda: queue_length(client) == 1, 10)
         raw.close()
-        wait_until(lambda: queue_length(client) == 0, limit=2.0)
+        wait_for(lambda: queue_length(client) == 0, 2.0)
         client.free(holder.id)
         time.sleep(0.3)
         assert client.leases() == []
@@ -151,7 +144,7 @@ def test_many_waiters_all_served_without_double_booking(
             client.free(holder.id)
         served: list[Lease] = []
         while len(served) < 12:
-            wait_until(lambda: any(w.lease and w.lease not in served for w in waiters))
+            wait_for(lambda: any(w.lease and w.lease not in served for w in waiters), 10)
             active = [w.lease for w in waiters if w.lease and w.lease not in served]
             held = [u for lease in client.leases() for u in lease.uuids]
             assert len(held) == len(set(held))

@@ -10,14 +10,12 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.harness import ThreadDaemon
+from tests.harness import ThreadDaemon, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 WRAPPER = REPO / "contrib" / "docker" / "gpuallocd_docker.py"
@@ -36,13 +34,6 @@ LEASE = {
     "id": "3f9c2a1b7d40",
     "gpus": [{"index": 0, "uuid": "GPU-a"}, {"index": 2, "uuid": "GPU-b"}],
 }
-
-
-def eventually(condition: Callable[[], bool], what: str, limit: float = 20.0) -> None:
-    deadline = time.monotonic() + limit
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -144,10 +135,10 @@ def test_detached_container_keeps_its_lease_after_the_cli_exits(
         run_call = calls(runtime)[0]
         assert f'"device={",".join(lease.uuids)}"' in run_call
         assert f"io.gpuallocd.lease={lease.id}" in run_call
-        eventually(lambda: ["wait", cid] in calls(runtime), "the supervisor to wait")
+        wait_for(lambda: ["wait", cid] in calls(runtime), 20, what="the supervisor to wait")
         assert client.lease(lease.id).state == "active"
         (containers(runtime)[0] / "exit").write_text("0")
-        eventually(lambda: client.leases() == [], "the lease to end")
+        wait_for(lambda: client.leases() == [], 20, what="the lease to end")
         assert client.lease(lease.id).state == "freed"
 
 
@@ -157,13 +148,13 @@ def test_foreground_run_passes_the_exit_status_and_frees_the_lease(
     """Without -d the wrapper returns the container's status; the lease ends with it."""
     process = subprocess.Popen(wrapper(daemon, runtime, "run", "img"), text=True)
     try:
-        eventually(lambda: bool(containers(runtime)), "the container to start")
+        wait_for(lambda: bool(containers(runtime)), 20, what="the container to start")
         with daemon.client() as client:
             (lease,) = client.leases()
             assert len(lease.gpus) == 1
             (containers(runtime)[0] / "exit").write_text("3")
             assert process.wait(60) == 3
-            eventually(lambda: client.leases() == [], "the lease to end")
+            wait_for(lambda: client.leases() == [], 20, what="the lease to end")
     finally:
         process.kill()
         process.wait()
@@ -179,7 +170,7 @@ def test_a_container_that_never_starts_frees_the_lease(daemon: ThreadDaemon, run
     )
     assert done.returncode == 125
     with daemon.client() as client:
-        eventually(lambda: client.leases() == [], "the lease to end")
+        wait_for(lambda: client.leases() == [], 20, what="the lease to end")
         assert [e["event"] for e in client.history()] == ["granted", "freed"]
 
 

@@ -28,7 +28,7 @@ from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.provisioning.factory import KernelProvisionerFactory
 
 from gpuallocd.allocator.watcher import process_start_time
-from tests.harness import ThreadDaemon
+from tests.harness import ThreadDaemon, wait_for
 
 COMMAND = Path(sys.executable).parent / "gpuallocd-jupyter"
 EXAMPLE = Path(__file__).resolve().parents[2] / "contrib" / "jupyter" / "examples"
@@ -106,13 +106,6 @@ def only_lease(daemon: ThreadDaemon) -> Lease:
     return leases[0]
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not hold in time"
-        time.sleep(0.05)
-
-
 def test_kernel_runs_on_its_leased_gpus_and_frees_them_at_shutdown(
     daemon: ThreadDaemon, jupyter_home: Path, kernels: Callable[[str], KernelManager]
 ) -> None:
@@ -164,7 +157,7 @@ def test_killed_kernel_frees_its_lease(
     lease = only_lease(daemon)
     os.kill(view["pid"], signal.SIGKILL)
     with daemon.client() as client:
-        wait_until(lambda: client.leases() == [])
+        wait_for(lambda: client.leases() == [], TIMEOUT)
         assert client.lease(lease.id).state == "freed"
 
 
@@ -194,8 +187,8 @@ def test_server_killed_frees_the_lease_and_its_kernel_exits(
         finally:
             server.kill()
     with daemon.client() as client:
-        wait_until(lambda: client.leases() == [])
-    wait_until(lambda: process_start_time(kernel_pid) is None)
+        wait_for(lambda: client.leases() == [], TIMEOUT)
+    wait_for(lambda: process_start_time(kernel_pid) is None, TIMEOUT)
 
 
 def test_restart_after_a_crash_leases_again(
@@ -207,7 +200,7 @@ def test_restart_after_a_crash_leases_again(
     first = only_lease(daemon)
     os.kill(kernel_view(manager)["pid"], signal.SIGKILL)
     with daemon.client() as client:
-        wait_until(lambda: client.leases() == [])
+        wait_for(lambda: client.leases() == [], TIMEOUT)
     manager.restart_kernel(now=True)
     view = kernel_view(manager)
     second = only_lease(daemon)
@@ -260,7 +253,7 @@ def test_lease_is_renewed_while_the_kernel_lives(
             current = client.lease(lease.id)
             return current.state == "active" and current.expires_at > lease.expires_at + 2
 
-        wait_until(renewed_past_first_ttl)
+        wait_for(renewed_past_first_ttl, TIMEOUT)
         assert any(event["event"] == "renewed" for event in client.history(lease.id))
     assert kernel_view(manager)["lease"] == lease.id
 
