@@ -37,6 +37,11 @@ def write_config(path: Path, settings: dict[str, Any]) -> Path:
     return path
 
 
+def ctl_argv(socket: Path, *args: str) -> list[str]:
+    """The command line of `gpuallocctl --socket SOCKET ARGS...` in a process of its own."""
+    return [sys.executable, "-m", "gpuallocd.cli", "--socket", str(socket), *args]
+
+
 def wait_for(
     condition: Callable[[], bool],
     timeout: float,

@@ -11,7 +11,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from gpuallocd.cli import cli
-from tests.harness import ThreadDaemon, wait_for
+from tests.harness import ThreadDaemon, ctl_argv, wait_for
 
 
 def ctl(daemon: ThreadDaemon, *args: str) -> Any:
@@ -27,7 +27,7 @@ def ctl_json(daemon: ThreadDaemon, *args: str) -> Any:
 
 def ctl_process(daemon: ThreadDaemon, *args: str, **kwargs: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "gpuallocd.cli", "--socket", str(daemon.paths.socket), *args],
+        ctl_argv(daemon.paths.socket, *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -11,7 +11,7 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from gpuallocd.cli import cli
-from tests.harness import ThreadDaemon, wait_for
+from tests.harness import ThreadDaemon, ctl_argv, wait_for
 
 
 def ctl(daemon: ThreadDaemon, *args: str) -> Result:
@@ -27,7 +27,7 @@ def ctl_json(daemon: ThreadDaemon, *args: str) -> Any:
 def queued_process(daemon: ThreadDaemon, *args: str) -> subprocess.Popen[str]:
     """`gpuallocctl ARGS` in a process of its own, its stderr a pipe (not a terminal)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "gpuallocd.cli", "--socket", str(daemon.paths.socket), *args],
+        ctl_argv(daemon.paths.socket, *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -118,20 +118,9 @@ def test_leases_show_user_time_left_and_a_pid_only_when_bound(daemon: ThreadDaem
     ctl_json(daemon, "allocate", "-n", "1", "--ttl", "2h", "--label", "detached")
     script = "import sys; print('ready', flush=True); sys.stdin.read()"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuallocd.cli",
-            "--socket",
-            str(daemon.paths.socket),
-            "run",
-            "--label",
-            "bound",
-            "--",
-            sys.executable,
-            "-c",
-            script,
-        ],
+        ctl_argv(
+            daemon.paths.socket, "run", "--label", "bound", "--", sys.executable, "-c", script
+        ),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

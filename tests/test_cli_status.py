@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from gpuallocd.cli import cli
 from gpuallocd.cli.style import render_table, short_uuid
-from tests.harness import ThreadDaemon
+from tests.harness import ThreadDaemon, ctl_argv
 
 A100 = "nvml-recording:dgx-a100-mig"
 
@@ -70,17 +70,7 @@ def test_gpus_held_for_a_waiter_show_as_reserved(daemon: ThreadDaemon) -> None:
     """A free GPU that a waiter ahead holds reads `reserved`, with whom it waits for."""
     ctl(daemon, "allocate", "-n", "3")
     waiter = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuallocd.cli",
-            "--socket",
-            str(daemon.paths.socket),
-            "allocate",
-            "-n",
-            "2",
-            "--wait",
-        ],
+        ctl_argv(daemon.paths.socket, "allocate", "-n", "2", "--wait"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -146,16 +136,7 @@ def test_tables_cut_the_last_column_to_the_width() -> None:
 def test_status_watch_prints_frames_until_interrupted(a100: ThreadDaemon) -> None:
     """--watch off a terminal prints one frame after another; Ctrl-C ends it with status 0."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuallocd.cli",
-            "--socket",
-            str(a100.paths.socket),
-            "status",
-            "--watch",
-            "0.2",
-        ],
+        ctl_argv(a100.paths.socket, "status", "--watch", "0.2"),
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -16,7 +16,7 @@ from gpulease import Client, GpuBusy
 from gpuallocd.cli import cli
 from gpuallocd.cli.errors import EXIT_REVOKED
 from gpuallocd.testing import FakeNvml, nvml_inventory
-from tests.harness import ThreadDaemon, wait_for
+from tests.harness import ThreadDaemon, ctl_argv, wait_for
 from tests.local_users import LocalUser, run_as
 
 FORKING_HOLDER = """
@@ -54,10 +54,7 @@ def _alive(pid: int) -> bool:
 
 def _run(daemon: ThreadDaemon, *command: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [
-            *(sys.executable, "-m", "gpuallocd.cli", "--socket", str(daemon.paths.socket)),
-            *("run", "-n", "1", "--", sys.executable, "-c", *command),
-        ],
+        ctl_argv(daemon.paths.socket, "run", "-n", "1", "--", sys.executable, "-c", *command),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -14,7 +14,7 @@ import pytest
 from gpulease import Client, gpu_lease
 
 from gpuallocd.allocator.watcher import process_start_time
-from tests.harness import ProcessDaemon, ThreadDaemon, wait_for
+from tests.harness import ProcessDaemon, ThreadDaemon, ctl_argv, wait_for
 
 HOLDER = """
 import sys, time
@@ -82,17 +82,7 @@ def test_lease_of_a_killed_process_is_freed_within_two_seconds(daemon: ThreadDae
 def test_detached_lease_outlives_its_requester(daemon: ThreadDaemon) -> None:
     """A lease taken without binding (gpuallocctl allocate) lives on after the CLI exits."""
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuallocd.cli",
-            "--socket",
-            str(daemon.paths.socket),
-            "--json",
-            "allocate",
-            "-n",
-            "1",
-        ],
+        ctl_argv(daemon.paths.socket, "--json", "allocate", "-n", "1"),
         capture_output=True,
         text=True,
         check=True,
@@ -183,21 +173,7 @@ def test_run_binds_its_lease(daemon: ThreadDaemon, visible: str) -> None:
     """gpuallocctl run's lease follows the work: killing gpuallocctl leaves it with the command
     still running on the GPUs, and the command's exit frees the GPUs."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuallocd.cli",
-            "--socket",
-            str(daemon.paths.socket),
-            "run",
-            "-n",
-            "1",
-            "--visible",
-            visible,
-            "--",
-            "sleep",
-            "300",
-        ],
+        ctl_argv(daemon.paths.socket, "run", "-n", "1", "--visible", visible, "--", "sleep", "300"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

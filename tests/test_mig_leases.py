@@ -17,7 +17,7 @@ from gpulease import Client, GpuBusy, GpusUnavailable, InvalidRequest, Lease, gp
 from gpuallocd.cli import cli
 from gpuallocd.inventory.nvml.backend import NvmlInventory
 from gpuallocd.testing import FakeNvml, nvml_inventory
-from tests.harness import ThreadDaemon, wait_for
+from tests.harness import ThreadDaemon, ctl_argv, wait_for
 
 ONE_G = {"MIG-9b72e764-9dbf-53bd-85d9-3d1618df8472", "MIG-11289fca-215a-562f-be60-457efe6f3907"}
 THREE_G = "MIG-9aaf1f46-ef8b-5527-b7bb-e6ccd72621c1"
@@ -65,12 +65,13 @@ def test_gpuallocctl_run_gives_the_command_a_mig_uuid(
     daemon, _ = mig_node
     script = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
     result = subprocess.run(
-        [sys.executable, "-m", "gpuallocd.cli", "--socket", str(daemon.paths.socket), "run",
-         "--mig", "1g.10gb", "--", sys.executable, "-c", script],
+        ctl_argv(
+            daemon.paths.socket, "run", "--mig", "1g.10gb", "--", sys.executable, "-c", script
+        ),
         capture_output=True,
         text=True,
         timeout=60,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() in ONE_G
     with daemon.client() as client:

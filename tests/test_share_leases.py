@@ -21,7 +21,7 @@ from gpuallocd.cli import cli
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller
 from gpuallocd.testing import nvml_inventory
-from tests.harness import DaemonPaths, ThreadDaemon
+from tests.harness import DaemonPaths, ThreadDaemon, ctl_argv
 from tests.local_users import LocalUser, run_as
 
 GIB = 2**30
@@ -136,12 +136,13 @@ def test_gpuallocctl_run_exports_the_share(shared: ThreadDaemon) -> None:
     """`run --memory 512M` gives the command its GPU and GPUALLOCD_MEMORY_BYTES."""
     script = "import os; print(os.environ['GPUALLOCD_MEMORY_BYTES'])"
     result = subprocess.run(
-        [sys.executable, "-m", "gpuallocd.cli", "--socket", str(shared.paths.socket), "run",
-         "--memory", "512M", "--", sys.executable, "-c", script],
+        ctl_argv(
+            shared.paths.socket, "run", "--memory", "512M", "--", sys.executable, "-c", script
+        ),
         capture_output=True,
         text=True,
         timeout=60,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(512 * 2**20)
 
