@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from gpulease import Client, GpuBusy
+from gpulease import Client, GpuBusy, Lease
 
 from gpuallocd.cli import cli
 from gpuallocd.cli.errors import EXIT_REVOKED
@@ -66,6 +66,19 @@ def _processes(client: Client, lease_id: str) -> list[int]:
     return pids
 
 
+def _started(
+    daemon: ThreadDaemon, client: Client, script: str
+) -> tuple[subprocess.Popen[str], Lease, int]:
+    """`run` of `script`, once the script said `ready` and its lease covers run and the
+    script: run's process, the lease and the script's pid."""
+    wrapper = _run(daemon, script)
+    assert wrapper.stdout is not None and wrapper.stdout.readline().strip() == "ready"
+    (lease,) = client.leases()
+    wait_for(lambda: len(_processes(client, lease.id)) == 2, timeout=20)
+    command = next(p for p in _processes(client, lease.id) if p != wrapper.pid)
+    return wrapper, lease, command
+
+
 @pytest.fixture
 def reap() -> Iterator[list[int]]:
     """Pids a test leaves running (orphans handed to init); killed at the end."""
@@ -97,12 +110,8 @@ def test_a_worker_forked_by_a_gpu_lease_holder_keeps_the_lease(
 
 def test_kill_9_of_run_leaves_the_command_its_lease(daemon: ThreadDaemon, reap: list[int]) -> None:
     """`kill -9` of gpuallocctl run: the command keeps the lease until it exits."""
-    wrapper = _run(daemon, SLEEPER)
-    assert wrapper.stdout is not None and wrapper.stdout.readline().strip() == "ready"
     with daemon.client() as client:
-        (lease,) = client.leases()
-        wait_for(lambda: len(_processes(client, lease.id)) == 2, timeout=20)
-        command = next(p for p in _processes(client, lease.id) if p != wrapper.pid)
+        wrapper, lease, command = _started(daemon, client, SLEEPER)
         reap.append(command)
         wrapper.kill()
         wrapper.wait(20)
@@ -115,12 +124,9 @@ def test_kill_9_of_run_leaves_the_command_its_lease(daemon: ThreadDaemon, reap: 
 
 
 def test_revoking_a_run_lease_stops_the_command_and_says_why(daemon: ThreadDaemon) -> None:
-    """Revoke: the command gets SIGTERM; run prints one line with the reason and exits 6."""
-    wrapper = _run(daemon, SLEEPER)
-    assert wrapper.stdout is not None and wrapper.stdout.readline().strip() == "ready"
+    """Revoke: the command gets SIGTERM; run prints one line with the reason and exits 7."""
     with daemon.client() as client:
-        (lease,) = client.leases()
-        wait_for(lambda: len(_processes(client, lease.id)) == 2, timeout=20)
+        wrapper, lease, _ = _started(daemon, client, SLEEPER)
         client.revoke(lease.id, reason="maintenance at noon")
     _, err = wrapper.communicate(timeout=30)
     assert wrapper.returncode == EXIT_REVOKED
@@ -136,12 +142,8 @@ def test_a_command_that_ignores_sigterm_is_killed_after_the_grace(
 ) -> None:
     """After revoke_grace_seconds, SIGKILL: nothing of a revoked run lease keeps running."""
     daemon = start_daemon(default_policy="simple", revoke_grace_seconds=0.2)
-    wrapper = _run(daemon, STUBBORN)
-    assert wrapper.stdout is not None and wrapper.stdout.readline().strip() == "ready"
     with daemon.client() as client:
-        (lease,) = client.leases()
-        wait_for(lambda: len(_processes(client, lease.id)) == 2, timeout=20)
-        command = next(p for p in _processes(client, lease.id) if p != wrapper.pid)
+        wrapper, lease, command = _started(daemon, client, STUBBORN)
         reap.append(command)
         client.revoke(lease.id)
     wait_for(lambda: not _alive(command), timeout=30)
