@@ -97,3 +97,22 @@ def test_a_policy_is_asked_once_per_state_and_request() -> None:
     assert first == get_policy("best-effort").choose(
         NodeSnapshot.from_busy(TOPOLOGY), AllocationRequest(count=2)
     )
+
+
+def test_a_snapshot_shows_each_gpu_as_its_state_says() -> None:
+    """Busy, healthy, memory and foreign use in a snapshot are what `from_busy` makes of the
+    same state, and a GPU whose processes are gone is no longer foreign-used."""
+    view, gpus = NodeView(TOPOLOGY), TOPOLOGY.gpus
+    live = {
+        gpus[1].uuid: LiveState(memory_used_bytes=5),
+        gpus[2].uuid: LiveState(processes=(GpuProcess(pid=9, uid=2000),)),
+        gpus[3].uuid: LiveState(healthy=False, health_reason="Xid 79"),
+    }
+    view.update_live(live)
+    for leases in ([], [lease_on(0)], [lease_on(2, uid=1000)], [lease_on(0), lease_on(2)]):
+        key, snapshot = view.keyed_snapshot(leases)
+        expected = NodeSnapshot.from_busy(TOPOLOGY, busy=key[1], live=live, foreign=key[2])
+        assert dict(snapshot.views) == dict(expected.views)
+    view.update_live({})
+    key, snapshot = view.keyed_snapshot([lease_on(2, uid=1000)])
+    assert key[2] == frozenset() and not snapshot.views[gpus[2].uuid].foreign_use

@@ -37,6 +37,17 @@ def test_the_most_generous_group_wins() -> None:
     assert carol.value("max_waiting") == 5
 
 
+def test_the_limits_of_a_user_and_groups_are_resolved_once() -> None:
+    """Every grant asks twice; the table answers from what it found the first time, and the
+    same user in other groups is another question."""
+    table = LimitsTable(groups={"staff": Limits(max_gpus=3)})
+    first = table.applied("erin", ["staff", "other"])
+    assert table.applied("erin", ("other", "staff")) is first
+    assert table.applied("erin", []).value("max_gpus") is None
+    assert first.value("max_gpus") == 3
+    assert table == LimitsTable(groups={"staff": Limits(max_gpus=3)})  # the memo is no field
+
+
 def test_a_limit_set_nowhere_is_no_limit() -> None:
     """max_gpu_hours_per_day set in no table applies to no one; nothing is refused for it."""
     dave = TABLE.applied("dave", [])

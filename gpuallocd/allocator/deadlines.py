@@ -17,7 +17,7 @@ the monotonic clock.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from gpuallocd.model import Lease
 
@@ -56,6 +56,18 @@ class Deadlines:
         if lease.id not in self._at:
             self.adopt(lease)
         return self._at[lease.id] <= self._monotonic()
+
+    def due(self, leases: Iterable[Lease]) -> list[Lease]:
+        """The leases whose deadline has passed, all against one reading of the clock."""
+        now = self._monotonic()
+        at = self._at
+        due = []
+        for lease in leases:
+            if lease.id not in at:
+                self.adopt(lease)
+            if at[lease.id] <= now:
+                due.append(lease)
+        return due
 
     def forget(self, lease_id: str) -> None:
         self._at.pop(lease_id, None)

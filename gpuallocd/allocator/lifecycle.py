@@ -310,7 +310,7 @@ class LeaseLifecycle:
 
     def expire_due(self) -> list[Lease]:
         """End every lease whose TTL ran out; their GPUs are free again."""
-        due = [lease for lease in self._active.values() if self._deadlines.passed(lease)]
+        due = self._deadlines.due(self._active.values())
         return self._end(due, LeaseState.EXPIRED, actor_uid=0)
 
     # Internals ------------------------------------------------------------------------------

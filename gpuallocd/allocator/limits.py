@@ -50,10 +50,22 @@ class LimitsTable:
     default: Limits = field(default_factory=Limits)
     groups: Mapping[str, Limits] = field(default_factory=dict)
     users: Mapping[str, Limits] = field(default_factory=dict)
+    # What `applied` found per user and groups: the table never changes (a new config is a
+    # new table), and every grant asks it twice.
+    _applied: dict[tuple[str, frozenset[str]], AppliedLimits] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def applied(self, user: str, groups: Iterable[str]) -> AppliedLimits:
         """The limits that apply to `user`, a member of `groups`, with where each came from."""
-        member_of = sorted(g for g in set(groups) if g in self.groups)
+        key = (user, frozenset(groups))
+        found = self._applied.get(key)
+        if found is None:
+            found = self._applied[key] = self._resolve_all(user, key[1])
+        return found
+
+    def _resolve_all(self, user: str, groups: frozenset[str]) -> AppliedLimits:
+        member_of = sorted(g for g in groups if g in self.groups)
         values: dict[str, float | None] = {}
         sources: dict[str, str] = {}
         for name in LIMIT_NAMES:

@@ -14,7 +14,7 @@ from gpuallocd.allocator.sharing import UnitHolders
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.errors import UnknownGpu
 from gpuallocd.model import HEALTHY, Drain, Gpu, Lease, LeasedGpu, LiveState, MigDevice, Topology
-from gpuallocd.policies import NodeSnapshot
+from gpuallocd.policies import GpuView, NodeSnapshot
 
 # Every state GpuStatus.state may take; metrics export a series for each, so add new ones here.
 GPU_STATES = (
@@ -175,6 +175,9 @@ class NodeView:
     def _new_epoch(self) -> None:
         self._epoch += 1
         self._snapshots.clear()
+        self._views: dict[tuple[str, bool, bool], GpuView] = {}
+        # The GPUs the live sample shows processes on, for every snapshot of this epoch.
+        self._with_processes = tuple(g for g in self._topology.gpus if self.live(g.uuid).processes)
 
     def live(self, uuid: str) -> LiveState:
         return self._live.get(uuid, HEALTHY)
@@ -242,8 +245,7 @@ class NodeView:
     ) -> tuple[StateKey, NodeSnapshot]:
         """The snapshot and the key of the state it shows; one snapshot per state is kept."""
         holders = UnitHolders.of(leases)
-        in_use = (g for g in self._topology.gpus if self.live(g.uuid).processes)
-        foreign = frozenset(g.uuid for g in in_use if self._foreign_pids(g, holders))
+        foreign = frozenset(g.uuid for g in self._with_processes if self._foreign_pids(g, holders))
         busy = frozenset(holders.whole) | frozenset(holders.shares) | reserved
         busy_units = frozenset(holders.instances) | reserved
         share_used = holders.share_used()
@@ -265,14 +267,30 @@ class NodeView:
         busy_units: frozenset[str],
         share_used: Mapping[str, int],
     ) -> NodeSnapshot:
-        plain = NodeSnapshot.from_busy(self._topology, busy=busy, live=self._live, foreign=foreign)
+        views = {
+            gpu.uuid: self._view(gpu, gpu.uuid not in busy, gpu.uuid in foreign)
+            for gpu in self._topology.gpus
+        }
         return NodeSnapshot(
             topology=self._topology,
-            views=plain.views,
+            views=views,
             busy_units=busy_units,
             share_capacity=self.share_capacity,
             share_used=share_used,
         )
+
+    def _view(self, gpu: Gpu, unleased: bool, foreign_use: bool) -> GpuView:
+        """One GPU as policies see it; at most four per GPU in an epoch, each made once."""
+        key = (gpu.uuid, unleased, foreign_use)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = GpuView(
+                gpu=gpu,
+                free=unleased and not gpu.mig_mode,
+                live=self.live(gpu.uuid),
+                foreign_use=foreign_use,
+            )
+        return view
 
     def usable_gpus(self, spec: AllocateSpec) -> frozenset[str]:
         """Every unit that could serve this request: the named ones; else every GPU (or, for
