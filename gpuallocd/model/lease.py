@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -128,7 +128,25 @@ class Lease:
         return self.state is LeaseState.ACTIVE
 
     def ended(self, state: LeaseState, at: float) -> Lease:
-        return replace(self, state=state, ended_at=at)
+        """This lease in `state` from `at`; every other field as it is. Written out rather
+        than `dataclasses.replace`, which costs a fifth of a free's own Python on this path
+        (tests/test_lease_model.py holds it to every field)."""
+        return Lease(
+            self.id,
+            self.gpus,
+            self.owner_uid,
+            self.owner_name,
+            self.pid,
+            self.label,
+            self.policy,
+            self.created_at,
+            self.expires_at,
+            state,
+            at,
+            self.bound,
+            self.pid_start_time,
+            self.waited_seconds,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
