@@ -17,7 +17,8 @@ from gpulease import Client, DaemonUnavailable
 INVENTORY = "example:synthetic-32gpu"  # 32 GPUs: 32 clients leasing one each never collide
 
 
-def _wait_until_serving(socket: Path, process: subprocess.Popen[bytes]) -> None:
+def wait_until_serving(socket: Path, process: subprocess.Popen[bytes]) -> None:
+    """Return once `socket` answers a health check; raise if `process` dies first or 30 s pass."""
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -58,7 +59,7 @@ def running_daemon(root: Path, *, sync: str = "full") -> Iterator[RunningDaemon]
         [sys.executable, "-m", "gpuallocd"], env=environ, stderr=subprocess.DEVNULL
     )
     try:
-        _wait_until_serving(socket, process)
+        wait_until_serving(socket, process)
         yield RunningDaemon(socket, process.pid)
     finally:
         process.send_signal(signal.SIGTERM)

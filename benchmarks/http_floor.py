@@ -17,13 +17,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpulease import Client, DaemonUnavailable
+from gpulease import Client
 
+from benchmarks.daemon import wait_until_serving
 from gpuallocd.daemon.eventloop import run_event_loop
 
 __all__ = ["capture_answers", "serving_http_floor"]
@@ -70,19 +70,6 @@ async def _serve(socket: str, answers: dict[str, Any]) -> None:
     await runner.cleanup()
 
 
-def _wait_until_serving(socket: Path, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with Client(socket, timeout=2) as client:
-                client.health()
-            return
-        except DaemonUnavailable:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
 @contextlib.contextmanager
 def serving_http_floor(root: Path, answers: dict[str, Any]) -> Iterator[Path]:
     """Serve the minimal app on `root`/http-floor.sock; yields the socket's path."""
@@ -94,7 +81,7 @@ def serving_http_floor(root: Path, answers: dict[str, Any]) -> Iterator[Path]:
         env=os.environ.copy(),
     )
     try:
-        _wait_until_serving(socket, process)
+        wait_until_serving(socket, process)
         yield socket
     finally:
         process.send_signal(signal.SIGTERM)
