@@ -26,7 +26,6 @@ from gpuallocd.model import Caller, Lease, gpu_seconds
 __all__ = ["DAY_SECONDS", "Quota"]
 
 DAY_SECONDS = 24 * 3600.0
-_GRANT_LIMITS = ("max_ttl_seconds", "max_gpus", "max_gpu_hours_per_day")  # what check_grant reads
 
 
 class Quota:
@@ -73,8 +72,8 @@ class Quota:
     ) -> None:
         """QuotaExceeded when granting `gpus` to the caller would pass one of their limits."""
         applied = self.applied(caller)
-        if all(applied.value(name) is None for name in _GRANT_LIMITS):
-            return  # nothing to count: the common case, where no limit is set
+        if all(value is None for value in applied.values.values()):
+            return  # no limit at all applies (the common case): nothing to count
         with_hours = applied.value("max_gpu_hours_per_day") is not None
         usage = self.usage(caller.uid, active, with_hours=with_hours)
         check_grant(applied, usage, gpus=gpus, ttl_seconds=ttl_seconds)
