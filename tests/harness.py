@@ -57,6 +57,25 @@ def wait_for(
         time.sleep(interval)
 
 
+class HandClock:
+    """A clock the test sets by hand (thread-safe: a daemon thread reads it), counting reads."""
+
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+        self.reads = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            self.reads += 1
+            return self.now
+
+    def step(self, seconds: float) -> None:
+        """Move the clock by `seconds`; back when negative."""
+        with self._lock:
+            self.now += seconds
+
+
 def wait_until_serving(socket_path: Path, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while True:

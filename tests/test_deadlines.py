@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuallocd.allocator.deadlines import Deadlines
 from gpuallocd.model import Lease, LeasedGpu
+from tests.harness import HandClock
 
 
 def _lease(lease_id: str, expires_at: float) -> Lease:
@@ -20,18 +21,8 @@ def _lease(lease_id: str, expires_at: float) -> Lease:
     )
 
 
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-        self.reads = 0
-
-    def __call__(self) -> float:
-        self.reads += 1
-        return self.now
-
-
 def test_due_leases_are_those_past_their_deadline_at_one_reading_of_the_clock() -> None:
-    wall, monotonic = Clock(1000.0), Clock(50.0)
+    wall, monotonic = HandClock(1000.0), HandClock(50.0)
     deadlines = Deadlines(wall, monotonic, max_seconds=3600)
     for name, ttl in (("a", 10), ("b", 20), ("c", 30)):
         deadlines.start(name, ttl)
@@ -45,7 +36,7 @@ def test_due_leases_are_those_past_their_deadline_at_one_reading_of_the_clock() 
 def test_a_lease_read_from_the_ledger_is_due_by_the_wall_clock_time_it_had_left() -> None:
     """Not started here (the daemon restarted): its deadline is what the wall clock left it,
     counted from now on the monotonic clock, and never more than the longest TTL."""
-    wall, monotonic = Clock(1000.0), Clock(5.0)
+    wall, monotonic = HandClock(1000.0), HandClock(5.0)
     deadlines = Deadlines(wall, monotonic, max_seconds=100)
     soon, late, capped = _lease("soon", 1030.0), _lease("late", 1090.0), _lease("cap", 9e9)
     assert deadlines.due([soon, late, capped]) == []

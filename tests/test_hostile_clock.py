@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
-from tests.harness import DaemonPaths, ThreadDaemon
+from tests.harness import DaemonPaths, HandClock, ThreadDaemon
 
 DAY = 24 * 3600.0
-
-
-class HandClock:
-    """A clock the test sets by hand."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self.now
-
-    def step(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
 
 
 def _states(daemon: ThreadDaemon) -> list[str]:

@@ -2,29 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import pytest
 from gpulease import Client, GpuBusy, GpusUnavailable, LeaseNotActive, PermissionDenied
 
-from tests.harness import ThreadDaemon
-
-
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self.now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
+from tests.harness import HandClock, ThreadDaemon
 
 
 def test_allocate_returns_lowest_free_gpus_with_uuids(daemon: ThreadDaemon) -> None:
@@ -96,23 +79,23 @@ def test_free_twice_is_lease_not_active(daemon: ThreadDaemon) -> None:
 
 def test_renew_extends_expiry(start_daemon: Callable[..., ThreadDaemon]) -> None:
     """renew moves the expiry to now + ttl."""
-    clock = FakeClock()
+    clock = HandClock()
     daemon = start_daemon(default_policy="simple", clock=clock)
     with daemon.client() as client:
         lease = client.allocate(1, ttl=100)
         assert lease.expires_at == pytest.approx(clock.now + 100)
-        clock.advance(60)
+        clock.step(60)
         renewed = client.renew(lease.id, ttl=100)
     assert renewed.expires_at == pytest.approx(clock.now + 100)
 
 
 def test_expired_lease_is_reclaimed(start_daemon: Callable[..., ThreadDaemon]) -> None:
     """A lease not renewed within its TTL ends as expired and frees its GPUs."""
-    clock = FakeClock()
+    clock = HandClock()
     daemon = start_daemon(default_policy="simple", clock=clock)
     with daemon.client() as client:
         lease = client.allocate(4, ttl=30)
-        clock.advance(31)
+        clock.step(31)
         assert client.leases() == []
         assert client.lease(lease.id).state == "expired"
         with pytest.raises(LeaseNotActive):
