@@ -23,9 +23,8 @@ from gpuallocd.errors import ConfigError
 from gpuallocd.inventory.nvml.backend import NvmlInventory
 from gpuallocd.metrics.address import parse_listen_address
 from gpuallocd.testing import FakeNvml, nvml_inventory
-from tests.harness import ProcessDaemon, ThreadDaemon, wait_for
+from tests.harness import HandClock, ProcessDaemon, ThreadDaemon, wait_for
 from tests.test_daemon_lifecycle import run_daemon_once
-from tests.test_leases import FakeClock
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -86,7 +85,7 @@ def test_counters_follow_grants_frees_expiries_and_revokes(
     start_daemon: Callable[..., ThreadDaemon],
 ) -> None:
     """Each transition is counted once; gauges show the leases that remain, by user."""
-    clock = FakeClock()
+    clock = HandClock()
     address = f"127.0.0.1:{free_port()}"
     daemon = start_daemon(default_policy="simple", clock=clock, metrics_listen=address)
     with daemon.client() as client:
@@ -95,7 +94,7 @@ def test_counters_follow_grants_frees_expiries_and_revokes(
         client.allocate(1, ttl=30)  # expires below
         revoked = client.allocate(1, ttl=3600)
         kept = client.allocate(1, ttl=3600)
-        clock.advance(31)
+        clock.step(31)
         if os.getuid() == 0:
             client.revoke(revoked.id, reason="maintenance")
         samples = parse(scrape(address)[0])  # the scrape's status read expires the due lease
