@@ -53,9 +53,7 @@ class Deadlines:
         self._at[lease_id] = self._monotonic() + ttl_seconds
 
     def passed(self, lease: Lease) -> bool:
-        if lease.id not in self._at:
-            self.adopt(lease)
-        return self._at[lease.id] <= self._monotonic()
+        return bool(self.due((lease,)))
 
     def due(self, leases: Iterable[Lease]) -> list[Lease]:
         """The leases whose deadline has passed, all against one reading of the clock."""

@@ -132,12 +132,12 @@ class LeaseLifecycle:
         self._active = {lease.id: lease for lease in self._ledger.active_leases()}
         self.drains.reload()
         self._journal.clear()  # those transitions were rolled back
+        self._request_ids.retain(self._active)
 
     def take_journal(self) -> list[Transition]:
         """The transitions made since the last call, oldest first (for the events log)."""
         taken, self._journal = self._journal, []
         return taken
-        self._request_ids.retain(self._active)
 
     # Queries --------------------------------------------------------------------------------
 
