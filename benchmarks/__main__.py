@@ -21,7 +21,7 @@ from benchmarks.daemon import INVENTORY, RunningDaemon, running_daemon
 from benchmarks.genv import genv_python, measure_genv
 from benchmarks.http_floor import capture_answers, serving_http_floor
 from benchmarks.policies import policy_rows
-from benchmarks.startup import cli_run_ms, python_pass_ms
+from benchmarks.startup import cli_run_ms, compile_bytecode, python_pass_ms
 from gpuallocd.cli.floor import measure_floor
 from gpuallocd.cli.load import BenchResult, run_bench
 
@@ -161,6 +161,7 @@ def _genv_rows(scratch: Path, socket: Path, found: dict[str, float]) -> list[Row
 
 def _cli_rows(socket: Path) -> list[Row]:
     """A bare interpreter and `run` in turn, round by round, the ratio within each round."""
+    compile_bytecode()
     bare: list[float] = []
     run: list[float] = []
     for _ in range(REPEATS):

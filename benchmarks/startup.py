@@ -45,7 +45,7 @@ def compile_bytecode() -> None:
 
 
 def cli_run_ms(socket: Path, runs: int) -> float:
-    compile_bytecode()
+    """`run`'s median wall time; call `compile_bytecode` first, once."""
     ctl = str(Path(sys.executable).with_name("gpuallocctl"))
     environ = {**os.environ, "GPUALLOCD_SOCKET": str(socket)}
     return median_wall_ms([ctl, "run", "-n", "1", "--", "true"], runs, environ)

@@ -26,6 +26,16 @@ def test_context_sets_cuda_visible_devices_and_frees(daemon: ThreadDaemon) -> No
         assert client.leases() == []
 
 
+def test_the_block_lends_its_connection_for_calls_about_the_lease(daemon: ThreadDaemon) -> None:
+    """`cm.client` is the lease's own connection while the block runs, None outside it."""
+    cm = gpu_lease(1, socket=daemon.paths.socket)
+    assert cm.client is None
+    with cm as lease:
+        assert cm.client is not None
+        assert cm.client.lease(lease.id).state == "active"
+    assert cm.client is None
+
+
 def test_index_mode_sets_pci_bus_order(daemon: ThreadDaemon) -> None:
     """visible='index' gives indices and CUDA_DEVICE_ORDER=PCI_BUS_ID."""
     with gpu_lease(2, socket=daemon.paths.socket, visible="index") as lease:

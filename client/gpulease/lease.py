@@ -112,6 +112,12 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         self._entered_in: int | None = None  # the pid that entered the block
         self.lease: Lease | None = None
 
+    @property
+    def client(self) -> Client | None:
+        """The connection the lease was granted through, open while the block runs (None
+        outside it): for further calls about the lease without a connection of their own."""
+        return self._client
+
     def _recreate_cm(self) -> gpu_lease:
         # Each call of a decorated function takes a lease of its own.
         fresh = copy.copy(self)
@@ -171,6 +177,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
             self._restore_env()
             if self._client is not None:
                 self._client.close()
+                self._client = None
 
     def _free(self) -> None:
         if self._client is None or self.lease is None:

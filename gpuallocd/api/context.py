@@ -18,7 +18,7 @@ class ApiContext:
     facade: AllocatorFacade
     discover: Callable[[], Topology]
     started_at: float
-    body_timeout_seconds: float = 10.0
+    body_timeout_seconds: float  # request_body_timeout_seconds (daemon/settings.py)
 
 
 CONTEXT = web.AppKey("context", ApiContext)

@@ -32,7 +32,6 @@ __all__ = ["UnixApiServer", "bind_unix_socket"]
 # that hangs up cancels its request, so a disconnected waiter leaves the queue at once.
 _HANDLER_OPTIONS: dict[str, Any] = {"access_log": None, "keepalive_timeout": 300.0}
 _RUNNER_OPTIONS: dict[str, Any] = {**_HANDLER_OPTIONS, "handler_cancellation": True}
-DEFAULT_HEAD_TIMEOUT_SECONDS = 10.0
 
 
 def _refuse_if_served(path: Path) -> None:
@@ -162,14 +161,16 @@ class UnixApiServer:
         app: web.Application,
         sock: socket.socket,
         *,
-        grace_seconds: float = 5.0,
-        limiter: ConnectionLimiter | None = None,
-        head_timeout: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
+        grace_seconds: float,
+        limiter: ConnectionLimiter,
+        head_timeout: float,
     ) -> None:
+        """The grace, connection limits and head timeout come from the daemon's settings
+        (`daemon/settings.py`), which alone hold their defaults."""
         self._runner = web.AppRunner(app, shutdown_timeout=grace_seconds, **_RUNNER_OPTIONS)
         self._sock = sock
         self._server: asyncio.AbstractServer | None = None
-        self._limiter = limiter or ConnectionLimiter(per_user=64, total=1024, root_reserve=16)
+        self._limiter = limiter
         self._head_timeout = head_timeout
 
     def _protocol(self) -> RequestHandler:

@@ -39,6 +39,8 @@ _JOINERS = frozenset({"\u200c", "\u200d"})  # zero-width (non-)joiners build emo
 
 def first_unprintable(text: str) -> str | None:
     """The first character of `text` that could rewrite a terminal, or None."""
+    if text.isascii() and text.isprintable():  # the usual text: no ASCII control in it
+        return None
     for char in text:
         if char not in _JOINERS and unicodedata.category(char) in _UNPRINTABLE_CATEGORIES:
             return char

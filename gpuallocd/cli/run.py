@@ -128,7 +128,7 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
 
     While queued, the waiting line shows on stderr and Ctrl-C leaves the queue (exit 130).
     """
-    from gpulease import Client, gpu_lease
+    from gpulease import gpu_lease
     from gpulease.renewer import idle_message
 
     count, gpus = request.pop("count"), request.pop("gpus")
@@ -147,7 +147,7 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
     with contextlib.ExitStack() as stack:
         with _queue_display(ctx, bool(request.get("wait"))):
             granted = stack.enter_context(lease)
-        client = stack.enter_context(Client(ctx.obj.socket))
+        client = lease.client  # the lease's own connection: no second connect and check
         if not ctx.obj.json:
             gpu_list = ",".join(g.uuid if g.kind == "mig" else str(g.index) for g in granted.gpus)
             click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
