@@ -8,6 +8,9 @@ from pathlib import Path
 
 import jsonschema
 
+from gpuallocd.integrations.cdi_writer import CdiSpecWriter
+from gpuallocd.model import Lease, LeasedGpu
+from gpuallocd.topology import load_topology
 from tests.harness import ThreadDaemon, wait_for
 from tests.test_integrations_cdi import CDI_SCHEMA
 
@@ -52,3 +55,35 @@ def test_the_spec_names_the_leases_a_restarted_daemon_finds(
     daemon.stop()
     start_daemon(default_policy="simple", cdi_spec_path=str(spec))
     assert set(_devices(spec)) == {kept.id}
+
+
+def test_the_spec_is_written_once_per_commit_with_every_lease_of_it(tmp_path: Path) -> None:
+    """The writer is told each transition of a commit and writes when the commit is
+    published: a group commit of many grants is one rewrite, naming them all."""
+    topology = load_topology("example:workstation-4gpu-nvbridge")
+    spec = tmp_path / "gpuallocd.json"
+    writer = CdiSpecWriter(spec, topology.gpus, nodes={})
+    leases = [_lease(f"lease-{i}", gpu.uuid, i) for i, gpu in enumerate(topology.gpus[:3])]
+    for lease in leases:
+        writer.lease_granted(lease)
+    assert not spec.exists()  # nothing published yet
+    writer.commit_published()
+    assert set(_devices(spec)) == {lease.id for lease in leases}
+    writer.lease_ended(leases[0])
+    assert set(_devices(spec)) == {lease.id for lease in leases}
+    writer.commit_published()
+    assert set(_devices(spec)) == {lease.id for lease in leases[1:]}
+
+
+def _lease(lease_id: str, uuid: str, index: int) -> Lease:
+    return Lease(
+        id=lease_id,
+        gpus=(LeasedGpu(uuid, index),),
+        owner_uid=1000,
+        owner_name="ana",
+        pid=None,
+        label=None,
+        policy="simple",
+        created_at=0.0,
+        expires_at=60.0,
+    )

@@ -90,6 +90,7 @@ class AllocatorFacade:
                 self._observer.lease_granted(transition.lease)
             else:
                 self._observer.lease_ended(transition.lease)
+        self._observer.commit_published()
         asyncio.get_running_loop().call_soon(write_log, transitions)
 
     # Requests -------------------------------------------------------------------------------

@@ -29,6 +29,10 @@ class LeaseObserver(Protocol):
     def lease_ended(self, lease: Lease) -> None:
         """A lease ended; `lease.state` says how: freed, expired or revoked."""
 
+    def commit_published(self) -> None:
+        """Every transition of one commit has been told (an observer that writes a file
+        writes it once here, not once per transition)."""
+
     def allocation_finished(self, seconds: float, *, waited: bool, outcome: str) -> None:
         """An allocate call returned after `seconds`; `waited` when the caller asked to wait.
 
@@ -44,6 +48,9 @@ class NoObserver:
         return None
 
     def lease_ended(self, lease: Lease) -> None:
+        return None
+
+    def commit_published(self) -> None:
         return None
 
     def allocation_finished(self, seconds: float, *, waited: bool, outcome: str) -> None:
@@ -66,6 +73,10 @@ class Observers:
     def lease_ended(self, lease: Lease) -> None:
         for observer in self._observers:
             observer.lease_ended(lease)
+
+    def commit_published(self) -> None:
+        for observer in self._observers:
+            observer.commit_published()
 
     def allocation_finished(self, seconds: float, *, waited: bool, outcome: str) -> None:
         for observer in self._observers:

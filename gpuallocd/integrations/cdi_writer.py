@@ -1,7 +1,8 @@
 """The daemon's CDI spec, kept equal to its active leases (setting `cdi_spec_path`).
 
 An observer of the allocator: told of every grant and every end once the ledger commit that
-recorded it has returned, it rewrites the spec (atomically) with every active lease, so
+recorded it has returned, it rewrites the spec (atomically) with every active lease, once
+per commit that changed it (a group commit may hold dozens of transitions), so
 `podman run --device gpuallocd.io/lease=LEASE_ID` (or Docker 25 and later with CDI) gets
 exactly the GPUs of that lease. A lease of MIG instances or memory shares names its physical
 GPUs' device files. A spec that cannot be written is logged; it never fails a request.
@@ -37,7 +38,7 @@ class _LeaseOfGpus:
 
 
 class CdiSpecWriter:
-    """Rewrites the spec at `path` whenever a lease is granted or ends."""
+    """Rewrites the spec at `path` after each commit that granted or ended a lease."""
 
     def __init__(
         self,
@@ -51,23 +52,28 @@ class CdiSpecWriter:
         self._path = Path(path)
         known = nvidia_device_nodes() if nodes is None else nodes
         self._nodes = device_files(gpus, known)
-        self._active = {lease.id: lease for lease in active}
+        self._active = {lease.id: _LeaseOfGpus(lease) for lease in active}
+        self._changed = False
         self._write()
 
     def lease_granted(self, lease: Lease) -> None:
-        self._active[lease.id] = lease
-        self._write()
+        self._active[lease.id] = _LeaseOfGpus(lease)
+        self._changed = True
 
     def lease_ended(self, lease: Lease) -> None:
         if self._active.pop(lease.id, None) is not None:
+            self._changed = True
+
+    def commit_published(self) -> None:
+        if self._changed:
+            self._changed = False
             self._write()
 
     def allocation_finished(self, seconds: float, *, waited: bool, outcome: str) -> None:
         return None
 
     def _write(self) -> None:
-        leases = [_LeaseOfGpus(lease) for lease in self._active.values()]
         try:
-            write_cdi_spec(self._path, leases, self._nodes)
+            write_cdi_spec(self._path, list(self._active.values()), self._nodes)
         except (CdiError, OSError) as exc:
             log.error("could not write the CDI spec %s: %s", self._path, exc)

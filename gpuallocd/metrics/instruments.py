@@ -68,6 +68,9 @@ class DaemonMetrics:
         if counter is not None:
             counter.inc()
 
+    def commit_published(self) -> None:
+        return None
+
     def allocation_finished(self, seconds: float, *, waited: bool, outcome: str) -> None:
         wait = "true" if waited else "false"
         self.allocate_seconds.labels(wait=wait, outcome=outcome).observe(seconds)
