@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from gpuallocd.daemon.statelock import open_no_follow
 from gpuallocd.errors import StateUnusable
 
 __all__ = [
@@ -93,7 +94,7 @@ def mark_initialised(path: Path) -> None:
     """Note beside the ledger `path` that this state directory holds a ledger now."""
     marker = path.with_name(INITIALISED_MARKER)
     if not marker.exists():
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        fd = open_no_follow(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         with os.fdopen(fd, "w") as out:
             out.write(f"a gpuallocd ledger was created here at {time.ctime()}\n")
 

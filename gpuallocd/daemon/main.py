@@ -65,7 +65,6 @@ def _configure_logging(level: str) -> None:
     logging.basicConfig(
         level=level, stream=sys.stderr, format="gpuallocd: %(levelname)s %(message)s"
     )
-    logging.getLogger("filelock").setLevel(logging.WARNING)
     # The format shows neither the caller's frame, thread nor process: the logging HOWTO's
     # optimisations, so a record (one per grant and free) does not collect them.
     logging._srcfile = None
