@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.harness import DaemonPaths, ProcessDaemon, ThreadDaemon
+from tests.service_unit import shipped_unit
 
 pytest_plugins = [
     "tests.system_users",  # the `system_users` fixture: real users (as root)
@@ -71,6 +72,27 @@ def process_daemon(paths: DaemonPaths) -> Iterator[Callable[..., ProcessDaemon]]
     def start(wait: bool = True, **settings: Any) -> ProcessDaemon:
         settings.setdefault("default_policy", "simple")
         daemon = ProcessDaemon(paths, **settings).start(wait=wait)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        if daemon.process is not None and daemon.process.poll() is None:
+            daemon.kill()
+
+
+@pytest.fixture
+def unit_daemon(paths: DaemonPaths) -> Iterator[Callable[..., ProcessDaemon]]:
+    """Start `python -m gpuallocd` as root holding only the capabilities that
+    `systemd/gpuallocd.service` grants (its CapabilityBoundingSet=), read from the unit."""
+    if os.geteuid() != 0:
+        pytest.skip("dropping capabilities the unit's way needs root")
+    started: list[ProcessDaemon] = []
+
+    def start(wait: bool = True, **settings: Any) -> ProcessDaemon:
+        settings.setdefault("default_policy", "simple")
+        bounding = shipped_unit().capabilities
+        daemon = ProcessDaemon(paths, bounding_set=bounding, **settings).start(wait=wait)
         started.append(daemon)
         return daemon
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from gpuallocd.allocator.deadlines import boottime
 from gpuallocd.daemon import Daemon
 from gpuallocd.daemon.config import load_config
 from gpuallocd.inventory import Inventory, open_inventory
+from tests.service_unit import ServiceUnit
 
 DEFAULT_INVENTORY = "example:workstation-4gpu-nvbridge"
 
@@ -180,16 +181,24 @@ class ProcessDaemon:
         paths: DaemonPaths,
         inventory: str = DEFAULT_INVENTORY,
         initialise: bool = True,
+        bounding_set: Sequence[str] | None = None,
         **settings: Any,
     ) -> None:
+        """`bounding_set`: run as root with only these capabilities (`setpriv`), as the unit
+        runs it (tests/service_unit.py); None: with every capability of the test process."""
         self.paths = paths
         self.inventory = inventory
         self.initialise = initialise
+        self.bounding_set = bounding_set
         self.config_file = write_config(paths.root / "gpuallocd.toml", settings)
         self.process: subprocess.Popen[str] | None = None
 
     def command(self) -> list[str]:
+        prefix: list[str] = []
+        if self.bounding_set is not None:
+            prefix = ServiceUnit(tuple(self.bounding_set), (), ()).setpriv_prefix()
         return [
+            *prefix,
             sys.executable,
             "-m",
             "gpuallocd",

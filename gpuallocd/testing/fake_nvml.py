@@ -5,7 +5,8 @@ parameters, returning the same shapes and raising `pynvml.NVMLError` with the sa
 so `NvmlInventory(nvml=FakeNvml.from_recording("dgx-a100-mig"))` runs the real backend
 code. Test hooks change the machine while it runs: `inject_xid`, `lose_gpu`,
 `restore_gpu`, `set_processes`, `set_memory_used`, `set_utilization`, `set_error`,
-`fail_init`. `calls` counts every NVML call by name.
+`fail_init`; `follow_live_file` makes it read what runs now from a file at each sample
+(`gpuallocd/testing/live.py`). `calls` counts every NVML call by name.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import pynvml
 
+from gpuallocd.testing.live import LiveFile
 from gpuallocd.testing.recording import NVML_FORMAT, load_recording
 
 __all__ = ["FakeHandle", "FakeNvml"]
@@ -104,6 +106,7 @@ class FakeNvml:
         self._init_error: str | None = self.recording.get("init_error")
         self.initialised = 0
         self.calls: Counter[str] = Counter()
+        self._live: LiveFile | None = None
 
     @classmethod
     def from_recording(cls, spec: str | Path) -> FakeNvml:
@@ -148,6 +151,24 @@ class FakeNvml:
         self._device(uuid)["processes"] = [
             {"pid": pid, "used_memory_bytes": used} for pid, used in processes
         ]
+
+    def follow_live_file(self, path: Path) -> None:
+        """From now on, each sample first applies what `path` says runs on the GPUs now."""
+        self._live = LiveFile(path)
+
+    def _apply_live_file(self) -> None:
+        content = self._live.changed() if self._live is not None else None
+        if content is None:
+            return
+        for device in self._devices:
+            now = content.get(str(device.get("uuid")))
+            if isinstance(now, dict):
+                for key in ("processes", "utilization_gpu_percent", "memory_used_bytes"):
+                    if key in now:
+                        device[key] = now[key]
+        assert self._live is not None
+        for uuid, xid in self._live.new_xids(content):
+            self.inject_xid(uuid, xid)
 
     def destroy_mig_device(self, mig_uuid: str) -> None:
         """An admin destroys a MIG instance (nvidia-smi mig -dci/-dgi): its slot is empty."""
@@ -337,13 +358,14 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         self._enter("nvmlDeviceGetComputeRunningProcesses")
+        self._apply_live_file()
         found = _answer(self._gpu(handle).get("processes", []))
         return [
             SimpleNamespace(
                 pid=int(p["pid"]),
                 usedGpuMemory=p.get("used_memory_bytes"),
-                gpuInstanceId=0xFFFFFFFF,
-                computeInstanceId=0xFFFFFFFF,
+                gpuInstanceId=int(p.get("gpu_instance_id", 0xFFFFFFFF)),
+                computeInstanceId=int(p.get("compute_instance_id", 0xFFFFFFFF)),
             )
             for p in found
         ]
