@@ -31,7 +31,8 @@
     │   ├── ConfigError            78   a setting in the file, the environment or an option is wrong
     │   ├── AlreadyRunning         75   another daemon holds the state directory or the socket
     │   ├── HardwareUnavailable    69   the GPU backend or topology file cannot be opened
-    │   └── StateUnusable          73   the state directory, ledger or socket cannot be used
+    │   ├── StateUnusable          73   the state directory, ledger or socket cannot be used
+    │   └── MissingPrivilege       77   an enabled feature lacks a capability or a writable path
     └── InputFileError                  a file named on the command line cannot be used
         └── TraceError                  a `simulate` trace line that cannot be replayed
 
@@ -69,6 +70,7 @@ __all__ = [
     "MalformedHttp",
     "MalformedJson",
     "MethodNotAllowed",
+    "MissingPrivilege",
     "NvmlError",
     "PermissionDenied",
     "PolicyNotApplicable",
@@ -281,6 +283,13 @@ class StateUnusable(StartupError):
     """The state directory, the ledger or the socket's directory cannot be used."""
 
     exit_code = 73  # EX_CANTCREAT
+
+
+class MissingPrivilege(StartupError):
+    """A feature the config enables cannot work with what the daemon may do (a capability
+    its unit does not grant, a path it may not write)."""
+
+    exit_code = 77  # EX_NOPERM
 
 
 class InputFileError(LocalError):

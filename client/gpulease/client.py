@@ -128,6 +128,18 @@ class Client:
         body = _drop_none(reason=reason)
         return Lease.from_json(self.request("POST", _lease_path(lease_id, "/revoke"), body))
 
+    def lease_events(
+        self, lease_id: str, after: int = 0, wait: float = 0.0
+    ) -> tuple[Lease, list[dict[str, Any]], dict[str, Any]]:
+        """The lease, its history events numbered above `after` (each has a `seq`), and the
+        rest of the answer (`revoke_grace_seconds`). With `wait` seconds (at most 300) and no
+        such event yet, the daemon answers at the next one, or when the wait is over."""
+        seconds = max(0, min(300, math.ceil(wait)))
+        path = _lease_path(lease_id, f"/events?after={int(after)}&wait_seconds={seconds}")
+        data = self.request("GET", path, timeout=None if seconds == 0 else seconds + 30)
+        events: list[dict[str, Any]] = data.pop("events")
+        return Lease.from_json(data.pop("lease")), events, data
+
     def lease(self, lease_id: str) -> Lease:
         return Lease.from_json(self.request("GET", _lease_path(lease_id)))
 
@@ -198,4 +210,11 @@ class Client:
 
     def health(self) -> dict[str, Any]:
         data: dict[str, Any] = self.request("GET", "/v1/health")
+        return data
+
+    def diagnostics(self) -> dict[str, Any]:
+        """The daemon's own view of itself: capabilities, the needs of its features, process
+        tracking, init system, cgroups, clock, config warnings (what `gpuallocctl doctor`
+        shows)."""
+        data: dict[str, Any] = self.request("GET", "/v1/diagnostics")
         return data

@@ -9,11 +9,13 @@ the wait queue. Nothing outside this package touches the worker, the queue or th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from gpuallocd.allocator import gpu_admin
+from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.events_log import write_log
 from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lease_processes import SCAN_SECONDS, LeaseProcesses
@@ -73,6 +75,8 @@ class AllocatorFacade:
         )
         self._processes = LeaseProcesses(self._process_exited, revoke_grace_seconds)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._bells = LeaseBells()
+        self.revoke_grace_seconds = revoke_grace_seconds
 
     @property
     def topology(self) -> Topology:
@@ -81,8 +85,10 @@ class AllocatorFacade:
     def _publish(self) -> None:
         """The transitions the last commit made durable. The observer is told at once, before
         their callers hear (a CDI spec names a lease before its holder may use the name); the
-        log lines are written once the callers' answers are out."""
-        transitions = self._lifecycle.take_journal()
+        log lines are written once the callers' answers are out. Those who wait for news of
+        a lease are woken."""
+        transitions, news = self._lifecycle.take_journal()
+        self._bells.ring(news)
         if not transitions:
             return
         for transition in transitions:
@@ -128,9 +134,33 @@ class AllocatorFacade:
             log.info("lease %s withdrawn: its answer could not be delivered", lease.id)
             self._released([lease])
 
+    def process_tracking(self) -> str:
+        """How a bound lease's processes are followed: the holder by pidfd, the processes it
+        starts by scanning /proc."""
+        return "proc-scan"
+
     def processes_of(self, lease_id: str) -> list[int]:
         """The pids a bound lease covers now: its holder and the processes started under it."""
         return self._processes.members(lease_id)
+
+    async def lease_events(
+        self, lease_id: str, after: int, wait_seconds: float
+    ) -> tuple[Lease, list[HistoryEvent]]:
+        """The lease and its events numbered above `after`; with none yet and the lease
+        active, wait up to `wait_seconds` for one (a long poll)."""
+        bell = self._bells.listen(lease_id)  # before the read: no news can slip between
+        try:
+            lease, events = await self._worker.run(self._lease_news, lease_id, after)
+            if events or not lease.active or wait_seconds <= 0:
+                return lease, events
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(bell), wait_seconds)
+        finally:
+            self._bells.forget(lease_id, bell)
+        return await self._worker.run(self._lease_news, lease_id, after)
+
+    def _lease_news(self, lease_id: str, after: int) -> tuple[Lease, list[HistoryEvent]]:
+        return self._lifecycle.lease(lease_id), self._ledger.events_after(lease_id, after)
 
     async def renew(self, caller: Caller, lease_id: str, ttl_seconds: float | None) -> Lease:
         """Renew; also look for new processes of the lease now (a wrapper renews after it
@@ -201,7 +231,11 @@ class AllocatorFacade:
 
     async def limits(self, subject: Caller) -> dict[str, Any]:
         waiting = self._queue.waiting_of(subject.uid)
-        return await self._worker.run(self._lifecycle.limits_report, subject, waiting)
+        return await self._worker.run(self._limits_report, subject, waiting)
+
+    def _limits_report(self, subject: Caller, waiting: int) -> dict[str, Any]:
+        """The limits that apply to `subject` and their current use (`gpuallocctl limits`)."""
+        return self._lifecycle.quota.report(subject, self._lifecycle.leases(), waiting)
 
     async def usage(
         self, since: float, until: float | None, user: str | None

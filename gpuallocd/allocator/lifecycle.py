@@ -13,7 +13,6 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from gpuallocd.allocator.choices import ChoiceCache
 from gpuallocd.allocator.deadlines import Deadlines
@@ -94,6 +93,7 @@ class LeaseLifecycle:
         self._sync_units(topology)
         self._active = {lease.id: lease for lease in ledger.active_leases()}
         self._journal: list[Transition] = []  # written to the log after the commit
+        self._news: set[str] = set()  # leases with a new history event since the last commit
         get_policy(settings.default_policy)  # fail at start, not at the first request
 
     # Node -----------------------------------------------------------------------------------
@@ -126,18 +126,21 @@ class LeaseLifecycle:
 
     def _note(self, lease_id: str, event: LeaseEvent, detail: str) -> None:
         self._ledger.note(lease_id, event, self._clock(), detail)
+        self._news.add(lease_id)
 
     def reload(self) -> None:
         """Forget the in-memory view and read it again from the ledger (after a failed commit)."""
         self._active = {lease.id: lease for lease in self._ledger.active_leases()}
         self.drains.reload()
         self._journal.clear()  # those transitions were rolled back
+        self._news.clear()
         self._request_ids.retain(self._active)
 
-    def take_journal(self) -> list[Transition]:
-        """The transitions made since the last call, oldest first (for the events log)."""
-        taken, self._journal = self._journal, []
-        return taken
+    def take_journal(self) -> tuple[list[Transition], set[str]]:
+        """The transitions made since the last call, oldest first (for the events log), and
+        the leases that got a history event other than a renewal (for those who wait)."""
+        taken, self._journal, news, self._news = self._journal, [], self._news, set()
+        return taken, news
 
     # Queries --------------------------------------------------------------------------------
 
@@ -284,11 +287,6 @@ class LeaseLifecycle:
         """End an idle lease for someone who waits (the daemon's decision, not a caller's)."""
         return self._end([self._active[lease_id]], LeaseState.REVOKED, 0, detail)[0]
 
-    def limits_report(self, subject: Caller, waiting: int) -> dict[str, Any]:
-        """The limits that apply to `subject` and their current use (`gpuallocctl limits`)."""
-        self.expire_due()
-        return self.quota.report(subject, self._active.values(), waiting)
-
     def end_for_exited_process(self, lease_ids: Sequence[str]) -> list[Lease]:
         """End the bound leases whose holder process exited (those still active)."""
         leases = [self._active[i] for i in lease_ids if i in self._active]
@@ -352,6 +350,7 @@ class LeaseLifecycle:
         for lease in ended:
             self._active.pop(lease.id, None)
             self._journal.append(Transition(ENDING_EVENT[state], lease, actor_uid, detail))
+            self._news.add(lease.id)
             self._deadlines.forget(lease.id)
             self.node.released(lease)
         self._request_ids.retain(self._active)

@@ -1,9 +1,11 @@
-"""What the routes share: the allocator's façade, how to rediscover the node, the start time."""
+"""What the routes share: the allocator's façade, how to rediscover the node, the start time,
+and the daemon's diagnostics (for `gpuallocctl doctor`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -19,6 +21,7 @@ class ApiContext:
     discover: Callable[[], Topology]
     started_at: float
     body_timeout_seconds: float  # request_body_timeout_seconds (daemon/settings.py)
+    diagnostics: Callable[[], dict[str, Any]] = dict  # the daemon's; empty where not given
 
 
 CONTEXT = web.AppKey("context", ApiContext)

@@ -41,6 +41,7 @@ ALLOCATE_FIELDS = frozenset(
 )
 ON_REVOKE_CHOICES = ("notify", "terminate")
 MAX_HISTORY_LIMIT = 10_000
+MAX_EVENTS_WAIT_SECONDS = 300
 MAX_PROFILE_LENGTH = 64
 MAX_REQUEST_ID_LENGTH = 100
 
@@ -58,6 +59,14 @@ def _json(data: Any, status: int = 200) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     ctx: ApiContext = context_of(request)
     return _json({"status": "ok", "version": __version__, "started_at": ctx.started_at})
+
+
+async def get_diagnostics(request: web.Request) -> web.Response:
+    """What `gpuallocctl doctor` checks on the daemon's side; read off the event loop (it
+    reads /proc and /sys)."""
+    caller_of(request)
+    probe = context_of(request).diagnostics
+    return _json(await asyncio.get_running_loop().run_in_executor(None, probe))
 
 
 async def list_gpus(request: web.Request) -> web.Response:
@@ -121,6 +130,31 @@ async def get_lease(request: web.Request) -> web.Response:
     caller_of(request)
     lease = await facade_of(request).lease(request.match_info["lease_id"])
     return _json(_lease_json(request, lease))
+
+
+def _query_number(request: web.Request, key: str, maximum: int) -> int:
+    """A query parameter of ASCII digits from 0 to `maximum` (0 when absent)."""
+    text = request.query.get(key, "0")
+    if not (text.isascii() and text.isdigit()) or int(text) > maximum:
+        raise InvalidRequest(f"{key} must be an integer from 0 to {maximum}", field=key)
+    return int(text)
+
+
+async def lease_events(request: web.Request) -> web.Response:
+    """The lease and its history events after `after`; with `wait_seconds`, a long poll
+    that answers at the next event (how `gpuallocctl run` hears a revoke at once)."""
+    caller_of(request)
+    after = _query_number(request, "after", 2**63 - 1)
+    wait = _query_number(request, "wait_seconds", MAX_EVENTS_WAIT_SECONDS)
+    facade = facade_of(request)
+    lease, events = await facade.lease_events(request.match_info["lease_id"], after, wait)
+    return _json(
+        {
+            "lease": _lease_json(request, lease),
+            "events": [event.to_json() for event in events],
+            "revoke_grace_seconds": facade.revoke_grace_seconds,
+        }
+    )
 
 
 async def renew_lease(request: web.Request) -> web.Response:
@@ -192,12 +226,14 @@ async def list_policies(request: web.Request) -> web.Response:
 def routes() -> list[web.RouteDef]:
     return [
         web.get("/v1/health", health),
+        web.get("/v1/diagnostics", get_diagnostics),
         web.get("/v1/gpus", list_gpus),
         web.get("/v1/leases", list_leases),
         web.post("/v1/leases", allocate),
         web.get("/v1/leases/{lease_id}", get_lease),
         web.delete("/v1/leases/{lease_id}", free_lease),
         web.post("/v1/leases/{lease_id}/renew", renew_lease),
+        web.get("/v1/leases/{lease_id}/events", lease_events),
         web.post("/v1/leases/{lease_id}/revoke", revoke_lease),
         web.get("/v1/history", history),
         web.get("/v1/topology", get_topology),

@@ -4,7 +4,9 @@ The lease covers the command and every process it starts: `run` makes itself the
 subreaper (PR_SET_CHILD_SUBREAPER), so an orphaned process of the command comes back to it,
 and it waits for all of them before it frees the lease. The daemon follows the same tree
 through /proc, so a `kill -9` of `run` leaves the command its lease. A revoke stops the
-command (the lease asks for `on_revoke: "terminate"`); `run` then prints why and exits 7.
+command: `run` hears it at once (`revoke_watch.py`) and stops its command itself, and the
+daemon stops the lease's processes too (the lease asks for `on_revoke: "terminate"`), which
+also covers a command whose `run` is gone; `run` then prints why and exits 7.
 """
 
 from __future__ import annotations
@@ -104,6 +106,12 @@ def _announce_command(client: Any, lease_id: str, ttl: float | None) -> None:
         client.renew(lease_id, ttl)
 
 
+def _print_notice(event: dict[str, Any]) -> None:
+    """An event of the lease meant for its holder, as one line on stderr."""
+    detail = escape_unprintable(str(event.get("detail") or ""))
+    click.echo(f"gpuallocctl: lease {event['lease_id']}: {event['event']}: {detail}", err=True)
+
+
 _visible_option = click.option(
     "--visible",
     type=click.Choice(["uuid", "index"]),
@@ -128,8 +136,10 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
 
     While queued, the waiting line shows on stderr and Ctrl-C leaves the queue (exit 130).
     """
-    from gpulease import gpu_lease
+    from gpulease import Client, gpu_lease
     from gpulease.renewer import idle_message
+
+    from gpuallocd.cli.revoke_watch import RevokeWatch
 
     count, gpus = request.pop("count"), request.pop("gpus")
     if count is None and not gpus:
@@ -152,7 +162,14 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
             gpu_list = ",".join(g.uuid if g.kind == "mig" else str(g.index) for g in granted.gpus)
             click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
         ttl = request.get("ttl")
-        code = run_command(command, started=lambda: _announce_command(client, granted.id, ttl))
+        watch = RevokeWatch(lambda: Client(ctx.obj.socket), granted.id, _print_notice)
+
+        def started() -> None:
+            _announce_command(client, granted.id, ttl)
+            watch.start()
+
+        code = run_command(command, started=started)
+        watch.command_ended.set()
         reason = _revocation(client, granted.id)
     if reason is not None:
         click.echo(

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
+import os
 import signal
 import threading
 import time
@@ -36,7 +38,8 @@ from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.limits import ConnectionLimiter, fit_to_open_files, quiet_accept_errors
 from gpuallocd.api.peercred import forget_identities
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket
-from gpuallocd.daemon.activation import inherited_api_socket
+from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
+from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.integrity import (
     LEDGER_COMPANIONS,
@@ -45,6 +48,7 @@ from gpuallocd.daemon.integrity import (
     mark_initialised,
     prepare_private_dir,
 )
+from gpuallocd.daemon.needs import Host, Need, check_needs
 from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watchdog
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.socketwatch import SocketWatch
@@ -111,6 +115,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self._metrics = DaemonMetrics()
         self._facade_in_service: AllocatorFacade | None = None
+        self._needs: list[Need] = []
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -131,6 +136,10 @@ class Daemon:
         log.info("reloaded the limits and admin groups")
 
     async def run(self) -> None:
+        activated = listen_fd_count(os.environ, os.getpid()) > 0
+        self._needs = check_needs(self.config, Host.current(socket_activated=activated))
+        for warning in config_warnings(self.config):
+            log.warning("%s", warning)
         prepare_private_dir(Path(self.config.state_dir), "state directory", 0o700)
         prepare_private_dir(Path(self.config.socket).parent, "socket's directory", 0o755)
         lock = StateLock(self.config.lock_path)
@@ -219,11 +228,15 @@ class Daemon:
             retention_seconds=self.config.history_retention_days * 86400.0,
         )
         exporter = self._exporter(facade, inventory)
+        started_at = self._clock()
         ctx = ApiContext(
             facade,
             discover=inventory.rescan,
-            started_at=self._clock(),
+            started_at=started_at,
             body_timeout_seconds=self.config.request_body_timeout_seconds,
+            diagnostics=functools.partial(
+                diagnostics, self.config, self._needs, facade.process_tracking, started_at
+            ),
         )
         socket_path = Path(self.config.socket)
         activated = inherited_api_socket()  # socket activation: systemd owns the path

@@ -229,6 +229,17 @@ class Ledger(AdminRecords, UsageRecords):
             rows = conn.execute(query).mappings().all()
         return [event_from_row(r) for r in reversed(rows)]
 
+    def events_after(self, lease_id: str, after: int) -> list[HistoryEvent]:
+        """The lease's history events recorded after event number `after`, oldest first."""
+        query = (
+            select(schema.history)
+            .where(schema.history.c.lease_id == lease_id, schema.history.c.seq > after)
+            .order_by(schema.history.c.seq)
+        )
+        with self._read() as conn:
+            rows = conn.execute(query).mappings().all()
+        return [event_from_row(r) for r in rows]
+
     # Internals ------------------------------------------------------------------------------
 
     @contextmanager

@@ -157,18 +157,9 @@ class FakeNvml:
         self._live = LiveFile(path)
 
     def _apply_live_file(self) -> None:
-        content = self._live.changed() if self._live is not None else None
-        if content is None:
-            return
-        for device in self._devices:
-            now = content.get(str(device.get("uuid")))
-            if isinstance(now, dict):
-                for key in ("processes", "utilization_gpu_percent", "memory_used_bytes"):
-                    if key in now:
-                        device[key] = now[key]
-        assert self._live is not None
-        for uuid, xid in self._live.new_xids(content):
-            self.inject_xid(uuid, xid)
+        if self._live is not None:
+            for uuid, xid in self._live.apply(self._devices):
+                self.inject_xid(uuid, xid)
 
     def destroy_mig_device(self, mig_uuid: str) -> None:
         """An admin destroys a MIG instance (nvidia-smi mig -dci/-dgi): its slot is empty."""

@@ -31,6 +31,7 @@ from typing import Any
 __all__ = ["LiveFile", "split_live_option"]
 
 LIVE_OPTION = "?live="
+LIVE_KEYS = ("processes", "utilization_gpu_percent", "memory_used_bytes")
 
 
 def split_live_option(spec: str) -> tuple[str, Path | None]:
@@ -72,3 +73,15 @@ class LiveFile:
                 self.delivered_xids.add(seq)
                 fresh.append((str(event["uuid"]), int(event["xid"])))
         return fresh
+
+    def apply(self, devices: list[dict[str, Any]]) -> list[tuple[str, int]]:
+        """Update the recorded `devices` from the file if it changed; the Xid events to
+        deliver now, as (uuid, xid)."""
+        content = self.changed()
+        if content is None:
+            return []
+        for device in devices:
+            now = content.get(str(device.get("uuid")))
+            if isinstance(now, dict):
+                device.update({key: now[key] for key in LIVE_KEYS if key in now})
+        return self.new_xids(content)

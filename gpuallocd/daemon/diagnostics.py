@@ -1,0 +1,80 @@
+"""What the running daemon tells `gpuallocctl doctor`: who it runs as and with which
+capabilities, what its features need and whether they have it, how it tracks processes, the
+host it sees (init system, cgroups, clock), and the config's warnings."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpuallocd import __version__
+from gpuallocd.daemon.capabilities import Capabilities
+from gpuallocd.daemon.host import cgroup_version, clock_source, systemd_is_init
+from gpuallocd.daemon.needs import Need
+from gpuallocd.daemon.sdnotify import watchdog_interval
+from gpuallocd.daemon.settings import DaemonConfig
+
+__all__ = ["config_warnings", "diagnostics"]
+
+
+def _loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def config_warnings(config: DaemonConfig) -> list[str]:
+    """Settings that are allowed but probably not what the admin meant."""
+    found = []
+    if config.socket_group is not None and config.socket_mode & 0o006:
+        found.append(
+            f"socket_group = {config.socket_group!r} limits nothing: socket_mode = "
+            f"{config.socket_mode:#o} lets every user connect (use 0o660)"
+        )
+    if config.metrics_listen is not None and not _loopback(config.metrics_listen):
+        found.append(
+            f"metrics_listen = {config.metrics_listen!r}: the unit's IPAddressAllow=localhost "
+            "drops scrapes from other hosts; name the scraper in IPAddressAllow= (a drop-in)"
+        )
+    if config.idle_reclaim_minutes is None and config.idle_grace_minutes != 10.0:
+        found.append("idle_grace_minutes is set but idle reclaim is off (idle_reclaim_minutes)")
+    return found
+
+
+def diagnostics(
+    config: DaemonConfig,
+    needs: Sequence[Need],
+    process_tracking: Callable[[], str],
+    started_at: float,
+) -> dict[str, Any]:
+    """The daemon's side of `gpuallocctl doctor`, read fresh at each call."""
+    capabilities = Capabilities.of_process()
+    watchdog = watchdog_interval(os.environ, os.getpid())
+    return {
+        "version": __version__,
+        "pid": os.getpid(),
+        "uid": os.geteuid(),
+        "started_at": started_at,
+        "capabilities": {
+            "effective": sorted(capabilities.effective),
+            "bounding": sorted(capabilities.bounding),
+        },
+        "needs": [need.to_json() for need in needs],
+        "process_tracking": process_tracking(),
+        "inventory": config.inventory,
+        "socket": config.socket,
+        "systemd": {
+            "init": systemd_is_init(),
+            "notify": "NOTIFY_SOCKET" in os.environ,
+            "watchdog_ping_seconds": watchdog,
+        },
+        "cgroup": cgroup_version(),
+        "clock": {"source": clock_source(), "expiry": "CLOCK_BOOTTIME"},
+        "config_warnings": config_warnings(config),
+    }
