@@ -135,3 +135,23 @@ def test_the_makefile_daemon_target_initialises_on_first_use() -> None:
     makefile = Path(__file__).resolve().parent.parent / "Makefile"
     daemon_target = makefile.read_text().split("\ndaemon:", 1)[1].split("\n\n", 1)[0]
     assert "--init" in daemon_target
+
+
+def test_a_symlink_at_the_lock_path_is_refused_and_its_target_kept(
+    paths: DaemonPaths, short_dir: Path
+) -> None:
+    """The state lock (filelock, O_NOFOLLOW): a link planted at gpuallocd.lock stops the
+    start with exit 73, and the file it points to is neither created nor written."""
+    _initialised(paths)
+    secret = short_dir / "root-only.txt"
+    secret.write_text(SECRET)
+    (paths.state_dir / "gpuallocd.lock").unlink(missing_ok=True)
+    (paths.state_dir / "gpuallocd.lock").symlink_to(secret)
+    daemon = _start(paths, initialise=True)
+    assert "gpuallocd.lock is a symbolic link; refusing to follow it" in _refusal(daemon)
+    assert secret.read_text() == SECRET
+    dangling = short_dir / "would-be-created"
+    (paths.state_dir / "gpuallocd.lock").unlink()
+    (paths.state_dir / "gpuallocd.lock").symlink_to(dangling)
+    assert "symbolic link" in _refusal(_start(paths, initialise=True))
+    assert not dangling.exists()

@@ -1,19 +1,22 @@
 """One daemon per state directory: an exclusive lock on a file in it, and who holds it.
 
-Both files are opened with `O_NOFOLLOW` and never truncated through a link: a symbolic link
-planted in the state directory makes the daemon refuse to start, never write where it points.
-The lock is `flock(2)` on `gpuallocd.lock`; the kernel drops it when the process dies.
+The lock is filelock's `UnixFileLock` on `gpuallocd.lock`: `flock(2)` on a file it opens with
+`O_NOFOLLOW` (filelock 3.20.1 and later, the fix of CVE-2025-68146) and never truncates; the
+kernel drops the lock when the process dies. The holder file is opened with `O_NOFOLLOW` too.
+A symbolic link planted in the state directory makes the daemon refuse to start, never write
+where it points.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import stat
 from pathlib import Path
+
+from filelock import Timeout, UnixFileLock
 
 from gpuallocd.errors import AlreadyRunning, StateUnusable
 
@@ -42,27 +45,38 @@ class StateLock:
     def __init__(self, lock_path: Path) -> None:
         self._lock_path = lock_path
         self._holder_path = lock_path.with_suffix(".holder")
-        self._fd: int | None = None
+        self._lock = UnixFileLock(
+            str(lock_path), timeout=0, mode=0o600, thread_local=False, is_singleton=False
+        )
 
     def acquire(self, socket_path: str) -> None:
-        fd = open_no_follow(self._lock_path, os.O_RDWR | os.O_CREAT)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+            self._lock.acquire(blocking=False)
+        except Timeout:
             raise AlreadyRunning(
                 f"another gpuallocd holds {self._lock_path} ({self._describe_holder()}); "
                 "stop it first, or give this one another --state-dir"
             ) from None
-        self._fd = fd
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StateUnusable(
+                    f"{self._lock_path} is a symbolic link; refusing to follow it"
+                ) from exc
+            raise StateUnusable(f"cannot lock {self._lock_path}: {exc.strerror}") from exc
+        self._refuse_unless_regular()
         self._write_holder(socket_path)
+
+    def _refuse_unless_regular(self) -> None:
+        """The locked path is a plain file of ours (not a FIFO or a device planted there)."""
+        if not stat.S_ISREG(os.lstat(self._lock_path).st_mode):
+            self._lock.release()
+            raise StateUnusable(f"{self._lock_path} is not a regular file")
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
             self._holder_path.unlink()
-        if self._fd is not None:
-            os.close(self._fd)  # closing the only descriptor drops the flock
-            self._fd = None
+        if self._lock.is_locked:
+            self._lock.release()  # closes the descriptor, which drops the flock
 
     def _write_holder(self, socket_path: str) -> None:
         fd = open_no_follow(self._holder_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
