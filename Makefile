@@ -7,7 +7,7 @@ USER_ID := $(shell id -un)
 RUNDIR  ?= /tmp/gpuallocd-$(USER_ID)
 TOPOLOGY ?= example:workstation-4gpu-nvbridge
 
-.PHONY: daemon test lint check bench clean
+.PHONY: daemon test system-test lint check bench clean
 
 $(STAMP): pyproject.toml client/pyproject.toml contrib/jupyter/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ daemon: $(STAMP)
 ## Run the test suite.
 test: $(STAMP)
 	$(PY) -m pytest
+
+## The service as shipped, under a real systemd (PID 1) in a systemd-nspawn container,
+## installed as the README says (tests/system; needs root, systemd-container, debootstrap).
+system-test: $(STAMP)
+	$(PY) -m pytest -m system tests/system
 
 ## ruff, ruff format and mypy (strict on gpuallocd/ and the Python of contrib/).
 lint: $(STAMP)

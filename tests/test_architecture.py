@@ -28,9 +28,19 @@ ALLOWED = {
     "allocator": {"model", "policies", "ledger"},
     "api": {"model", "allocator", "policies", "topology"},
     "metrics": {"model", "allocator", "inventory"},
-    "daemon": {"model", "allocator", "api", "inventory", "integrations", "ledger", "metrics"},
+    "host": set(),
+    "daemon": {
+        "model",
+        "allocator",
+        "api",
+        "host",
+        "inventory",
+        "integrations",
+        "ledger",
+        "metrics",
+    },
     "integrations": {"model"},
-    "cli": {"model", "integrations", "inventory", "planning", "policies", "topology"},
+    "cli": {"model", "host", "integrations", "inventory", "planning", "policies", "topology"},
     "testing": {"model", "inventory", "topology"},
 }
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from gpulease import Client
 
-from gpuallocd.daemon.host import ProcVisibility, proc_visibility
 from gpuallocd.daemon.needs import Host, check_needs, needs_of
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.errors import MissingPrivilege
+from gpuallocd.host import ProcVisibility, proc_visibility
 from tests.harness import DaemonPaths, ProcessDaemon
 from tests.service_unit import shipped_unit
 

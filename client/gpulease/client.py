@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from gpulease.errors import DaemonUnavailable
 from gpulease.models import GpuStatus, Lease
 from gpulease.transport import Transport
 from gpulease.trust import ServerUid
@@ -15,6 +17,8 @@ from gpulease.trust import ServerUid
 __all__ = ["Client", "GpuRef"]
 
 GpuRef = str | int  # a GPU UUID, or its index
+RESTART_SECONDS = 60.0  # how long a waiting request waits for a restarting daemon
+RETRY_SECONDS = 0.5
 
 
 def _lease_path(lease_id: str, suffix: str = "") -> str:
@@ -91,7 +95,12 @@ class Client:
         this one starts too, and ends when the last of them has exited.
         `request_id`: a retry with the same id gets the same lease, never a second one.
         `on_revoke="terminate"`: a revoke stops the lease's processes (SIGTERM, then SIGKILL).
+
+        A wait outlives a restart of the daemon: the request is sent again (same id) while
+        the daemon comes back, for up to `RESTART_SECONDS` of it not answering.
         """
+        if wait and request_id is None:
+            request_id = os.urandom(8).hex()
         body = _drop_none(
             count=count,
             gpus=list(gpus) if gpus else None,
@@ -107,11 +116,29 @@ class Client:
             request_id=request_id,
             on_revoke=on_revoke,
         )
-        http_timeout = None
-        if wait:
-            http_timeout = math.inf if timeout is None else timeout + 30.0
-        data = self.request("POST", "/v1/leases", body, timeout=http_timeout)
-        return Lease.from_json(data)
+        if not wait:
+            return Lease.from_json(self.request("POST", "/v1/leases", body))
+        return self._wait_for_lease(body, timeout)
+
+    def _wait_for_lease(self, body: dict[str, Any], timeout: float | None) -> Lease:
+        """Send a waiting request; again, with the time left, when the daemon went away."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        unanswered_since: float | None = None
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            if left is not None:
+                body["wait_timeout_seconds"] = left
+            try:
+                limit = math.inf if left is None else left + 30.0
+                return Lease.from_json(self.request("POST", "/v1/leases", body, timeout=limit))
+            except DaemonUnavailable as gone:
+                if unanswered_since is None and not gone.reached:
+                    raise  # no daemon there at all: not a restart
+                now = time.monotonic()
+                unanswered_since = unanswered_since or now
+                if now - unanswered_since > RESTART_SECONDS or (deadline and now >= deadline):
+                    raise
+                time.sleep(RETRY_SECONDS)
 
     def allocate_specific(self, gpus: Sequence[GpuRef], **options: Any) -> Lease:
         """Lease exactly these GPUs (UUIDs or indices)."""

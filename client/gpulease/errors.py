@@ -62,7 +62,11 @@ class GpuallocError(Exception):
 
 
 class DaemonUnavailable(GpuallocError):
+    """Nothing answered. `reached` is False when no daemon accepted the connection at all
+    (no socket, refused, not permitted), True when one went away during the request."""
+
     code = "daemon_unavailable"
+    reached = True
 
 
 class ProtocolError(GpuallocError):

@@ -207,6 +207,13 @@ class Transport:
         return answer
 
     def _unavailable(self, exc: OSError, timeout: float | None) -> DaemonUnavailable:
+        error = self._unavailable_error(exc, timeout)
+        error.reached = not isinstance(
+            exc, (FileNotFoundError, ConnectionRefusedError, PermissionError)
+        )
+        return error
+
+    def _unavailable_error(self, exc: OSError, timeout: float | None) -> DaemonUnavailable:
         path = self.socket_path
         if isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
             return DaemonUnavailable(

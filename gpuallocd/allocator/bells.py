@@ -30,6 +30,10 @@ class LeaseBells:
         if not listeners:
             del self._listeners[lease_id]
 
+    def ring_all(self) -> None:
+        """Wake every listener (the daemon stops: long polls answer now, not at the grace)."""
+        self.ring(list(self._listeners))
+
     def ring(self, lease_ids: Iterable[str]) -> None:
         for lease_id in lease_ids:
             for bell in self._listeners.pop(lease_id, ()):

@@ -320,6 +320,12 @@ class AllocatorFacade:
         if emptied:
             await self._end_for_exited(emptied)
 
+    def stop_waiting(self) -> None:
+        """The daemon stops: release the waiting requests and long polls at once (their
+        clients ask again)."""
+        self._queue.release_all()
+        self._bells.ring_all()
+
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()

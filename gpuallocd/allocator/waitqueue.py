@@ -191,6 +191,13 @@ class WaitQueue:
         finally:
             self._leave(waiter)
 
+    def release_all(self) -> None:
+        """The daemon stops: every waiting request ends now, unanswered (its connection
+        closes), instead of holding the stop for the grace period. Its client sends it again,
+        with the same request id, to the daemon that comes next (docs/client.md)."""
+        for waiter in list(self._waiters):
+            waiter.future.cancel()
+
     def _leave(self, waiter: Waiter) -> None:
         if waiter in self._waiters:
             self._waiters.remove(waiter)

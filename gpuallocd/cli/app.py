@@ -29,6 +29,7 @@ _MODULES = {
     "gpuallocd.cli.integrations": ("slurm-gres",),
     "gpuallocd.cli.limits": ("limits", "usage"),
     "gpuallocd.cli.admin": ("drain", "undrain", "admin-log", "release"),
+    "gpuallocd.cli.doctor": ("doctor",),
 }
 COMMAND_MODULES = {name: module for module, names in _MODULES.items() for name in names}
 

@@ -10,11 +10,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuallocd import __version__
-from gpuallocd.daemon.capabilities import Capabilities
-from gpuallocd.daemon.host import cgroup_version, clock_source, systemd_is_init
 from gpuallocd.daemon.needs import Need
 from gpuallocd.daemon.sdnotify import watchdog_interval
 from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.host import Capabilities, cgroup_version, clock_source, systemd_is_init
 
 __all__ = ["config_warnings", "diagnostics"]
 

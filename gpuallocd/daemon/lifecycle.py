@@ -270,6 +270,7 @@ class Daemon:
         finally:
             if watchdog is not None:
                 watchdog.cancel()
+            facade.stop_waiting()
             await housekeeper.stop()
             await exporter.stop()
             await server.stop()

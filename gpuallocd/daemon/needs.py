@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuallocd.daemon.capabilities import Capabilities
-from gpuallocd.daemon.host import ProcVisibility, proc_visibility, unwritable
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.errors import MissingPrivilege
+from gpuallocd.host import Capabilities, ProcVisibility, proc_visibility, unwritable
 
 __all__ = ["Host", "Need", "check_needs", "needs_of"]
 

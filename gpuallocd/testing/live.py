@@ -14,10 +14,11 @@ list them. The file maps a GPU's UUID to what NVML reports for it now; every key
       "xid": [{"seq": 1, "uuid": "GPU-...", "xid": 79}]
     }
 
-`processes` replaces the GPU's process list; a process on one of its MIG instances carries
-`gpu_instance_id` and `compute_instance_id`. `xid` delivers each critical-error event once, by
-its `seq`. The file is read again only when it changed (size or modification time); one that
-is missing, unreadable or not JSON leaves the machine as it was.
+The file says what runs now: a GPU it does not name (or names without `processes`) runs no
+process; utilisation and memory it does not give are the recording's. A process on one of a
+GPU's MIG instances carries `gpu_instance_id` and `compute_instance_id`. `xid` delivers each
+critical-error event once, by its `seq`. The file is read again only when it changed (size or
+modification time); one that is missing, unreadable or not JSON leaves the machine as it was.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class LiveFile:
     path: Path
     _seen: tuple[int, int] | None = None
     delivered_xids: set[int] = field(default_factory=set)
+    _recorded: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def changed(self) -> dict[str, Any] | None:
         """The file's content if it changed since the last call; None if not, or unreadable."""
@@ -81,7 +83,11 @@ class LiveFile:
         if content is None:
             return []
         for device in devices:
+            recorded = self._recorded.setdefault(
+                str(device.get("uuid")), {key: device.get(key) for key in LIVE_KEYS}
+            )
             now = content.get(str(device.get("uuid")))
-            if isinstance(now, dict):
-                device.update({key: now[key] for key in LIVE_KEYS if key in now})
+            now = now if isinstance(now, dict) else {}
+            device.update({key: now.get(key, recorded[key]) for key in LIVE_KEYS})
+            device["processes"] = now.get("processes", [])
         return self.new_xids(content)

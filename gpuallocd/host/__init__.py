@@ -1,0 +1,32 @@
+"""What this machine offers the daemon, read without side effects: its capabilities, how
+/proc is mounted, which directories it may write, the init system, the cgroup hierarchy and
+the clock source. The daemon checks its features' needs with it (`daemon/needs.py`);
+`gpuallocctl doctor` shows the same facts.
+
+    capabilities.py   Linux capabilities by name, read from /proc/PID/status
+    probes.py         /proc visibility, writable directories, cgroups, systemd, clock source
+"""
+
+from __future__ import annotations
+
+from gpuallocd.host.capabilities import CAPABILITY_NAMES, Capabilities, capability_names
+from gpuallocd.host.probes import (
+    ProcVisibility,
+    cgroup_version,
+    clock_source,
+    proc_visibility,
+    systemd_is_init,
+    unwritable,
+)
+
+__all__ = [
+    "CAPABILITY_NAMES",
+    "Capabilities",
+    "ProcVisibility",
+    "capability_names",
+    "cgroup_version",
+    "clock_source",
+    "proc_visibility",
+    "systemd_is_init",
+    "unwritable",
+]

@@ -1,0 +1,98 @@
+"""`gpuallocctl doctor` checks a box as an admin would: one line per check, the fix on the
+next, JSON for scripts, exit 1 when a check fails."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from collections.abc import Callable
+
+from click.testing import CliRunner
+
+from gpuallocd.cli import cli
+from tests.harness import DaemonPaths, ProcessDaemon, ThreadDaemon, ctl_argv
+
+CHECKS = [
+    "daemon",
+    "capabilities",
+    "process tracking",
+    "service",
+    "config",
+    "socket",
+    "nvml",
+    "devices",
+    "cgroups",
+    "clock",
+]
+
+
+def doctor(socket: object, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ctl_argv(socket, "doctor", *args),
+        capture_output=True,
+        text=True,
+        timeout=60,  # type: ignore[arg-type]
+    )
+
+
+def test_a_healthy_daemon_passes_every_check_it_can(daemon: ThreadDaemon) -> None:
+    """Every check has its line; none fails; a warning carries its fix on the next line."""
+    done = doctor(daemon.paths.socket)
+    assert done.returncode == 0, done.stdout
+    lines = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
+    assert [line[6:23].strip() for line in lines] == CHECKS
+    assert all(line.split()[0] in ("ok", "warn") for line in lines)
+    assert "gpuallocd 0.1.0 answers on" in lines[0]
+    output = done.stdout.splitlines()
+    for line, after in itertools.pairwise(output):
+        if line.startswith("warn"):
+            assert after.strip().startswith("fix: ")
+
+
+def test_json_lists_each_check_with_its_status_and_fix(daemon: ThreadDaemon) -> None:
+    found = json.loads(doctor(daemon.paths.socket, "--json").stdout)
+    assert [c["check"] for c in found["checks"]] == CHECKS
+    assert found["failed"] == 0
+    assert all(set(c) == {"check", "status", "message", "fix"} for c in found["checks"])
+
+
+def test_no_daemon_is_a_failure_with_exit_1(paths: DaemonPaths) -> None:
+    done = doctor(paths.socket)
+    assert done.returncode == 1
+    assert done.stdout.startswith("fail  daemon")
+    assert "fix: sudo systemctl start gpuallocd.socket gpuallocd.service" in done.stdout
+
+
+def test_a_feature_without_its_capability_is_named_with_the_unit_line(
+    paths: DaemonPaths, unit_daemon: Callable[..., ProcessDaemon]
+) -> None:
+    """The daemon under the first unit's capabilities: doctor warns that a revoke cannot
+    stop other users' processes, and says which line of the unit gives it the capability."""
+    daemon = ProcessDaemon(
+        paths, bounding_set=("CAP_CHOWN", "CAP_SYS_ADMIN"), default_policy="simple"
+    ).start()
+    try:
+        done = doctor(paths.socket)
+    finally:
+        daemon.stop()
+    assert done.returncode == 0
+    assert "warn  capabilities      revoke needs CAP_KILL" in done.stdout
+    assert "fix: add `CapabilityBoundingSet=CAP_KILL` to gpuallocd.service" in done.stdout
+
+
+def test_config_warnings_are_shown(start_daemon: Callable[..., ThreadDaemon]) -> None:
+    """A socket group with a mode that lets everyone in limits nothing: doctor says so."""
+    daemon = start_daemon(socket_group="root", socket_mode=0o666)
+    result = CliRunner().invoke(cli, ["--socket", str(daemon.paths.socket), "doctor"])
+    assert "warn  config            socket_group = 'root' limits nothing" in result.output
+
+
+def test_every_check_is_documented() -> None:
+    """docs/doctor.md has a row for each check, and its sample output shows each one."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "doctor.md").read_text()
+    for name in CHECKS:
+        assert f"| `{name}` |" in text, name
+        assert f"  {name} " in text, name
