@@ -155,6 +155,23 @@ def nvml(inventory: str | None, daemon_uuids: Sequence[str]) -> Check:
     return Check("nvml", OK, message + ("; nvidia-smi -L agrees" if smi is not None else ""))
 
 
+def amdsmi(daemon_uuids: Sequence[str]) -> Check:
+    """amdsmi starts here and counts the GPUs the daemon knows (inventory = amdsmi)."""
+    from gpuallocd.errors import InventoryError
+    from gpuallocd.inventory.amd.gate import AmdGate
+
+    gate = AmdGate()
+    try:
+        handles = gate.call("amdsmi_get_processor_handles")
+    except InventoryError as exc:
+        return Check("amdsmi", FAIL, exc.message, "the daemon needs amdsmi (inventory = amdsmi)")
+    finally:
+        gate.shutdown()
+    message = f"{len(handles)} GPU(s); the daemon knows {len(daemon_uuids)}"
+    status = OK if len(handles) == len(daemon_uuids) else WARN
+    return Check("amdsmi", status, message, None if status == OK else "sudo gpuallocctl rescan")
+
+
 def device_files(inventory: str | None, dev: Path = Path("/dev")) -> Check:
     nodes = sorted(dev.glob("nvidia*")) + sorted(dev.glob("nvidia-caps/*"))
     if not nodes:
@@ -199,9 +216,10 @@ def daemon_checks(diag: Diagnostics) -> list[Check]:
 
 def host_checks(socket: str, diag: Diagnostics | None, daemon_uuids: Sequence[str]) -> list[Check]:
     inventory = None if diag is None else str(diag.get("inventory"))
+    gpu_library = amdsmi(daemon_uuids) if inventory == "amdsmi" else nvml(inventory, daemon_uuids)
     return [
         socket_file(socket),
-        nvml(inventory, daemon_uuids),
+        gpu_library,
         device_files(inventory),
         cgroups(),
         clock(diag),
