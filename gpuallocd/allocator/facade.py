@@ -18,7 +18,6 @@ from gpuallocd.allocator import gpu_admin
 from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.events_log import write_log
 from gpuallocd.allocator.idle import IdleRules
-from gpuallocd.allocator.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.node_view import GpuStatus
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
@@ -40,6 +39,8 @@ from gpuallocd.model import (
     UserUsage,
     usage_by_user,
 )
+from gpuallocd.processes.lease_processes import SCAN_SECONDS, LeaseProcesses
+from gpuallocd.processes.tracking import Tracking
 
 __all__ = ["AllocatorFacade"]
 
@@ -61,6 +62,7 @@ class AllocatorFacade:
         observer: LeaseObserver = NO_OBSERVER,
         idle: IdleRules | None = None,
         revoke_grace_seconds: float = 30.0,
+        tracking: Tracking | None = None,
     ) -> None:
         self._lifecycle = lifecycle
         self._ledger = ledger
@@ -73,7 +75,9 @@ class AllocatorFacade:
         self._reclaimer = IdleReclaimer(
             lifecycle, self._worker, self._queue, idle or IdleRules(), clock
         )
-        self._processes = LeaseProcesses(self._process_exited, revoke_grace_seconds)
+        self._processes = LeaseProcesses(
+            self._process_exited, revoke_grace_seconds, tracking, on_gone=self._families_gone
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells = LeaseBells()
         self.revoke_grace_seconds = revoke_grace_seconds
@@ -135,9 +139,13 @@ class AllocatorFacade:
             self._released([lease])
 
     def process_tracking(self) -> str:
-        """How a bound lease's processes are followed: the holder by pidfd, the processes it
-        starts by scanning /proc."""
-        return "proc-scan"
+        """How the processes a bound lease's holder starts are followed: `connector` (the
+        kernel's process events) or `proc-scan` (/proc read once a second)."""
+        return self._processes.mode
+
+    def process_tracking_stats(self) -> dict[str, Any]:
+        """The mode, why it is in force, and what the kernel's events did."""
+        return self._processes.stats()
 
     def processes_of(self, lease_id: str) -> list[int]:
         """The pids a bound lease covers now: its holder and the processes started under it."""
@@ -289,6 +297,9 @@ class AllocatorFacade:
             )
         for lease in await self._worker.run(self._lifecycle.bound_leases):
             self._processes.watch(lease)
+        gone = self._processes.start()
+        if gone:
+            await self._end_for_exited(gone)
 
     async def expire_due(self) -> list[Lease]:
         """End leases whose TTL ran out, and stop watching processes of ended leases."""
@@ -333,6 +344,10 @@ class AllocatorFacade:
         self._processes.close()
         await self._worker.close()
         await asyncio.sleep(0)  # the last transitions' log lines (written after the answers)
+
+    def _families_gone(self, lease_ids: list[str]) -> None:
+        """The kernel told of the exit of the last process of these leases."""
+        self._spawn(self._end_for_exited(lease_ids))
 
     def _process_exited(self, lease_ids: list[str]) -> None:
         """A holder exited: its lease ends if no process started under it still runs."""

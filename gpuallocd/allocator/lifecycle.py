@@ -17,7 +17,6 @@ from dataclasses import replace
 from gpuallocd.allocator.choices import ChoiceCache
 from gpuallocd.allocator.deadlines import Deadlines
 from gpuallocd.allocator.drain import DrainBoard
-from gpuallocd.allocator.enforcer import ShareEnforcer
 from gpuallocd.allocator.events_log import Transition
 from gpuallocd.allocator.node_view import GpuStatus, NodeView, Reservation
 from gpuallocd.allocator.quota import Quota
@@ -27,7 +26,6 @@ from gpuallocd.allocator.sharing import share_capacity
 from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
 from gpuallocd.allocator.units import leased_units, place_units, vanished_units
-from gpuallocd.allocator.watcher import process_start_time
 from gpuallocd.errors import (
     InvalidRequest,
     LeaseNotActive,
@@ -49,6 +47,8 @@ from gpuallocd.model import (
 from gpuallocd.model.lease import ENDING_EVENT
 from gpuallocd.policies import Policy, get_policy
 from gpuallocd.policies.rules import check_choice, request_for
+from gpuallocd.processes.enforcer import ShareEnforcer
+from gpuallocd.processes.proc import process_start_time
 
 log = logging.getLogger(__name__)
 

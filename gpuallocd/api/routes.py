@@ -58,7 +58,14 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 async def health(request: web.Request) -> web.Response:
     ctx: ApiContext = context_of(request)
-    return _json({"status": "ok", "version": __version__, "started_at": ctx.started_at})
+    return _json(
+        {
+            "status": "ok",
+            "version": __version__,
+            "started_at": ctx.started_at,
+            "process_tracking": ctx.facade.process_tracking(),
+        }
+    )
 
 
 async def get_diagnostics(request: web.Request) -> web.Response:

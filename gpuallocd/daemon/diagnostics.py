@@ -46,10 +46,15 @@ def config_warnings(config: DaemonConfig) -> list[str]:
     return found
 
 
+def _tracking(stats: dict[str, Any]) -> dict[str, Any]:
+    """`process_tracking` is the mode (doctor reads it); the rest beside it."""
+    return {"process_tracking": stats["mode"], "process_tracking_detail": stats}
+
+
 def diagnostics(
     config: DaemonConfig,
     needs: Sequence[Need],
-    process_tracking: Callable[[], str],
+    process_tracking: Callable[[], dict[str, Any]],
     started_at: float,
 ) -> dict[str, Any]:
     """The daemon's side of `gpuallocctl doctor`, read fresh at each call."""
@@ -65,7 +70,7 @@ def diagnostics(
             "bounding": sorted(capabilities.bounding),
         },
         "needs": [need.to_json() for need in needs],
-        "process_tracking": process_tracking(),
+        **_tracking(process_tracking()),
         "inventory": config.inventory,
         "socket": config.socket,
         "systemd": {

@@ -65,6 +65,7 @@ from gpuallocd.integrations.cdi_writer import CdiSpecWriter
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.ledger import Ledger
 from gpuallocd.metrics import DaemonMetrics, MetricsExporter, take_sample
+from gpuallocd.processes import Tracking, choose_tracking
 
 __all__ = ["Daemon"]
 
@@ -166,6 +167,11 @@ class Daemon:
         except (NvmlError, InventoryError) as exc:
             raise HardwareUnavailable(exc.message) from exc
 
+    def _tracking(self) -> Tracking:
+        tracking = choose_tracking(self.config.process_tracking)
+        log.info("process tracking: %s (%s)", tracking.mode, tracking.reason)
+        return tracking
+
     def _facade(self, inventory: Inventory, ledger: Ledger) -> AllocatorFacade:
         settings = AllocatorSettings(
             default_policy=self.config.default_policy,
@@ -190,6 +196,7 @@ class Daemon:
             observer=self._observers(lifecycle),
             idle=idle_rules(self.config),
             revoke_grace_seconds=self.config.revoke_grace_seconds,
+            tracking=self._tracking(),
         )
         self._facade_in_service = facade
         return facade
@@ -235,7 +242,7 @@ class Daemon:
             started_at=started_at,
             body_timeout_seconds=self.config.request_body_timeout_seconds,
             diagnostics=functools.partial(
-                diagnostics, self.config, self._needs, facade.process_tracking, started_at
+                diagnostics, self.config, self._needs, facade.process_tracking_stats, started_at
             ),
         )
         socket_path = Path(self.config.socket)

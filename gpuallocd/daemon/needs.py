@@ -106,6 +106,16 @@ def _capability_needs(config: DaemonConfig, host: Host) -> Iterator[Need]:
         "(gpuallocctl run still stops its own command)",
         required=False,
     )
+    if config.process_tracking != "proc-scan":
+        yield _capability(
+            host,
+            f'process_tracking = "{config.process_tracking}"',
+            ("CAP_NET_ADMIN",),
+            "kernels before 6.6 refuse the process events, so forks are learnt by scanning "
+            "/proc once a second, and the events' buffer keeps the system's small default "
+            "(more /proc rescans under fork storms)",
+            required=False,
+        )
     if config.share_enforcement != "off":
         yield _capability(
             host,

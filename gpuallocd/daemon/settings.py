@@ -106,6 +106,14 @@ class DaemonConfig:
         "kill its processes if it is still over at the next sample",
         choices=("off", "warn", "kill"),
     )
+    process_tracking: str = _setting(
+        "auto",
+        "how the processes a bound lease's holder starts are followed: `connector`, the "
+        "kernel's process events (root with CAP_NET_ADMIN in the initial namespaces; refuses "
+        "to start without them); `proc-scan`, /proc read once a second; `auto`, the events "
+        "where the kernel grants them, else the scan with a warning (docs/security.md)",
+        choices=("auto", "connector", "proc-scan"),
+    )
     metrics_listen: str | None = _setting(
         None,
         "serve Prometheus metrics at `/metrics` on this TCP address (`HOST:PORT`, `[IPv6]:PORT`); "
