@@ -31,6 +31,7 @@ SAMPLES = {
     "shared_gpus": "all",
     "share_memory_reserve_bytes": "2048",
     "share_enforcement": "warn",
+    "process_tracking": "proc-scan",
     "metrics_listen": "127.0.0.1:9423",
     "metrics_textfile": "/tmp/gpuallocd.prom",
     "cdi_spec_path": "/run/cdi/gpuallocd.json",
