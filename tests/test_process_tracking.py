@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,10 +17,11 @@ from pathlib import Path
 import pytest
 from gpulease import Client
 
-from gpuallocd.processes import send_signal
+from gpuallocd.model import Lease
+from gpuallocd.processes import ProcessFamilies, send_signal
 from gpuallocd.processes.connector import Connector, ConnectorUnavailable, EventKind, ProcEvent
-from gpuallocd.processes.events import boottime_offset_ns, start_matches
-from gpuallocd.processes.proc import process_start_time
+from gpuallocd.processes.events import FamilyEvents, boottime_offset_ns, start_matches
+from gpuallocd.processes.proc import process_start_time, read_process_table
 from tests.harness import DaemonPaths, ProcessDaemon, wait_for
 from tests.lease_work import (
     PRELUDE,
@@ -76,9 +78,47 @@ def test_the_kernel_tells_of_a_fork_and_an_exit(connector: Connector) -> None:
     events_until(connector, lambda e: e.kind is EventKind.EXIT and e.pid == child.pid)
 
 
+def test_lost_events_make_the_families_learn_everything_from_proc(
+    connector: Connector,
+) -> None:
+    """The receive buffer overflows (shrunk here to its least) while this process forks: the
+    read that finds events lost rescans /proc, and the child still running, whose fork
+    event was among those lost, is a member."""
+    me = os.getpid()
+    start = process_start_time(me)
+    assert start is not None
+    lease = Lease(
+        "L1", (), 0, "root", me, None, "simple", 0.0, 0.0, bound=True, pid_start_time=start
+    )
+    families = ProcessFamilies()
+    families.track(lease)
+    rescans: list[list[str]] = []
+
+    def rescan() -> list[str]:
+        rescans.append(families.scan(read_process_table()))
+        return rescans[-1]
+
+    events = FamilyEvents(connector, families, lambda gone: None, rescan)
+    shrunk = socket.socket(fileno=os.dup(connector.fileno()))
+    shrunk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+    shrunk.detach()
+    quick = [subprocess.Popen([sys.executable, "-c", "pass"]) for _ in range(40)]
+    for process in quick:
+        process.wait()
+    lasting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        wait_for(lambda: process_start_time(lasting.pid) is not None, timeout=10)
+        events.readable()
+        assert events.stats.overruns == 1 and rescans == [[]]
+        assert lasting.pid in [pid for pid, _ in families.members("L1")]
+    finally:
+        lasting.kill()
+        lasting.wait()
+
+
 def test_outside_the_initial_namespaces_auto_scans_and_connector_refuses() -> None:
-    """In a user namespace the kernel does not answer: `auto` falls back to the /proc scan,
-    `connector` refuses to start (exit 77's error)."""
+    """In a user namespace the kernel sends no events: `auto` falls back to the /proc scan,
+    `connector` refuses to start (exit 77's error), both saying why."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is not installed")
     probe = (
@@ -86,6 +126,7 @@ def test_outside_the_initial_namespaces_auto_scans_and_connector_refuses() -> No
         "from gpuallocd.errors import MissingPrivilege\n"
         "from gpuallocd.processes import choose_tracking\n"
         "print(choose_tracking('auto').mode)\n"
+        "print(choose_tracking('auto').reason)\n"
         "try:\n"
         "    choose_tracking('connector')\n"
         "except MissingPrivilege as exc:\n"
@@ -99,7 +140,9 @@ def test_outside_the_initial_namespaces_auto_scans_and_connector_refuses() -> No
     )
     if done.returncode != 0 and "unshare" in done.stderr:
         pytest.skip(f"no user namespace for this test: {done.stderr.strip()}")
-    assert done.stdout.split("\n")[:2] == ["proc-scan", "refused 77"], done.stderr
+    mode, reason, refused = done.stdout.split("\n")[:3]
+    assert (mode, refused) == ("proc-scan", "refused 77"), done.stderr
+    assert "user namespace of its own" in reason
 
 
 @pytest.fixture

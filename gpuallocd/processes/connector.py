@@ -50,6 +50,9 @@ _FOUR_INTS = struct.Struct("=iiii")
 _HEAD = _NLMSGHDR.size + _CN_MSG.size  # 36
 _DATA = _HEAD + _EVENT_HEAD.size  # 52
 MESSAGE_BYTES = 1024
+# The inode numbers of the initial user and pid namespaces, fixed in the kernel
+# (PROC_USER_INIT_INO, PROC_PID_INIT_INO in include/linux/proc_ns.h).
+INITIAL_NAMESPACES = {"user": 0xEFFFFFFD, "pid": 0xEFFFFFFC}
 
 
 class EventKind(IntEnum):
@@ -138,6 +141,7 @@ class Connector:
     @classmethod
     def open(cls) -> Connector:
         """Subscribe, or raise ConnectorUnavailable saying why."""
+        _in_initial_namespaces()
         try:
             sock = socket.socket(
                 socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_CONNECTOR
@@ -179,8 +183,35 @@ class Connector:
                 events.append(event)
         return events
 
+    def discard(self, limit: int = RECEIVE_BUFFER_BYTES // 256) -> int:
+        """Drop the events waiting now, at most a full buffer of them (after an overrun,
+        /proc tells what they would); how many."""
+        dropped = 0
+        while dropped < limit:
+            try:
+                self._sock.recv_into(self._buffer)
+            except BlockingIOError:
+                return dropped
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    raise
+            dropped += 1
+        return dropped
+
     def close(self) -> None:
         self._sock.close()
+
+
+def _in_initial_namespaces() -> None:
+    """Raise ConnectorUnavailable in another user or pid namespace (a container), where the
+    kernel would not even answer."""
+    for name, inode in INITIAL_NAMESPACES.items():
+        try:
+            found = os.stat(f"/proc/self/ns/{name}").st_ino
+        except OSError:
+            continue  # cannot tell: ask the kernel
+        if found != inode:
+            raise ConnectorUnavailable(f"the daemon runs in a {name} namespace of its own")
 
 
 def _enlarge(sock: socket.socket) -> None:

@@ -100,6 +100,7 @@ class FamilyEvents:
         except Overrun:
             self.stats.overruns += 1
             log.warning("process events were lost (a full buffer): families read from /proc")
+            self._connector.discard()  # older than what /proc says now
             self._tell(self._rescan())
             return
         self._tell(self.apply(events))

@@ -14,8 +14,8 @@ from typing import Any
 
 from gpuallocd.model import Lease
 from gpuallocd.processes.events import FamilyEvents
-from gpuallocd.processes.families import Member, ProcessFamilies
-from gpuallocd.processes.proc import children_of, process_start_time, read_process_table
+from gpuallocd.processes.families import ProcessFamilies
+from gpuallocd.processes.proc import descendants, read_process_table
 from gpuallocd.processes.terminate import terminate_family
 from gpuallocd.processes.tracking import PROC_SCAN, Tracking
 from gpuallocd.processes.watcher import POLL_SECONDS, ProcessWatcher
@@ -70,8 +70,8 @@ class LeaseProcesses:
     def watch(self, lease: Lease, *, terminate: bool = False) -> None:
         """Follow a bound lease's holder and the processes it starts (nothing if detached)."""
         self._watcher.watch(lease)
-        descendants = _descendants(lease.pid) if self._events and lease.pid else []
-        self._families.track(lease, descendants)
+        found = descendants(lease.pid) if self._events and lease.pid else []
+        self._families.track(lease, found)
         if terminate:
             self._terminate_on_revoke.add(lease.id)
 
@@ -130,16 +130,3 @@ class LeaseProcesses:
         """Read /proc on the loop itself, so that no event is applied halfway through: the
         events queued meanwhile follow, and correct what changed since."""
         return self._families.scan(read_process_table()) if self._families else []
-
-
-def _descendants(pid: int) -> list[Member]:
-    """The processes started under `pid` that run now, from /proc."""
-    found: list[Member] = []
-    pending = children_of(pid)
-    while pending:
-        child = pending.pop()
-        start = process_start_time(child)
-        if start is not None:
-            found.append((child, start))
-            pending += children_of(child)
-    return found

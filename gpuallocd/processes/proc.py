@@ -14,6 +14,7 @@ __all__ = [
     "CLOCK_TICKS",
     "ProcessTable",
     "children_of",
+    "descendants",
     "parse_stat",
     "process_start_time",
     "read_process_table",
@@ -68,4 +69,17 @@ def children_of(pid: int, proc: Path = PROC) -> list[int]:
             found += [int(child) for child in (task / "children").read_text().split()]
         except (OSError, ValueError):
             continue
+    return found
+
+
+def descendants(pid: int, proc: Path = PROC) -> list[tuple[int, int]]:
+    """The processes started under `pid` that run now, each with its start time."""
+    found: list[tuple[int, int]] = []
+    pending = children_of(pid, proc)
+    while pending:
+        child = pending.pop()
+        start = process_start_time(child, proc)
+        if start is not None:
+            found.append((child, start))
+            pending += children_of(child, proc)
     return found
