@@ -27,6 +27,10 @@ from typing import Any
 from gpulease import Client, DaemonUnavailable
 
 from benchmarks.daemon import RunningDaemon, running_daemon
+from gpuallocd.model import Lease
+from gpuallocd.processes import ProcessFamilies
+from gpuallocd.processes.connector import Connector, ConnectorUnavailable, EventKind, ProcEvent
+from gpuallocd.processes.events import FamilyEvents
 
 __all__ = ["process_tracking_rows"]
 
@@ -159,6 +163,7 @@ def _rows(mode: str, found: dict[str, Any], unrelated: int) -> list[Row]:
 
 def process_tracking_rows() -> Iterator[Row]:
     """The rows of each mode, as soon as it is measured."""
+    yield from _apply_cost_rows()
     with (
         tempfile.TemporaryDirectory(prefix="gpuallocd-bench-") as tmp,
         unrelated_processes(UNRELATED) as unrelated,
@@ -179,6 +184,49 @@ def _mode_rows(root: Path, mode: str, unrelated: int) -> list[Row]:
         if mode == "proc-scan":
             found["seen_ms"] = _seen_from_outside(daemon.socket)
     return _rows(mode, found, unrelated)
+
+
+def _apply_cost_rows(unrelated: int = 100_000, covered: int = 10_000) -> Iterator[Row]:
+    """What applying one event costs the daemon's loop, measured in this process on the same
+    code: events of processes outside every lease, and a fork and exit inside one (the
+    child's start time read from /proc)."""
+    try:
+        connector = Connector.open()
+    except ConnectorUnavailable as exc:
+        yield ("event handling cost", "unavailable", "", str(exc))
+        return
+    me = os.getpid()
+    lease = Lease("L", (), 0, "root", me, None, "simple", 0.0, 0.0, bound=True, pid_start_time=0)
+    families = ProcessFamilies()
+    families.track(lease)
+    events = FamilyEvents(connector, families, lambda gone: None, list)
+    strangers = [
+        ProcEvent(kind, 2**24 + i, 2**24 + i, 1, 0)  # above any pid_max
+        for i in range(unrelated // 2)
+        for kind in (EventKind.FORK, EventKind.EXIT)
+    ]
+    started = time.perf_counter()
+    events.apply(strangers)
+    per_stranger = (time.perf_counter() - started) / len(strangers) * 1e6
+    child = subprocess.Popen(["sleep", "60"])
+    ours = [
+        ProcEvent(EventKind.FORK, child.pid, child.pid, me, 0),
+        ProcEvent(EventKind.EXIT, child.pid, child.pid),
+    ]
+    started = time.perf_counter()
+    for _ in range(covered):
+        events.apply(ours)
+    per_fork = (time.perf_counter() - started) / covered * 1e6
+    child.kill()
+    child.wait()
+    connector.close()
+    yield (
+        "event of a process outside every lease",
+        f"{per_stranger:.2f} us",
+        "",
+        "loop time per event",
+    )
+    yield ("fork + exit inside a lease", f"{per_fork:.1f} us", "", "loop time, /proc read included")
 
 
 def _seen_from_outside(socket: Path, samples: int = 10, limit: float = 20) -> list[float]:

@@ -15,7 +15,7 @@ from typing import Any
 from gpuallocd.model import Lease
 from gpuallocd.processes.events import FamilyEvents
 from gpuallocd.processes.families import ProcessFamilies
-from gpuallocd.processes.proc import descendants, read_process_table
+from gpuallocd.processes.proc import descendants, process_start_time, read_process_table
 from gpuallocd.processes.terminate import terminate_family
 from gpuallocd.processes.tracking import PROC_SCAN, Tracking
 from gpuallocd.processes.watcher import POLL_SECONDS, ProcessWatcher
@@ -70,8 +70,12 @@ class LeaseProcesses:
     def watch(self, lease: Lease, *, terminate: bool = False) -> None:
         """Follow a bound lease's holder and the processes it starts (nothing if detached)."""
         self._watcher.watch(lease)
-        found = descendants(lease.pid) if self._events and lease.pid else []
-        self._families.track(lease, found)
+        if self._events is None or lease.pid is None:
+            self._families.track(lease)
+        else:
+            self._families.track(lease, descendants(lease.pid))
+            if process_start_time(lease.pid) != lease.pid_start_time:
+                self._families.exited(lease.pid)  # gone before the events could tell
         if terminate:
             self._terminate_on_revoke.add(lease.id)
 
