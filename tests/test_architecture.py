@@ -25,7 +25,7 @@ ALLOWED = {
     "ledger": {"model"},
     "inventory": {"model", "topology"},
     "planning": {"model", "policies", "topology"},
-    "processes": {"model"},
+    "processes": {"model", "host"},
     "allocator": {"model", "policies", "ledger", "processes"},
     "api": {"model", "allocator", "policies", "topology"},
     "metrics": {"model", "allocator", "inventory"},

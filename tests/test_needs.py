@@ -72,6 +72,14 @@ def test_process_tracking_without_cap_net_admin_is_one_warning(
     assert [n for n in needs if not n.met and n.required] == []
 
 
+def test_in_a_container_cap_net_admin_is_not_asked_for() -> None:
+    """In a pid namespace of its own the kernel sends no process events whatever the daemon
+    holds: no need is shown for them (the process tracking line says why it scans)."""
+    host = root_with("CAP_CHOWN", "CAP_SYS_ADMIN", "CAP_KILL", own_namespaces=("pid",))
+    needs = needs_of(DaemonConfig(inventory="example:x"), host)
+    assert not any("CAP_NET_ADMIN" in n.requirement for n in needs)
+
+
 def test_a_hidden_proc_without_ptrace_is_refused() -> None:
     """/proc mounted hidepid=invisible: other users' holders would look gone, so the
     daemon refuses to start unless it may still see them (CAP_SYS_PTRACE, or the gid)."""

@@ -19,7 +19,13 @@ from typing import Any
 
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.errors import MissingPrivilege
-from gpuallocd.host import Capabilities, ProcVisibility, proc_visibility, unwritable
+from gpuallocd.host import (
+    Capabilities,
+    ProcVisibility,
+    own_namespaces,
+    proc_visibility,
+    unwritable,
+)
 
 __all__ = ["Host", "Need", "check_needs", "needs_of"]
 
@@ -39,6 +45,7 @@ class Host:
     proc: ProcVisibility = field(default_factory=ProcVisibility)
     unwritable: Callable[[Path], str | None] = unwritable
     socket_activated: bool = False
+    own_namespaces: tuple[str, ...] = ()  # user/pid namespaces of its own (a container)
 
     @classmethod
     def current(cls, socket_activated: bool = False) -> Host:
@@ -48,6 +55,7 @@ class Host:
             groups=frozenset([os.getegid(), *os.getgroups()]),
             proc=proc_visibility(),
             socket_activated=socket_activated,
+            own_namespaces=tuple(own_namespaces()),
         )
 
 
@@ -106,7 +114,9 @@ def _capability_needs(config: DaemonConfig, host: Host) -> Iterator[Need]:
         "(gpuallocctl run still stops its own command)",
         required=False,
     )
-    if config.process_tracking != "proc-scan":
+    if config.process_tracking != "proc-scan" and not host.own_namespaces:
+        # In a container the kernel sends no events whatever the daemon holds: the process
+        # tracking line of doctor and the start's log say so instead.
         yield _capability(
             host,
             f'process_tracking = "{config.process_tracking}"',

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from enum import IntEnum
 
+from gpuallocd.host import own_namespaces
+
 __all__ = [
     "Connector",
     "ConnectorUnavailable",
@@ -50,9 +52,6 @@ _FOUR_INTS = struct.Struct("=iiii")
 _HEAD = _NLMSGHDR.size + _CN_MSG.size  # 36
 _DATA = _HEAD + _EVENT_HEAD.size  # 52
 MESSAGE_BYTES = 1024
-# The inode numbers of the initial user and pid namespaces, fixed in the kernel
-# (PROC_USER_INIT_INO, PROC_PID_INIT_INO in include/linux/proc_ns.h).
-INITIAL_NAMESPACES = {"user": 0xEFFFFFFD, "pid": 0xEFFFFFFC}
 
 
 class EventKind(IntEnum):
@@ -205,13 +204,8 @@ class Connector:
 def _in_initial_namespaces() -> None:
     """Raise ConnectorUnavailable in another user or pid namespace (a container), where the
     kernel would not even answer."""
-    for name, inode in INITIAL_NAMESPACES.items():
-        try:
-            found = os.stat(f"/proc/self/ns/{name}").st_ino
-        except OSError:
-            continue  # cannot tell: ask the kernel
-        if found != inode:
-            raise ConnectorUnavailable(f"the daemon runs in a {name} namespace of its own")
+    if own := own_namespaces():
+        raise ConnectorUnavailable(f"the daemon runs in a {own[0]} namespace of its own")
 
 
 def _enlarge(sock: socket.socket) -> None:
