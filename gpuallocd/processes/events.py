@@ -16,7 +16,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuallocd.processes.connector import Connector, EventKind, Overrun, ProcEvent
 from gpuallocd.processes.families import UNKNOWN_START, Member, ProcessFamilies
@@ -44,17 +44,19 @@ def start_matches(start_ticks: int, fork_ns: int, offset_ns: int) -> bool:
     return expected - 1 <= start_ticks <= expected + 1
 
 
+def _latencies() -> deque[int]:
+    return deque(maxlen=KEPT_LATENCIES)
+
+
 @dataclass
 class EventStats:
-    """What the events did: forks covered, how fast, overruns (each a /proc rescan)."""
+    """What the events did: forks covered, how fast (the last KEPT_LATENCIES, in ns),
+    overruns (each a /proc rescan)."""
 
     events: int = 0
     covered: int = 0
     overruns: int = 0
-    latencies_ns: deque[int] | None = None
-
-    def __post_init__(self) -> None:
-        self.latencies_ns = deque(maxlen=KEPT_LATENCIES)
+    latencies_ns: deque[int] = field(default_factory=_latencies)
 
     def to_json(self) -> dict[str, float | int]:
         found: dict[str, float | int] = {
@@ -62,7 +64,7 @@ class EventStats:
             "forks_covered": self.covered,
             "overruns": self.overruns,
         }
-        kept = sorted(self.latencies_ns or ())
+        kept = sorted(self.latencies_ns)
         if kept:
             found["fork_to_covered_p50_ms"] = kept[len(kept) // 2] / 1e6
             found["fork_to_covered_p99_ms"] = kept[min(len(kept) - 1, len(kept) * 99 // 100)] / 1e6
@@ -130,8 +132,7 @@ class FamilyEvents:
 
     def _covered(self, event: ProcEvent) -> None:
         self.stats.covered += 1
-        if self.stats.latencies_ns is not None:
-            self.stats.latencies_ns.append(time.monotonic_ns() - event.timestamp_ns)
+        self.stats.latencies_ns.append(time.monotonic_ns() - event.timestamp_ns)
 
     def _tell(self, gone: list[str]) -> None:
         if gone:

@@ -88,7 +88,7 @@ class LeaseProcesses:
 
     def members(self, lease_id: str) -> list[int]:
         """The pids a bound lease covers now: its holder and the processes started under it."""
-        return [pid for pid, _start in self._families.members(lease_id)]
+        return sorted({pid for pid, _start in self._families.members(lease_id)})
 
     def untracked(self, lease_ids: Iterable[str]) -> list[str]:
         """Of these leases, those with no known process left."""
