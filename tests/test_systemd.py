@@ -255,7 +255,7 @@ def test_units_pass_systemd_analyze_verify(short_dir: Path) -> None:
 
 def test_service_exposure_stays_low(short_dir: Path) -> None:
     """`systemd-analyze security --offline=yes` rates the service 3.1 or lower (it was 9.6;
-    2.9 before process tracking's AF_NETLINK and CAP_NET_ADMIN, which cost 0.3)."""
+    2.9 before process tracking's AF_NETLINK and CAP_NET_ADMIN)."""
     analyze = _systemd_analyze()
     service = _installed_units(short_dir)[1]
     result = subprocess.run(
