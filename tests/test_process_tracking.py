@@ -328,3 +328,45 @@ def test_a_signal_never_reaches_a_later_owner_of_the_pid(system_users: SystemUse
         if bobs.poll() is None:
             bobs.kill()
             bobs.wait()
+
+
+ESCAPE_ON_SIGTERM = """
+import signal
+
+def escape(*_):
+    if os.fork() == 0:
+        os.setsid()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        work()
+    os._exit(0)
+
+signal.signal(signal.SIGTERM, escape)
+time.sleep(600)
+"""
+
+
+def test_a_process_forked_on_sigterm_is_killed_after_the_grace(
+    system_users: SystemUsers,
+    paths: DaemonPaths,
+    unit_daemon: Callable[..., ProcessDaemon],
+    work_dir: Path,
+) -> None:
+    """A revoked lease that asked to be terminated: its holder answers SIGTERM by forking a
+    child that ignores SIGTERM, in a session of its own, and exiting. The child is covered
+    when it is forked, so the SIGKILL after the grace reaches it."""
+    open_to_everyone(paths.root)
+    daemon = unit_daemon(revoke_grace_seconds=0.5)
+    holder, lease_id = start_holder(
+        system_users, daemon, work_dir, ESCAPE_ON_SIGTERM, ON_REVOKE="terminate"
+    )
+    with Client(daemon.paths.socket) as client:
+        wait_for(lambda: covered(client, lease_id) == {holder.pid}, timeout=20)
+        client.revoke(lease_id, reason="maintenance")
+    holder.wait(30)
+    wait_for(lambda: len(marked(work_dir)) >= 1, timeout=30, what="the escape on SIGTERM")
+    wait_for(
+        lambda: not any(alive(pid) for pid in marked(work_dir)),
+        timeout=30,
+        what="the SIGKILL after the grace",
+    )
+    assert "not allowed" not in daemon.stderr()

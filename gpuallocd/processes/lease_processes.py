@@ -44,6 +44,7 @@ class LeaseProcesses:
         self._families = ProcessFamilies()
         self._scan_lock = asyncio.Lock()
         self._terminate_on_revoke: set[str] = set()
+        self._terminating: set[str] = set()
         self._revoke_grace = revoke_grace_seconds
         self.tracking = tracking or Tracking(PROC_SCAN)
         self._events: FamilyEvents | None = None
@@ -83,7 +84,7 @@ class LeaseProcesses:
         """Forget the leases not named: they ended."""
         keep = set(lease_ids)
         self._watcher.retain(keep)
-        self._families.retain(keep)
+        self._families.retain(keep | self._terminating)
         self._terminate_on_revoke &= keep
 
     def members(self, lease_id: str) -> list[int]:
@@ -101,7 +102,13 @@ class LeaseProcesses:
         holder = None
         if lease.pid is not None and lease.pid_start_time is not None:
             holder = (lease.pid, lease.pid_start_time)
-        terminate_family(self._families.members(lease.id), holder, self._revoke_grace)
+        self._terminating.add(lease.id)  # its family is followed until the last SIGKILL
+        terminate_family(
+            lambda: self._families.members(lease.id),
+            holder,
+            self._revoke_grace,
+            done=lambda: self._terminating.discard(lease.id),
+        )
 
     def stats(self) -> dict[str, Any]:
         """The mode, why, and what the kernel's events did (in `connector` mode)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gpuallocd.processes.families import UNKNOWN_START, Member
 from gpuallocd.processes.proc import descendants, process_start_time
@@ -39,26 +39,34 @@ def signal_members(members: Sequence[Member], sig: int) -> int:
     return sent
 
 
-def _kill_with_descendants(members: Sequence[Member]) -> None:
-    """SIGKILL to the members and to what they started since the SIGTERM."""
-    found = dict.fromkeys(members)
-    for pid, start in members:
+def _kill_all(members: Callable[[], Sequence[Member]], holder: Member | None) -> None:
+    """SIGKILL to the family as it is now, and to what its members started since the
+    SIGTERM (where events did not report it), the holder spared for later."""
+    family = list(members())
+    found = dict.fromkeys(family)
+    for pid, start in family:
         if start != UNKNOWN_START and process_start_time(pid) == start:
             found.update(dict.fromkeys(descendants(pid)))
+    found.pop(holder, None)  # type: ignore[arg-type]
     signal_members(list(found), signal.SIGKILL)
 
 
 def terminate_family(
-    members: Sequence[Member], holder: Member | None, grace_seconds: float
+    members: Callable[[], Sequence[Member]],
+    holder: Member | None,
+    grace_seconds: float,
+    done: Callable[[], None] = lambda: None,
 ) -> None:
-    """SIGTERM now; SIGKILL after `grace_seconds` (the holder one second after the rest)."""
-    if not members:
-        return
+    """SIGTERM to `members()` now; SIGKILL to `members()` as they are after `grace_seconds`
+    (a process forked meanwhile, by a SIGTERM handler say, included), the holder one second
+    after the rest; then `done()`."""
     loop = asyncio.get_running_loop()
-    signal_members(members, signal.SIGTERM)
-    others = [m for m in members if m != holder]
-    loop.call_later(grace_seconds, _kill_with_descendants, others)
+    signal_members(members(), signal.SIGTERM)
+    loop.call_later(grace_seconds, _kill_all, members, holder)
+    loop.call_later(grace_seconds + HOLDER_EXTRA_SECONDS, _last, holder, done)
+
+
+def _last(holder: Member | None, done: Callable[[], None]) -> None:
     if holder is not None:
-        loop.call_later(
-            grace_seconds + HOLDER_EXTRA_SECONDS, signal_members, [holder], signal.SIGKILL
-        )
+        signal_members([holder], signal.SIGKILL)
+    done()
