@@ -174,6 +174,10 @@ class Daemon:
             shared_gpus=self.config.shared_gpus,
             share_memory_reserve_bytes=self.config.share_memory_reserve_bytes,
             share_enforcement=self.config.share_enforcement,
+            queue_order=self.config.queue_order,
+            fair_share_half_life_hours=self.config.fair_share_half_life_hours,
+            fair_share_wait_weight=self.config.fair_share_wait_weight,
+            fair_share_by=self.config.fair_share_by,
         )
         lifecycle = LeaseLifecycle(
             ledger,
