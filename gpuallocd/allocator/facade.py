@@ -15,7 +15,6 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from gpuallocd.allocator import gpu_admin
-from gpuallocd.allocator import reserve as advance
 from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.events_log import write_log
 from gpuallocd.allocator.idle import IdleRules
@@ -25,7 +24,8 @@ from gpuallocd.allocator.node_view import GpuStatus
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
 from gpuallocd.allocator.queue_order import QueueOrder
 from gpuallocd.allocator.reclaim import IdleReclaimer
-from gpuallocd.allocator.reserve import ReserveSpec
+from gpuallocd.allocator.reserve import held_for_status
+from gpuallocd.allocator.scheduling_desk import SchedulingDesk
 from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.allocator.waitqueue import WaitQueue
@@ -74,7 +74,7 @@ class AllocatorFacade:
         )
         order = QueueOrder(lifecycle.settings, ledger, clock)
         self._queue = WaitQueue(lifecycle, self._worker, clock, order)
-        self._order = order
+        self.scheduling = SchedulingDesk(lifecycle, ledger, self._worker, self._queue, order, clock)
         self._reclaimer = IdleReclaimer(
             lifecycle, self._worker, self._queue, idle or IdleRules(), clock
         )
@@ -202,7 +202,7 @@ class AllocatorFacade:
         return await self._worker.run(self._gpu_status)
 
     def _gpu_status(self) -> list[GpuStatus]:
-        held = advance.held_for_status(self._lifecycle, self._clock())
+        held = held_for_status(self._lifecycle, self._clock())
         return self._lifecycle.gpu_status({**self._queue.reservations(), **held})
 
     async def history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
@@ -283,56 +283,6 @@ class AllocatorFacade:
         self._queue.kick()
         return self._lifecycle.topology
 
-    # Scheduling: fair share and advance reservations (docs/scheduling.md) ------------------
-
-    @property
-    def queue_order(self) -> str:
-        return self._order.name
-
-    async def fair_share_usage(self) -> dict[str, float]:
-        """Each account's decayed GPU-hours now (the figure fair share orders by)."""
-        return await self._worker.run(self._order.usage)
-
-    async def reserve(self, caller: Caller, spec: ReserveSpec) -> dict[str, Any]:
-        return await self._worker.run(self._reserve, caller, spec)
-
-    def _reserve(self, caller: Caller, spec: ReserveSpec) -> dict[str, Any]:
-        now = self._clock()
-        made = advance.reserve(self._lifecycle, caller, spec, now)
-        return advance.reservation_json(self._lifecycle, made, now)
-
-    async def unreserve(self, caller: Caller, reservation_id: str) -> dict[str, Any]:
-        found = await self._worker.run(self._unreserve, caller, reservation_id)
-        self._queue.kick()  # its GPUs are everyone's again
-        return found
-
-    def _unreserve(self, caller: Caller, reservation_id: str) -> dict[str, Any]:
-        now = self._clock()
-        ended = advance.cancel(self._lifecycle, caller, reservation_id, now)
-        return advance.reservation_json(self._lifecycle, ended, now)
-
-    async def reservations(self, *, ended: bool = False) -> list[dict[str, Any]]:
-        """Reservations to come and running (`ended`: every one the ledger keeps)."""
-        return await self._worker.run(
-            advance.listing, self._lifecycle, self._ledger, self._clock(), ended
-        )
-
-    async def reservation_events(self, limit: int) -> list[dict[str, Any]]:
-        records = await self._worker.run(self._ledger.reservation_events, None, limit)
-        return [record.to_json() for record in records]
-
-    async def reserved_hours(self, since: float, until: float) -> list[dict[str, Any]]:
-        """GPU-hours each reservation held inside [since, until] (for `usage`)."""
-        return await self._worker.run(advance.reserved_hours, self._ledger, since, until)
-
-    async def _tick_reservations(self) -> None:
-        """Record reservations that started or ended; one that ended frees its GPUs."""
-        changes = await self._worker.run(self._lifecycle.reservations.tick, self._clock())
-        for reservation, event in changes:
-            log.info("reservation %s for %s %s", reservation.id, reservation.holder, event.value)
-        if changes:
-            self._queue.kick()
-
     # Housekeeping ---------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -349,7 +299,7 @@ class AllocatorFacade:
     async def expire_due(self) -> list[Lease]:
         """End leases whose TTL ran out, and stop watching processes of ended leases."""
         expired = await self._worker.run(self._lifecycle.expire_due)  # logged: events_log
-        await self._tick_reservations()
+        await self.scheduling.tick()
         self._released(expired)
         bound = await self._worker.run(self._lifecycle.bound_leases)
         self._processes.retain(lease.id for lease in bound)

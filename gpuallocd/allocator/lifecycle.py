@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from gpuallocd.allocator.choices import ChoiceCache
+from gpuallocd.allocator.chooser import Chooser
 from gpuallocd.allocator.deadlines import Deadlines
 from gpuallocd.allocator.drain import DrainBoard
 from gpuallocd.allocator.enforcer import ShareEnforcer
@@ -22,15 +22,14 @@ from gpuallocd.allocator.events_log import Transition
 from gpuallocd.allocator.node_view import GpuStatus, NodeView, Reservation
 from gpuallocd.allocator.quota import Quota
 from gpuallocd.allocator.request_ids import RequestIds
-from gpuallocd.allocator.reservations import ReservationBoard, caller_of_uid
+from gpuallocd.allocator.reservations import ReservationBoard
 from gpuallocd.allocator.servable import check_servable, usable_gpus
 from gpuallocd.allocator.sharing import share_capacity
 from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
-from gpuallocd.allocator.units import leased_units, place_units, vanished_units
+from gpuallocd.allocator.units import leased_units, vanished_units
 from gpuallocd.allocator.watcher import process_start_time
 from gpuallocd.errors import (
-    CapacityError,
     InvalidRequest,
     LeaseNotActive,
     LedgerError,
@@ -49,8 +48,7 @@ from gpuallocd.model import (
     Topology,
 )
 from gpuallocd.model.lease import ENDING_EVENT
-from gpuallocd.policies import AllocationRequest, Choice, Policy, get_policy
-from gpuallocd.policies.rules import check_choice, request_for
+from gpuallocd.policies.rules import request_for
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +84,9 @@ class LeaseLifecycle:
         self._request_ids = RequestIds()
         self._start_time_of = start_time_of
         self._settings = settings
-        self._policies: dict[str, Policy] = {}
         self._enforcer = ShareEnforcer(settings.share_enforcement, self._note)
-        self._choices = ChoiceCache()
         self.node = NodeView(topology)
+        self._chooser = Chooser(self.node, settings.default_policy)
         self.quota = Quota(ledger, clock, rules or SiteRules())
         self.drains = DrainBoard(ledger)
         self.reservations = ReservationBoard(ledger)
@@ -97,7 +94,6 @@ class LeaseLifecycle:
         self._active = {lease.id: lease for lease in ledger.active_leases()}
         self._journal: list[Transition] = []  # written to the log after the commit
         self._news: set[str] = set()  # leases with a new history event since the last commit
-        get_policy(settings.default_policy)  # fail at start, not at the first request
 
     # Node -----------------------------------------------------------------------------------
 
@@ -186,8 +182,7 @@ class LeaseLifecycle:
         return [lease for lease in self._active.values() if lease.bound]
 
     def usable_gpus(self, spec: AllocateSpec, owner_uid: int | None = None) -> frozenset[str]:
-        """The GPUs that could serve `spec`, less those its owner holds already and those
-        reservations hold from its owner."""
+        """The GPUs that could serve `spec`, less those its owner holds or may not take now."""
         found = usable_gpus(self.node, self._active.values(), spec, owner_uid)
         return found - self.reservations.held_for_uid(owner_uid, self._clock(), self.ttl_of(spec))
 
@@ -228,8 +223,14 @@ class LeaseLifecycle:
             self._check_quota(caller, request.count, ttl)
         self.drains.check_not_drained(request.required)
         unavailable = reserved | self.drains.uuids()
-        ttl, (policy_name, choice) = self._choose_outside_reservations(
-            caller, spec, request, unavailable, ttl
+        ttl, (policy_name, choice) = self.reservations.fit(
+            caller,
+            self._clock(),
+            ttl,
+            defaulted=spec.ttl_seconds is None,
+            choose=lambda held: self._chooser.choose(
+                self._active.values(), spec, request, unavailable | held
+            ),
         )
         if not choice.exact:
             log.warning(
@@ -245,51 +246,6 @@ class LeaseLifecycle:
         self._deadlines.start(lease.id, lease.expires_at - lease.created_at)
         self._request_ids.remember(caller.uid, spec.request_id, lease.id)
         return lease
-
-    def _choose(
-        self, spec: AllocateSpec, request: AllocationRequest, unavailable: frozenset[str]
-    ) -> tuple[str, Choice]:
-        """The policy's checked choice, with `unavailable` GPUs busy."""
-        state, snapshot = self.node.keyed_snapshot(self._active.values(), unavailable)
-        if request.kind != "whole":
-            return place_units(snapshot, request, spec.policy)
-        policy_name = spec.policy or self._settings.default_policy
-        policy = self._policy(policy_name)
-        choice = self._choices.choose(policy_name, policy, state, snapshot, request)
-        check_choice(policy_name, choice, request, snapshot)
-        return policy_name, choice
-
-    def _choose_outside_reservations(
-        self,
-        caller: Caller,
-        spec: AllocateSpec,
-        request: AllocationRequest,
-        unavailable: frozenset[str],
-        ttl: float,
-    ) -> tuple[float, tuple[str, Choice]]:
-        """The TTL and choice of a grant that no reservation forbids. A defaulted TTL is
-        shortened to end before a reservation starts where that lets the request fit (a
-        backfill); else `reservation_conflict` where only reservations keep it from fitting."""
-        now, board = self._clock(), self.reservations
-        held = board.held(caller, now, ttl)
-        try:
-            return ttl, self._choose(spec, request, unavailable | held)
-        except CapacityError as exc:
-            if not held:
-                raise
-            refused = exc
-        shorter = board.backfill_ttl(caller, now, ttl) if spec.ttl_seconds is None else None
-        if shorter is not None:
-            try:
-                fewer = board.held(caller, now, shorter)
-                return shorter, self._choose(spec, request, unavailable | fewer)
-            except CapacityError:
-                pass
-        try:
-            self._choose(spec, request, unavailable)
-        except CapacityError:
-            raise refused from None  # not the reservations' doing
-        raise board.conflict(caller, now, ttl, request.required)
 
     def withdraw(self, lease_id: str) -> list[Lease]:
         """Undo a grant whose answer could not be delivered (the client left, or timed out)."""
@@ -308,22 +264,12 @@ class LeaseLifecycle:
         lease = self._owned_active(caller, lease_id)
         now = self._clock()
         ttl = self._ttl(caller, ttl_seconds)
-        self._check_renew_outside_reservations(caller, lease, now, ttl)
+        self.reservations.check_renewal(caller, lease, now, ttl)
         renewed = replace(lease, expires_at=now + ttl)
         self._ledger.renew(lease.id, renewed.expires_at, caller.uid, now)
         self._active[lease.id] = renewed
         self._deadlines.start(lease.id, ttl)
         return renewed
-
-    def _check_renew_outside_reservations(
-        self, caller: Caller, lease: Lease, now: float, ttl: float
-    ) -> None:
-        """`reservation_conflict` for a renewal that would keep a reservation's GPUs past its
-        start from someone outside it."""
-        owner = caller if caller.uid == lease.owner_uid else caller_of_uid(lease.owner_uid)
-        gpus = {unit.gpu_uuid for unit in lease.gpus}
-        if self.reservations.held(owner, now, ttl) & gpus:
-            raise self.reservations.conflict(owner, now, ttl, gpus)
 
     def free(self, caller: Caller, lease_id: str) -> Lease:
         lease = self._owned_active(caller, lease_id)
@@ -451,8 +397,3 @@ class LeaseLifecycle:
 
     def _check_quota(self, caller: Caller, gpus: float, ttl: float) -> None:
         self.quota.check_grant(caller, self._active.values(), gpus=gpus, ttl_seconds=ttl)
-
-    def _policy(self, name: str) -> Policy:
-        if name not in self._policies:
-            self._policies[name] = get_policy(name)
-        return self._policies[name]

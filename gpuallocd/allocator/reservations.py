@@ -11,21 +11,26 @@ happened, once the daemon's clock has passed them.
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import pwd
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import lru_cache
 
-from gpuallocd.errors import ReservationConflict, UnknownReservation
+from gpuallocd.errors import CapacityError, ReservationConflict, UnknownReservation
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import AdvanceReservation, Caller, ReservationEvent
+from gpuallocd.model import AdvanceReservation, Caller, Lease, ReservationEvent
+from gpuallocd.policies import Choice
 
 __all__ = ["MIN_BACKFILL_SECONDS", "ReservationBoard", "caller_of_uid"]
 
 MIN_BACKFILL_SECONDS = 60.0  # a defaulted TTL is never shortened below this
+
+# The policy's checked choice with these GPUs (held by reservations) busy too.
+Choose = Callable[[frozenset[str]], tuple[str, Choice]]
 
 
 @lru_cache(maxsize=1024)
@@ -126,6 +131,47 @@ class ReservationBoard:
             ends_at=first.end_at,
             max_ttl_seconds=room,
         )
+
+    def check_renewal(self, caller: Caller, lease: Lease, now: float, ttl: float) -> None:
+        """`reservation_conflict` for a renewal that would keep a reservation's GPUs past its
+        start from someone outside it (membership is the lease owner's)."""
+        owner = caller if caller.uid == lease.owner_uid else caller_of_uid(lease.owner_uid)
+        gpus = {unit.gpu_uuid for unit in lease.gpus}
+        if self.held(owner, now, ttl) & gpus:
+            raise self.conflict(owner, now, ttl, gpus)
+
+    def fit(
+        self,
+        caller: Caller,
+        now: float,
+        ttl: float,
+        *,
+        defaulted: bool,
+        choose: Choose,
+    ) -> tuple[float, tuple[str, Choice]]:
+        """The TTL and choice of a grant from now for `ttl` that no reservation forbids.
+
+        A TTL the request did not give (`defaulted`) is shortened to end before the next
+        reservation starts where that lets the request fit (a backfill), as a default above
+        a user's `max_ttl_seconds` is. A TTL the caller gave is never changed: the request is
+        refused with `reservation_conflict`, which says the longest TTL that would fit.
+        """
+        held = self.held(caller, now, ttl)
+        try:
+            return ttl, choose(held)
+        except CapacityError as exc:
+            if not held:
+                raise
+            refused = exc
+        shorter = self.backfill_ttl(caller, now, ttl) if defaulted else None
+        if shorter is not None:
+            with contextlib.suppress(CapacityError):
+                return shorter, choose(self.held(caller, now, shorter))
+        try:
+            choose(frozenset())
+        except CapacityError:
+            raise refused from None  # it would not fit without the reservations either
+        raise self.conflict(caller, now, ttl)
 
     def held_until(self, now: float, ttl: float) -> dict[str, float]:
         """For the queue's estimates: GPUs that a lease from now for `ttl` of someone outside

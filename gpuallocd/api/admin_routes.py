@@ -69,14 +69,14 @@ async def usage(request: web.Request) -> web.Response:
     until = _query_time(request, "until")
     facade = facade_of(request)
     end, users = await facade.usage(since, until, request.query.get("user"))
-    decayed = await facade.fair_share_usage()
+    decayed = await facade.scheduling.fair_share_usage()
     return web.json_response(
         {
             "since": since,
             "until": end,
             "users": [{**u.to_json(), "decayed_gpu_hours": decayed.get(u.user)} for u in users],
             "fair_share": decayed,
-            "reservations": await facade.reserved_hours(since, end),
+            "reservations": await facade.scheduling.reserved_hours(since, end),
         }
     )
 

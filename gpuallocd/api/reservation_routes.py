@@ -55,20 +55,22 @@ def _spec(body: Body) -> ReserveSpec:
 async def create_reservation(request: web.Request) -> web.Response:
     caller = caller_of(request)
     spec = _spec(await read_body(request, RESERVE_FIELDS))
-    made = await facade_of(request).reserve(caller, spec)
+    made = await facade_of(request).scheduling.reserve(caller, spec)
     return web.json_response(made, status=201)
 
 
 async def list_reservations(request: web.Request) -> web.Response:
     caller_of(request)
     ended = request.query.get("all") in ("1", "true")
-    found = await facade_of(request).reservations(ended=ended)
+    found = await facade_of(request).scheduling.reservations(ended=ended)
     return web.json_response({"reservations": found})
 
 
 async def cancel_reservation(request: web.Request) -> web.Response:
     caller = caller_of(request)
-    ended = await facade_of(request).unreserve(caller, request.match_info["reservation_id"])
+    ended = await facade_of(request).scheduling.unreserve(
+        caller, request.match_info["reservation_id"]
+    )
     return web.json_response(ended)
 
 

@@ -191,7 +191,7 @@ async def history(request: web.Request) -> web.Response:
     limit = query_limit(request, MAX_HISTORY_LIMIT)
     lease_id = request.query.get("lease")
     events = await facade_of(request).history(lease_id, limit)
-    reservations = [] if lease_id else await facade_of(request).reservation_events(limit)
+    reservations = [] if lease_id else await facade_of(request).scheduling.reservation_events(limit)
     return _json({"events": [e.to_json() for e in events], "reservation_events": reservations})
 
 
@@ -219,8 +219,10 @@ async def release_gpu(request: web.Request) -> web.Response:
 async def list_queue(request: web.Request) -> web.Response:
     caller_of(request)
     facade = facade_of(request)
-    waiters, reservations = await facade.waiters(), await facade.reservations()
-    return _json({"order": facade.queue_order, "waiters": waiters, "reservations": reservations})
+    waiters, reservations = await facade.waiters(), await facade.scheduling.reservations()
+    return _json(
+        {"order": facade.scheduling.queue_order, "waiters": waiters, "reservations": reservations}
+    )
 
 
 async def list_policies(request: web.Request) -> web.Response:
