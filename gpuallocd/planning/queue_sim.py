@@ -194,7 +194,7 @@ def _ordered(
     weight: float,
 ) -> list[_Waiting]:
     if not fair:
-        return waiting
+        return list(waiting)  # a copy: the caller removes those it grants
     spans = node.spans + [node.span(job, start, None) for _, _, job, start in running]
     usage = decayed_gpu_hours(spans, now, half_life_hours)
     entries = [FairShareWaiter(w.id, w.job.user, w.job.at) for w in waiting]
