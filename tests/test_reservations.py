@@ -4,6 +4,7 @@ lease that would overlap refused, the start and the end on time, and kill -9."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -205,3 +206,30 @@ def test_reservations_survive_kill_9(process_daemon: Callable[..., ProcessDaemon
         assert backfill.expires_at < later["start_at"]
         assert list(_events(client, now["id"])) == ["created", "started"]
     assert time.time() < now["end_at"]
+
+
+def _wait_for_one(daemon: ThreadDaemon) -> str:
+    with Client(daemon.paths.socket) as client:
+        return client.allocate(1, wait=True, ttl=60).id
+
+
+def test_a_waiters_estimated_start_counts_a_running_reservation(
+    start_daemon: Callable[..., ThreadDaemon],
+) -> None:
+    """Every GPU is reserved for someone else for an hour: root's waiter is estimated to start
+    at the reservation's end, and is served at once when an admin cancels it."""
+    clock = HandClock()
+    daemon = start_daemon(clock=clock, default_policy="simple")
+    granted: list[str] = []
+    with daemon.client() as client:
+        made = client.reserve(
+            gpus=[0, 1, 2, 3], start_in=0, duration=HOUR, user="nobody", reason="all"
+        )
+        waiter = threading.Thread(target=lambda: granted.append(_wait_for_one(daemon)))
+        waiter.start()
+        wait_for(lambda: len(client.queue()) == 1, 30, what="root's waiter")
+        queued = client.queue()[0]
+        assert queued["estimated_start_at"] == pytest.approx(made["end_at"])
+        client.unreserve(made["id"])
+        waiter.join(30)
+        assert len(granted) == 1

@@ -87,6 +87,8 @@ class ReservationBoard:
         return [r for r in self.live(now) if r.holds_from(caller, now, ttl)]
 
     def held(self, caller: Caller, now: float, ttl: float) -> frozenset[str]:
+        if not self._open:
+            return frozenset()
         return frozenset(u for r in self.blocking(caller, now, ttl) for u in r.gpus)
 
     def held_for_uid(self, uid: int | None, now: float, ttl: float) -> frozenset[str]:
@@ -199,6 +201,13 @@ class ReservationBoard:
         del self._open[reservation_id]
         self._started.discard(reservation_id)
         return replace(reservation, cancelled_at=now)
+
+    def due(self, now: float) -> bool:
+        """Whether a start or an end has passed that `tick` has not recorded yet."""
+        return any(
+            now >= r.end_at or (now >= r.start_at and r.id not in self._started)
+            for r in self._open.values()
+        )
 
     def tick(self, now: float) -> list[tuple[AdvanceReservation, ReservationEvent]]:
         """Record the starts and ends the clock has passed, at the time they happened."""

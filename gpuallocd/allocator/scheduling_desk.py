@@ -82,7 +82,10 @@ class SchedulingDesk:
 
     async def tick(self) -> None:
         """Record reservations that started or ended; one that ended frees its GPUs."""
-        changes = await self._worker.run(self._lifecycle.reservations.tick, self._clock())
+        board = self._lifecycle.reservations
+        if not board.due(self._clock()):
+            return  # nothing to record: no call on the worker
+        changes = await self._worker.run(board.tick, self._clock())
         for reservation, event in changes:
             log.info("reservation %s for %s %s", reservation.id, reservation.holder, event.value)
         if changes:
