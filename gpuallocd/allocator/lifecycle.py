@@ -228,6 +228,7 @@ class LeaseLifecycle:
             self._clock(),
             ttl,
             defaulted=spec.ttl_seconds is None,
+            wanted=request.required,
             choose=lambda held: self._chooser.choose(
                 self._active.values(), spec, request, unavailable | held
             ),

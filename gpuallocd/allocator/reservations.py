@@ -150,13 +150,15 @@ class ReservationBoard:
         *,
         defaulted: bool,
         choose: Choose,
+        wanted: Iterable[str] = (),
     ) -> tuple[float, tuple[str, Choice]]:
         """The TTL and choice of a grant from now for `ttl` that no reservation forbids.
 
         A TTL the request did not give (`defaulted`) is shortened to end before the next
         reservation starts where that lets the request fit (a backfill), as a default above
         a user's `max_ttl_seconds` is. A TTL the caller gave is never changed: the request is
-        refused with `reservation_conflict`, which says the longest TTL that would fit.
+        refused with `reservation_conflict`, which says the longest TTL that would fit
+        (naming the reservation of a `wanted` GPU first).
         """
         held = self.held(caller, now, ttl)
         try:
@@ -173,7 +175,7 @@ class ReservationBoard:
             choose(frozenset())
         except CapacityError:
             raise refused from None  # it would not fit without the reservations either
-        raise self.conflict(caller, now, ttl)
+        raise self.conflict(caller, now, ttl, wanted)
 
     def held_until(self, now: float, ttl: float) -> dict[str, float]:
         """For the queue's estimates: GPUs that a lease from now for `ttl` of someone outside
