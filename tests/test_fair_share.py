@@ -205,3 +205,64 @@ def test_no_waiter_starves_behind_any_number_of_newcomers() -> None:
         )
         first = order[0].waiter_id == "old"
         assert first == (waited > bound)
+
+
+def test_holds_of_blocked_waiters_follow_the_fair_share_order(
+    system_users: SystemUsers, fair_daemon: tuple[ThreadDaemon, HandClock], short_dir: Path
+) -> None:
+    """bob used 4 GPU-hours; alice holds GPU 0. carol (no use) waits for all 4 GPUs: the 3
+    free ones are held for her, so bob, behind her in the order, gets none of them, now or
+    waiting; when alice frees GPU 0 carol gets all four and bob still waits."""
+    users = system_users
+    daemon, clock = fair_daemon
+    socket = daemon.paths.socket
+    old = _allocate(users, "bob", socket, "-n", "4")
+    clock.step(HOUR)
+    assert users.ctl("bob", socket, "free", str(old["id"])).returncode == 0
+    alice = _allocate(users, "alice", socket, "--gpu", "0")
+    argv = ["-m", "gpuallocd.cli", "--socket", str(socket), "--json", "allocate", "--ttl", "1h"]
+    carol = users.start("carol", [*argv, "-n", "4", "--wait"], short_dir / "carol.log")
+    bob = None
+    try:
+        with daemon.client() as root:
+            wait_for(lambda: len(root.queue()) == 1, 30, what="carol's waiter")
+            assert users.ctl("bob", socket, "allocate", "-n", "1").returncode == 4
+            bob = users.start("bob", [*argv, "-n", "1", "--wait"], short_dir / "bob.log")
+            wait_for(lambda: len(root.queue()) == 2, 30, what="bob's waiter")
+            order = [w["owner"]["user"] for w in root.queue()]
+            assert order == [users.name("carol"), users.name("bob")]
+            assert users.ctl("alice", socket, "free", str(alice["id"])).returncode == 0
+            assert carol.wait(30) == 0
+            assert len(root.queue()) == 1 and bob.poll() is None
+    finally:
+        for process in (carol, bob):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(10)
+
+
+def test_a_light_newcomer_goes_ahead_of_a_heavy_blocked_waiter(
+    system_users: SystemUsers, fair_daemon: tuple[ThreadDaemon, HandClock], short_dir: Path
+) -> None:
+    """bob used 4 GPU-hours and waits for all 4 GPUs while alice holds one. carol, who used
+    none, asks for one GPU without waiting: she is ahead of bob in the order, so his hold
+    does not bind her and she gets one at once (under fifo she would be refused)."""
+    users = system_users
+    daemon, clock = fair_daemon
+    socket = daemon.paths.socket
+    old = _allocate(users, "bob", socket, "-n", "4")
+    clock.step(HOUR)
+    assert users.ctl("bob", socket, "free", str(old["id"])).returncode == 0
+    _allocate(users, "alice", socket, "--gpu", "0")
+    argv = ["-m", "gpuallocd.cli", "--socket", str(socket), "allocate", "-n", "4", "--wait"]
+    bob = users.start("bob", [*argv, "--ttl", "1h"], short_dir / "bob.log")
+    try:
+        with daemon.client() as root:
+            wait_for(lambda: len(root.queue()) == 1, 30, what="bob's waiter")
+            assert {g.state for g in root.status()} == {"leased", "reserved"}
+            carol = _allocate(users, "carol", socket, "-n", "1")
+            assert carol["state"] == "active"
+            assert len(root.queue()) == 1 and bob.poll() is None
+    finally:
+        bob.kill()
+        bob.wait(10)

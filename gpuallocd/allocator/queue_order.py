@@ -103,6 +103,14 @@ class QueueOrder:
         by_id = {w.id: w for w in waiters}
         return [(by_id[p.waiter_id], p) for p in order]
 
+    def ahead_of(self, caller: Caller, waiters: Sequence[W]) -> list[W]:
+        """The waiters a new request of `caller` must let go first: all of them under fifo;
+        under fair share those of a priority at least its own (it has waited 0 hours)."""
+        if not self.fair or not waiters:
+            return list(waiters)
+        own = -self._cached_usage(self._clock()).get(self.account(caller), 0.0)
+        return [w for w, p in self.arrange(waiters) if p is None or p.priority >= own]
+
     def usage(self, now: float | None = None) -> dict[str, float]:
         """Each account's decayed GPU-hours now (read from the ledger)."""
         at = self._clock() if now is None else now

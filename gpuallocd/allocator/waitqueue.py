@@ -187,6 +187,8 @@ class WaitQueue:
     def _allocate_now(
         self, caller: Caller, spec: AllocateSpec, ahead: Sequence[Waiter], on_grant: OnGrant
     ) -> Lease:
+        if self._order is not None:
+            ahead = self._order.ahead_of(caller, ahead)
         reserved = _reserved(self._lifecycle, ahead)
         lease = self._lifecycle.allocate(caller, spec, reserved=reserved)
         on_grant(lease)
