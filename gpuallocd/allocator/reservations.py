@@ -25,7 +25,7 @@ from gpuallocd.ledger import Ledger
 from gpuallocd.model import AdvanceReservation, Caller, Lease, ReservationEvent
 from gpuallocd.policies import Choice
 
-__all__ = ["MIN_BACKFILL_SECONDS", "ReservationBoard", "caller_of_uid"]
+__all__ = ["MIN_BACKFILL_SECONDS", "ReservationBoard", "caller_of_uid", "forget_members"]
 
 MIN_BACKFILL_SECONDS = 60.0  # a defaulted TTL is never shortened below this
 
@@ -47,6 +47,11 @@ def caller_of_uid(uid: int) -> Caller:
         except KeyError:
             continue
     return Caller(entry.pw_uid, entry.pw_gid, 0, entry.pw_name, frozenset(names))
+
+
+def forget_members() -> None:
+    """Read users' groups again at the next check (after a change of the user database)."""
+    caller_of_uid.cache_clear()
 
 
 class ReservationBoard:
