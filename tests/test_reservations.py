@@ -233,3 +233,20 @@ def test_a_waiters_estimated_start_counts_a_running_reservation(
         client.unreserve(made["id"])
         waiter.join(30)
         assert len(granted) == 1
+
+
+def test_the_policy_chooses_a_reservations_gpus_with_the_topology_in_mind(
+    start_daemon: Callable[..., ThreadDaemon],
+) -> None:
+    """GPU 0 is leased past the start; a reservation of 2 GPUs gets the NVLink pair free at
+    the start (2, 3), not GPU 1 and a GPU across the sockets. The next one of 2 in that
+    window gets the other pair, 0 and 1, and waits for the lease on GPU 0."""
+    clock = HandClock()
+    daemon = start_daemon(clock=clock, default_policy="best-effort")
+    with daemon.client() as client:
+        client.allocate_specific([0], ttl=3 * HOUR)
+        first = client.reserve(count=2, start_in=HOUR, duration=HOUR, user="nobody", reason="a")
+        assert first["gpu_indices"] == [2, 3]
+        second = client.reserve(count=2, start_in=HOUR, duration=HOUR, user="nobody", reason="b")
+        assert second["gpu_indices"] == [0, 1]
+        assert [w["gpus"] for w in second["waiting_for"]] == [[0]]
