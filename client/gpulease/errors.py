@@ -40,9 +40,11 @@ __all__ = [
     "PolicyNotApplicable",
     "ProtocolError",
     "QuotaExceeded",
+    "ReservationConflict",
     "UnknownGpu",
     "UnknownLease",
     "UnknownPolicy",
+    "UnknownReservation",
     "UnknownRoute",
     "WouldWaitForever",
     "error_from_envelope",
@@ -142,6 +144,10 @@ class UnknownRoute(CallerError):
     code = "unknown_route"
 
 
+class UnknownReservation(CallerError):
+    code = "unknown_reservation"
+
+
 class MethodNotAllowed(CallerError):
     code = "method_not_allowed"
 
@@ -174,6 +180,13 @@ class GpusUnavailable(CapacityError):
 
 class GpuBusy(CapacityError):
     code = "gpu_busy"
+
+
+class ReservationConflict(CapacityError):
+    """The lease would overlap a reservation: `details` has `reservation`, `starts_at`, and
+    `max_ttl_seconds` (the longest TTL that ends before it starts, where it has not)."""
+
+    code = "reservation_conflict"
 
 
 class NvmlError(BackendError):

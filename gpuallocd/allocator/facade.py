@@ -22,7 +22,10 @@ from gpuallocd.allocator.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.node_view import GpuStatus
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
+from gpuallocd.allocator.queue_order import QueueOrder
 from gpuallocd.allocator.reclaim import IdleReclaimer
+from gpuallocd.allocator.reserve import held_for_status
+from gpuallocd.allocator.scheduling_desk import SchedulingDesk
 from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.allocator.waitqueue import WaitQueue
@@ -69,7 +72,9 @@ class AllocatorFacade:
         self._worker = SerialWorker(
             ledger.unit_of_work, lifecycle.reload, after_commit=self._publish
         )
-        self._queue = WaitQueue(lifecycle, self._worker, clock)
+        order = QueueOrder(lifecycle.settings, ledger, clock)
+        self._queue = WaitQueue(lifecycle, self._worker, clock, order)
+        self.scheduling = SchedulingDesk(lifecycle, ledger, self._worker, self._queue, order, clock)
         self._reclaimer = IdleReclaimer(
             lifecycle, self._worker, self._queue, idle or IdleRules(), clock
         )
@@ -197,7 +202,8 @@ class AllocatorFacade:
         return await self._worker.run(self._gpu_status)
 
     def _gpu_status(self) -> list[GpuStatus]:
-        return self._lifecycle.gpu_status(self._queue.reservations())
+        held = held_for_status(self._lifecycle, self._clock())
+        return self._lifecycle.gpu_status({**self._queue.reservations(), **held})
 
     async def history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
         return await self._worker.run(self._lifecycle.history, lease_id, limit)
@@ -293,6 +299,7 @@ class AllocatorFacade:
     async def expire_due(self) -> list[Lease]:
         """End leases whose TTL ran out, and stop watching processes of ended leases."""
         expired = await self._worker.run(self._lifecycle.expire_due)  # logged: events_log
+        await self.scheduling.tick()
         self._released(expired)
         bound = await self._worker.run(self._lifecycle.bound_leases)
         self._processes.retain(lease.id for lease in bound)

@@ -17,6 +17,10 @@ class AllocatorSettings:
     shared_gpus: tuple[str, ...] = ()
     share_memory_reserve_bytes: int = 0
     share_enforcement: str = "off"  # off, warn, kill
+    queue_order: str = "fifo"  # fifo, fair-share (docs/scheduling.md)
+    fair_share_half_life_hours: float = 7 * 24.0
+    fair_share_wait_weight: float = 1.0  # priority (GPU-hours) gained per hour of waiting
+    fair_share_by: str = "user"  # user, group (the owner's primary group)
 
 
 @dataclass(frozen=True, slots=True)

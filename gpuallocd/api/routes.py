@@ -14,6 +14,7 @@ from gpuallocd.allocator import AllocateSpec
 from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
+from gpuallocd.api.reservation_routes import reservation_routes
 from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest, PermissionDenied
 from gpuallocd.model import Lease
@@ -188,8 +189,10 @@ async def revoke_lease(request: web.Request) -> web.Response:
 async def history(request: web.Request) -> web.Response:
     caller_of(request)
     limit = query_limit(request, MAX_HISTORY_LIMIT)
-    events = await facade_of(request).history(request.query.get("lease"), limit)
-    return _json({"events": [e.to_json() for e in events]})
+    lease_id = request.query.get("lease")
+    events = await facade_of(request).history(lease_id, limit)
+    reservations = [] if lease_id else await facade_of(request).scheduling.reservation_events(limit)
+    return _json({"events": [e.to_json() for e in events], "reservation_events": reservations})
 
 
 async def get_topology(request: web.Request) -> web.Response:
@@ -215,7 +218,11 @@ async def release_gpu(request: web.Request) -> web.Response:
 
 async def list_queue(request: web.Request) -> web.Response:
     caller_of(request)
-    return _json({"waiters": await facade_of(request).waiters()})
+    facade = facade_of(request)
+    waiters, reservations = await facade.waiters(), await facade.scheduling.reservations()
+    return _json(
+        {"order": facade.scheduling.queue_order, "waiters": waiters, "reservations": reservations}
+    )
 
 
 async def list_policies(request: web.Request) -> web.Response:
@@ -241,5 +248,6 @@ def routes() -> list[web.RouteDef]:
         web.get("/v1/policies", list_policies),
         web.get("/v1/queue", list_queue),
         *admin_routes(),
+        *reservation_routes(),
         web.post("/v1/gpus/{gpu}/release", release_gpu),
     ]

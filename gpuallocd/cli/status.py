@@ -11,6 +11,7 @@ import click
 
 from gpuallocd.cli.common import daemon_client, user_of
 from gpuallocd.cli.output import echo_json
+from gpuallocd.cli.reservation_text import reservation_lines
 from gpuallocd.cli.style import colour_enabled, render_table, short_uuid, state_cell
 from gpuallocd.cli.units import Duration, format_left
 from gpuallocd.cli.watch import watch_frames
@@ -145,18 +146,20 @@ def render_status(
     return f"{click.style(summary, dim=True) if colour else summary}\n{table}"
 
 
-def _fetch(ctx: click.Context) -> tuple[list[dict[str, Any]], int]:
+def _fetch(ctx: click.Context) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]]]:
     with daemon_client(ctx) as client:
         gpus: list[dict[str, Any]] = client.request("GET", "/v1/gpus")["gpus"]
-        waiters = len(client.queue())
-    return gpus, waiters
+        queue = client.request("GET", "/v1/queue")
+    return gpus, len(queue["waiters"]), queue.get("reservations") or []
 
 
 def _frame(ctx: click.Context, verbose: bool, colour: bool) -> str:
-    gpus, waiters = _fetch(ctx)
+    gpus, waiters, reservations = _fetch(ctx)
     if ctx.obj.json:
         return json.dumps({"gpus": gpus, "at": time.time()}, sort_keys=True)
-    return render_status(gpus, waiters, now=time.time(), verbose=verbose, colour=colour)
+    now = time.time()
+    frame = render_status(gpus, waiters, now=now, verbose=verbose, colour=colour)
+    return frame + ("\n" + reservation_lines(reservations, now).rstrip() if reservations else "")
 
 
 @click.command()

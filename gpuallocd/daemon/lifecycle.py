@@ -34,6 +34,7 @@ from gpuallocd.allocator import (
 )
 from gpuallocd.allocator.deadlines import boottime
 from gpuallocd.allocator.observer import LeaseObserver, Observers
+from gpuallocd.allocator.reservations import forget_members
 from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.limits import ConnectionLimiter, fit_to_open_files, quiet_accept_errors
 from gpuallocd.api.peercred import forget_identities
@@ -131,6 +132,7 @@ class Daemon:
             log.error("reload refused, the rules in force stay: %s", exc.message)
             return
         forget_identities()
+        forget_members()  # reservations' members, by the user database
         if self._facade_in_service is not None:
             self._facade_in_service.set_rules(site_rules(config))
         log.info("reloaded the limits and admin groups")
@@ -174,6 +176,10 @@ class Daemon:
             shared_gpus=self.config.shared_gpus,
             share_memory_reserve_bytes=self.config.share_memory_reserve_bytes,
             share_enforcement=self.config.share_enforcement,
+            queue_order=self.config.queue_order,
+            fair_share_half_life_hours=self.config.fair_share_half_life_hours,
+            fair_share_wait_weight=self.config.fair_share_wait_weight,
+            fair_share_by=self.config.fair_share_by,
         )
         lifecycle = LeaseLifecycle(
             ledger,

@@ -149,6 +149,25 @@ class DaemonConfig:
             "`[limits.user.NAME]` overrides, re-read on SIGHUP (docs/limits.md)"
         },
     )
+    queue_order: str = _setting(
+        "fifo",
+        "the wait queue's order: `fifo` (first come, first served) or `fair-share` (the "
+        "account that used the fewest decayed GPU-hours first, growing with the wait: "
+        "docs/scheduling.md)",
+        choices=("fifo", "fair-share"),
+    )
+    fair_share_half_life_hours: float = _setting(
+        168.0, "fair-share: a GPU-hour held this long ago counts half (a week)"
+    )
+    fair_share_wait_weight: float = _setting(
+        1.0, "fair-share: the priority, in GPU-hours, a waiter gains per hour it waits"
+    )
+    fair_share_by: str = _setting(
+        "user",
+        "fair-share: whose use sets a waiter's priority, its owner's (`user`) or that of the "
+        "owner's primary group (`group`)",
+        choices=("user", "group"),
+    )
     revoke_grace_seconds: float = _setting(
         30.0,
         "after a revoke, how long the processes of a lease that asked to be terminated "

@@ -41,6 +41,7 @@ from gpuallocd.ledger import schema
 from gpuallocd.ledger.admin_records import AdminRecords
 from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
+from gpuallocd.ledger.reservation_records import ReservationRecords
 from gpuallocd.ledger.rows import (
     event_from_row,
     lease_from_row,
@@ -106,9 +107,9 @@ def _make_engine(path: Path, sync: str) -> Engine:
     return engine
 
 
-class Ledger(AdminRecords, UsageRecords):
-    """GPUs, leases and their history, in one SQLite file (drains, admin actions and
-    accounting reads in the base classes)."""
+class Ledger(AdminRecords, UsageRecords, ReservationRecords):
+    """GPUs, leases and their history, in one SQLite file (drains, admin actions,
+    accounting reads and advance reservations in the base classes)."""
 
     def __init__(
         self,
