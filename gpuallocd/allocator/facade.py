@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from gpuallocd.allocator import gpu_admin
+from gpuallocd.allocator.adoption import adopt_own
 from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.events_log import write_log
 from gpuallocd.allocator.idle import IdleRules
@@ -25,8 +26,10 @@ from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_alloc
 from gpuallocd.allocator.reclaim import IdleReclaimer
 from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec
+from gpuallocd.allocator.unleased import UnleasedGuard
 from gpuallocd.allocator.waitqueue import WaitQueue
 from gpuallocd.allocator.worker import SerialWorker
+from gpuallocd.enforcement import UnleasedRules
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
@@ -61,7 +64,9 @@ class AllocatorFacade:
         observer: LeaseObserver = NO_OBSERVER,
         idle: IdleRules | None = None,
         revoke_grace_seconds: float = 30.0,
+        unleased: UnleasedRules | None = None,
     ) -> None:
+        """`unleased`: the rules for GPU use without a lease (none looked at by default)."""
         self._lifecycle = lifecycle
         self._ledger = ledger
         self._clock = clock
@@ -76,6 +81,7 @@ class AllocatorFacade:
         self._processes = LeaseProcesses(self._process_exited, revoke_grace_seconds)
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells = LeaseBells()
+        self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
         self.revoke_grace_seconds = revoke_grace_seconds
 
     @property
@@ -301,8 +307,30 @@ class AllocatorFacade:
     async def update_live(self, states: Mapping[str, LiveState]) -> None:
         """A new live sample; a GPU may have come back to health, so serve the queue."""
         await self._worker.run(self._lifecycle.update_live, states)
+        await self._watch_all(await self._worker.run(self._check_unleased))
         self._queue.kick()
         await self._reclaimer.after_sample()
+
+    def _check_unleased(self) -> list[Lease]:
+        return self.unleased.check(frozenset(self._queue.reservations()))
+
+    async def adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
+        """`gpuallocctl adopt`: the caller's running work on GPUs becomes their leases."""
+        return await self._watch_all(await self._worker.run(self._adopt, caller, pid, gpu))
+
+    def _adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
+        reserved = frozenset(self._queue.reservations())
+        return adopt_own(
+            self._lifecycle, caller, pid=pid, gpu=gpu, now=self._clock(), reserved=reserved
+        )
+
+    async def _watch_all(self, leases: list[Lease]) -> list[Lease]:
+        for lease in leases:
+            self._processes.watch(lease)
+        return leases
+
+    async def unleased_history(self, limit: int) -> list[dict[str, Any]]:
+        return await self._worker.run(self._ledger.unleased_events, limit)
 
     async def poll_processes(self) -> None:
         """Watch holders that have no pidfd, and the families of bound leases, by reading

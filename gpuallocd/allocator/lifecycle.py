@@ -85,7 +85,7 @@ class LeaseLifecycle:
         self._start_time_of = start_time_of
         self._settings = settings
         self._policies: dict[str, Policy] = {}
-        self._enforcer = ShareEnforcer(settings.share_enforcement, self._note)
+        self._enforcer = ShareEnforcer(settings.share_enforcement, self.note)
         self._choices = ChoiceCache()
         self.node = NodeView(topology)
         self.quota = Quota(ledger, clock, rules or SiteRules())
@@ -124,7 +124,8 @@ class LeaseLifecycle:
         self.node.update_live(states)
         self._enforcer.check(self._active.values(), states)
 
-    def _note(self, lease_id: str, event: LeaseEvent, detail: str) -> None:
+    def note(self, lease_id: str, event: LeaseEvent, detail: str) -> None:
+        """Record an event of a lease that changes nothing (its holder hears of it)."""
         self._ledger.note(lease_id, event, self._clock(), detail)
         self._news.add(lease_id)
 
@@ -196,11 +197,8 @@ class LeaseLifecycle:
         waited_since: float | None = None,
     ) -> Lease:
         """Grant a lease now, or raise (QuotaExceeded, GpusUnavailable, GpuBusy, ...) and
-        change nothing.
-
-        `reserved` GPUs are held for earlier waiters: this request may not take them. Drained
-        GPUs are taken by nobody. `waited_since`: when the request joined the queue.
-        """
+        change nothing. `reserved` GPUs are held for earlier waiters: this request may not
+        take them; drained ones nobody. `waited_since`: when the request joined the queue."""
         self.expire_due()
         retried = self._retried(caller, spec)
         if retried is not None:
@@ -234,11 +232,16 @@ class LeaseLifecycle:
         if request.kind != "whole":
             self._check_quota(caller, sum(unit.fraction for unit in units), ttl)
         lease = self._new_lease(caller, spec, policy_name, units, ttl, waited_since)
-        self._ledger.grant(lease, caller.uid)
-        self._active[lease.id] = lease
-        self._journal.append(Transition(LeaseEvent.GRANTED, lease, caller.uid))
-        self._deadlines.start(lease.id, lease.expires_at - lease.created_at)
+        self.record_grant(lease)
         self._request_ids.remember(caller.uid, spec.request_id, lease.id)
+        return lease
+
+    def record_grant(self, lease: Lease) -> Lease:
+        """Record a lease decided here or by an adoption (allocator/adoption.py)."""
+        self._ledger.grant(lease, lease.owner_uid)
+        self._active[lease.id] = lease
+        self._journal.append(Transition(LeaseEvent.GRANTED, lease, lease.owner_uid))
+        self._deadlines.start(lease.id, lease.expires_at - lease.created_at)
         return lease
 
     def withdraw(self, lease_id: str) -> list[Lease]:

@@ -47,6 +47,7 @@ from gpuallocd.ledger.rows import (
     leased_gpu_from_row,
     unit_rows,
 )
+from gpuallocd.ledger.unleased_records import UnleasedRecords
 from gpuallocd.ledger.usage_records import UsageRecords
 from gpuallocd.model import Gpu
 from gpuallocd.model.lease import (
@@ -106,7 +107,7 @@ def _make_engine(path: Path, sync: str) -> Engine:
     return engine
 
 
-class Ledger(AdminRecords, UsageRecords):
+class Ledger(AdminRecords, UsageRecords, UnleasedRecords):
     """GPUs, leases and their history, in one SQLite file (drains, admin actions and
     accounting reads in the base classes)."""
 
