@@ -152,7 +152,9 @@ def render_status(
     ]
     table = render_table(HEADERS, rows, colour=colour, width=None if verbose else 100)
     summary = _summary(gpus, waiters)
-    return f"{click.style(summary, dim=True) if colour else summary}\n{table}"
+    notes = [escape_unprintable(u["message"]) for g in gpus for u in g.get("unleased", [])]
+    below = "".join(f"\n{note}" for note in notes)
+    return f"{click.style(summary, dim=True) if colour else summary}\n{table}{below}"
 
 
 def _fetch(ctx: click.Context) -> tuple[list[dict[str, Any]], int]:

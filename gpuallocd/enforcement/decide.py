@@ -53,7 +53,7 @@ class Seen:
         return f"GPU {self.gpu_index} ({self.unit_uuid})"
 
     def describe(self) -> str:
-        return f"pid {self.pid} of {self.user} ({self.command}) uses {self.where} without a lease"
+        return f"pid {self.pid} of {self.user} uses {self.where} without a lease ({self.command})"
 
 
 @dataclass(frozen=True, slots=True)
