@@ -4,10 +4,11 @@ daemon; the recorded NVML machine is told through its live file which pids run w
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
-from gpulease import Client
-
+from gpuallocd.cli.revoke_watch import descendants
 from tests.harness import DaemonPaths, ThreadDaemon, wait_for
 from tests.rules_harness import daemon_with_config
 from tests.system_users import SystemUsers
@@ -132,3 +133,54 @@ def test_mig_instances_are_told_apart(
         (lease,) = client.leases()
         assert record["unit_uuid"] == MIG_GI2 and record["lease_id"] is None
         assert [e["event"] for e in client.history(lease.id)] == ["granted"]
+
+
+def test_a_waiter_hears_who_uses_its_gpu_without_a_lease(
+    paths: DaemonPaths, node: Node, system_users: SystemUsers
+) -> None:
+    """alice waits for GPU 3, which bob's process uses without a lease: `queue` says so."""
+    daemon = start(paths, node)
+    pid = node.start("bob")
+    node.put(UUID3, pid)
+    wait_for(lambda: actions(daemon, pid) == ["reported"], timeout=30, what="the report")
+    log = paths.root / "alice-wait.log"
+    argv = ["-m", "gpuallocd.cli", "--socket", str(paths.socket), "allocate", "--gpu", "3"]
+    waiting = system_users.start("alice", [*argv, "--wait"], log)
+    try:
+        with daemon.client() as client:
+            wait_for(lambda: len(client.queue()) == 1, timeout=30, what="alice in the queue")
+            (waiter,) = client.queue()
+        assert f"GPU 3 in-use (pid {pid} uses it without a lease)" in waiter["reason_detail"]
+        queue = system_users.ctl("carol", paths.socket, "queue", "-v").stdout
+        assert f"pid {pid} uses it without a lease" in queue
+    finally:
+        waiting.kill()
+        waiting.wait(10)
+
+
+def test_run_tells_its_user_who_uses_the_gpu(
+    paths: DaemonPaths, node: Node, system_users: SystemUsers
+) -> None:
+    """alice's `gpuallocctl run` prints "pid N of bob uses GPU K without a lease" on stderr
+    when bob's process turns up on her GPU."""
+    daemon = start(paths, node)
+    log = paths.root / "run.log"
+    argv = ["-m", "gpuallocd.cli", "--socket", str(paths.socket), "run", "-n", "1", "--"]
+    wrapper = system_users.start(
+        "alice", [*argv, system_users.python, "-c", "import time; time.sleep(600)"], log
+    )
+    try:
+        with daemon.client() as client:
+            wait_for(lambda: len(client.leases()) == 1, timeout=30, what="alice's lease")
+            (lease,) = client.leases()
+        pid = node.start("bob")
+        node.put(lease.uuids[0], pid)
+        index = lease.raw["gpus"][0]["index"]
+        line = f"pid {pid} of {system_users.name('bob')} uses GPU {index} without a lease"
+        wait_for(lambda: line in log.read_text(), timeout=30, what="run's line")
+        assert f"lease {lease.id}: unleased-use: {line}" in log.read_text()
+    finally:
+        for child in descendants(wrapper.pid):
+            os.kill(child, signal.SIGKILL)
+        wrapper.kill()
+        wrapper.wait(10)

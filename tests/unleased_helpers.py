@@ -18,7 +18,8 @@ from tests.system_users import SystemUsers, open_to_everyone
 
 GIB = 2**30
 MACHINE = "dgx-a100-mig"
-FIRST_GPU = "GPU-838b9f62-4862-589c-b545-4ae61c92f8ff"  # its GPU 0: carries the sample marks  # GPUs 0-6 whole, GPU 7 in MIG mode (instances gi 2, 3, 9)
+# GPUs 0-6 whole, GPU 7 in MIG mode (instances gi 2, 3, 9); GPU 0 carries the sample marks
+FIRST_GPU = "GPU-838b9f62-4862-589c-b545-4ae61c92f8ff"
 AS_XORG = "import os; print('ready', flush=True); os.execv('/bin/sleep', ['Xorg', '600'])"
 SLEEPER = "import time; print('ready', flush=True); time.sleep(600)"
 STUBBORN = (
@@ -79,7 +80,7 @@ class Node:
             self._write()
             mark = self._mark
 
-            def seen() -> bool:
+            def seen(mark: int = mark) -> bool:
                 return client.status()[0].raw["utilization_percent"] == mark
 
             wait_for(seen, timeout=30, what="a sample")
