@@ -18,6 +18,7 @@ from gpuallocd.allocator import gpu_admin
 from gpuallocd.allocator.adoption import adopt_own
 from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.events_log import write_log
+from gpuallocd.allocator.health_notice import HealthNotices
 from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
@@ -81,6 +82,7 @@ class AllocatorFacade:
         self._processes = LeaseProcesses(self._process_exited, revoke_grace_seconds)
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells = LeaseBells()
+        self.health = HealthNotices(lifecycle)
         self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
         self.revoke_grace_seconds = revoke_grace_seconds
 
@@ -307,11 +309,13 @@ class AllocatorFacade:
     async def update_live(self, states: Mapping[str, LiveState]) -> None:
         """A new live sample; a GPU may have come back to health, so serve the queue."""
         await self._worker.run(self._lifecycle.update_live, states)
-        await self._watch_all(await self._worker.run(self._check_unleased))
+        await self._watch_all(await self._worker.run(self._after_sample))
         self._queue.kick()
         await self._reclaimer.after_sample()
 
-    def _check_unleased(self) -> list[Lease]:
+    def _after_sample(self) -> list[Lease]:
+        """Holders told of failing GPUs; unleased use acted on (the leases it adopted)."""
+        self.health.check()
         return self.unleased.check(frozenset(self._queue.reservations()))
 
     async def adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:

@@ -170,6 +170,7 @@ async def renew_lease(request: web.Request) -> web.Response:
     idle = facade_of(request).idle_notice(lease.id)
     if idle is not None:  # idle reclaim: the holder learns it may lose the lease
         answer["idle"] = idle
+    answer["unhealthy"] = facade_of(request).health.unhealthy(lease)
     return _json(answer)
 
 
