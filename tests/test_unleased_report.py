@@ -36,8 +36,10 @@ def test_a_process_on_someone_elses_gpu_is_reported_once_to_all(
     paths: DaemonPaths, node: Node, system_users: SystemUsers
 ) -> None:
     """bob's process on alice's GPU 3: one `reported` record, one `unleased-use` event in
-    alice's lease naming it, shown in `status`, `leases` and `unleased`; it keeps running."""
-    daemon = start(paths, node)
+    alice's lease naming it, shown in `status`, `leases`, `unleased` and the metrics; it keeps
+    running."""
+    metrics = paths.root / "gpuallocd.prom"
+    daemon = start(paths, node, metrics_textfile=str(metrics))
     alice = system_users.ctl("alice", paths.socket, "--json", "allocate", "--gpu", "3")
     assert alice.returncode == 0, alice.stderr
     with daemon.client() as client:
@@ -58,6 +60,12 @@ def test_a_process_on_someone_elses_gpu_is_reported_once_to_all(
     leases = system_users.ctl("alice", paths.socket, "leases").stdout
     assert f"lease {lease.id}: {message}" in leases
     assert alive(pid)
+    counted = 'gpuallocd_unleased_actions_total{action="reported"} 1.0'
+
+    def exported() -> bool:
+        return metrics.exists() and counted in metrics.read_text()
+
+    wait_for(exported, timeout=30, what="the metric")
 
 
 def test_a_process_on_a_free_gpu_is_reported_and_shows_in_the_queue(
