@@ -19,6 +19,8 @@ __all__ = ["node"]
 
 UUID2 = "GPU-bb6adf39-2180-59fa-a20c-689582edf774"
 UUID3 = "GPU-f06d330d-af21-5a36-84a7-d3d20d41fb7f"
+UUID7 = "GPU-495f5088-1f28-519e-b665-7c23402fd3b3"
+MIG_GI2 = "MIG-9aaf1f46-ef8b-5527-b7bb-e6ccd72621c1"
 
 
 def start(
@@ -141,3 +143,16 @@ def test_adopt_over_a_limit_is_terminated_where_the_site_says(
     clock.advance(61)
     wait_for(lambda: not alive(pid), timeout=30, what="the process to stop")
     assert actions(daemon, pid) == ["reported", "terminated"]
+
+
+def test_adopt_takes_a_mig_instance(
+    paths: DaemonPaths, node: Node, system_users: SystemUsers
+) -> None:
+    """bob's process in MIG instance gi 2 of GPU 7 becomes his lease of that instance."""
+    daemon, _ = start(paths, node, unleased_use="adopt")
+    pid = node.start("bob")
+    node.put(UUID7, pid, gpu_instance_id=2, compute_instance_id=0)
+    with daemon.client() as client:
+        wait_for(lambda: len(client.leases()) == 1, timeout=30, what="the adoption")
+        (lease,) = client.leases()
+    assert lease.uuids == (MIG_GI2,) and lease.raw["gpus"][0]["kind"] == "mig"

@@ -269,6 +269,7 @@ class AllocatorFacade:
         purged = 0
         while True:
             done = await self._worker.run(self._ledger.purge_before, cutoff, batch)
+            done += await self._worker.run(self._ledger.purge_unleased_before, cutoff, batch)
             purged += done
             if done < batch:
                 return purged

@@ -29,9 +29,10 @@ class UnleasedRecords(LedgerAccess):
             rows = conn.execute(query).mappings().all()
         return [dict(row) for row in reversed(rows)]
 
-    def purge_unleased_before(self, cutoff: float) -> int:
+    def purge_unleased_before(self, cutoff: float, batch: int) -> int:
+        """Delete up to `batch` records older than `cutoff`; how many went."""
+        table = schema.unleased_use
+        old = select(table.c.seq).where(table.c.at < cutoff).limit(batch).scalar_subquery()
         with self._write() as conn:
-            done = conn.execute(
-                delete(schema.unleased_use).where(schema.unleased_use.c.at < cutoff)
-            )
+            done = conn.execute(delete(table).where(table.c.seq.in_(old)))
         return int(done.rowcount or 0)
