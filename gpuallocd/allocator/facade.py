@@ -325,9 +325,9 @@ class AllocatorFacade:
 
     def _adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
         reserved = frozenset(self._queue.reservations())
-        return adopt_own(
-            self._lifecycle, caller, pid=pid, gpu=gpu, now=self._clock(), reserved=reserved
-        )
+        now = self._clock()
+        leases = adopt_own(self._lifecycle, caller, pid=pid, gpu=gpu, now=now, reserved=reserved)
+        return self.unleased.covered(leases)
 
     async def _watch_all(self, leases: list[Lease]) -> list[Lease]:
         for lease in leases:

@@ -141,6 +141,15 @@ class UnleasedGuard:
             self._owners[uid] = owner_of(uid)
         return self._owners[uid]
 
+    def covered(self, leases: list[Lease]) -> list[Lease]:
+        """Leases were just adopted: their owners' processes on them offend no more."""
+        for lease in leases:
+            for key, seen in list(self._seen.items()):
+                if seen.uid == lease.owner_uid and seen.unit_uuid in lease.uuids:
+                    del self._seen[key]
+                    self._tracks.pop(key, None)
+        return leases
+
     def forget_owners(self) -> None:
         """Read users and groups afresh (SIGHUP)."""
         self._owners.clear()
