@@ -26,8 +26,10 @@ def send_signal(pid: int, started: int | None, sig: int) -> bool:
             return False
         signal.pidfd_send_signal(fd, sig)
         return True
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:
         return False
+    except PermissionError:  # a seccomp filter without pidfd_send_signal: by pid, still held
+        return _kill(pid, sig)
     finally:
         os.close(fd)
 
