@@ -117,9 +117,11 @@ def _wanted(
         if process.uid == caller.uid:
             units.setdefault(unit, (gpu_, process))
     if not units:
-        what = f"process {pid}" if pid is not None else "no process of yours"
-        where = f"GPU {gpu}" if gpu is not None else "a GPU"
-        raise InvalidRequest(f"{what} runs on {where} at the last sample; nothing to adopt")
+        where = f"GPU {gpu}" if gpu is not None else "any GPU"
+        what = (
+            f"process {pid} is not on {where}" if pid is not None else f"none of yours on {where}"
+        )
+        raise InvalidRequest(f"no process to adopt ({what} at the last sample)")
     return units
 
 
