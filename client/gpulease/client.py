@@ -198,6 +198,18 @@ class Client:
         waiters: list[dict[str, Any]] = self.request("GET", "/v1/queue")["waiters"]
         return waiters
 
+    def adopt(self, pid: int | None = None, gpu: GpuRef | None = None) -> list[Lease]:
+        """Turn the caller's own processes already running on GPUs (one `pid`, those on one
+        `gpu`, or all) into the caller's leases, bound to those processes."""
+        data = self.request("POST", "/v1/adopt", _drop_none(pid=pid, gpu=gpu))
+        return [Lease.from_json(item) for item in data["leases"]]
+
+    def unleased(self, limit: int = 100) -> dict[str, Any]:
+        """Processes using GPUs without a lease now (`processes`), the last `limit` actions
+        taken on such processes (`events`), and the site's `mode`."""
+        data: dict[str, Any] = self.request("GET", f"/v1/unleased?limit={int(limit)}")
+        return data
+
     # Rules of the node: drain, limits, accounting ---------------------------------------------
 
     def drain(self, gpus: Sequence[GpuRef], reason: str) -> list[GpuStatus]:

@@ -4,6 +4,7 @@ GpuallocError
 ├── DaemonUnavailable   daemon_unavailable: no daemon answers on the socket
 ├── ProtocolError       protocol_error: the answer is not what the API promises
 ├── LeaseRevoked        lease_revoked: raised in the main thread by on_revoke="raise"
+├── GpuUnhealthy        gpu_unhealthy: raised in the main thread by on_unhealthy="raise"
 ├── CallerError         the request is wrong (InvalidRequest, UnknownLease, PermissionDenied, ...)
 ├── CapacityError       nothing fits now, may later (GpusUnavailable, GpuBusy)
 └── BackendError        the node or the daemon failed (NvmlError, LedgerError, ...)
@@ -24,6 +25,7 @@ __all__ = [
     "CountExceedsNode",
     "DaemonUnavailable",
     "GpuBusy",
+    "GpuUnhealthy",
     "GpuallocError",
     "GpusUnavailable",
     "InternalError",
@@ -83,6 +85,21 @@ class LeaseRevoked(GpuallocError):
     def __init__(
         self,
         message: str = "the GPU lease was revoked or expired",
+        *,
+        status: int | None = None,
+        details: Any = None,
+    ) -> None:
+        super().__init__(message, status=status, details=details)
+
+
+class GpuUnhealthy(GpuallocError):
+    """A GPU of the lease failed (an Xid, a GPU that cannot be read) (on_unhealthy="raise")."""
+
+    code = "gpu_unhealthy"
+
+    def __init__(
+        self,
+        message: str = "a GPU of the lease is unhealthy",
         *,
         status: int | None = None,
         details: Any = None,

@@ -15,8 +15,10 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from gpuallocd.allocator import gpu_admin
+from gpuallocd.allocator.adoption import adopt_own
 from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.events_log import write_log
+from gpuallocd.allocator.health_notice import HealthNotices
 from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
@@ -28,8 +30,10 @@ from gpuallocd.allocator.reserve import held_for_status
 from gpuallocd.allocator.scheduling_desk import SchedulingDesk
 from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec
+from gpuallocd.allocator.unleased import UnleasedGuard
 from gpuallocd.allocator.waitqueue import WaitQueue
 from gpuallocd.allocator.worker import SerialWorker
+from gpuallocd.enforcement import UnleasedRules
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
@@ -64,7 +68,9 @@ class AllocatorFacade:
         observer: LeaseObserver = NO_OBSERVER,
         idle: IdleRules | None = None,
         revoke_grace_seconds: float = 30.0,
+        unleased: UnleasedRules | None = None,
     ) -> None:
+        """`unleased`: the rules for GPU use without a lease (none looked at by default)."""
         self._lifecycle = lifecycle
         self._ledger = ledger
         self._clock = clock
@@ -81,6 +87,8 @@ class AllocatorFacade:
         self._processes = LeaseProcesses(self._process_exited, revoke_grace_seconds)
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells = LeaseBells()
+        self.health = HealthNotices(lifecycle)
+        self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
         self.revoke_grace_seconds = revoke_grace_seconds
 
     @property
@@ -267,6 +275,7 @@ class AllocatorFacade:
         purged = 0
         while True:
             done = await self._worker.run(self._ledger.purge_before, cutoff, batch)
+            done += await self._worker.run(self._ledger.purge_unleased_before, cutoff, batch)
             purged += done
             if done < batch:
                 return purged
@@ -308,8 +317,32 @@ class AllocatorFacade:
     async def update_live(self, states: Mapping[str, LiveState]) -> None:
         """A new live sample; a GPU may have come back to health, so serve the queue."""
         await self._worker.run(self._lifecycle.update_live, states)
+        await self._watch_all(await self._worker.run(self._after_sample))
         self._queue.kick()
         await self._reclaimer.after_sample()
+
+    def _after_sample(self) -> list[Lease]:
+        """Holders told of failing GPUs; unleased use acted on (the leases it adopted)."""
+        self.health.check()
+        return self.unleased.check(frozenset(self._queue.reservations()))
+
+    async def adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
+        """`gpuallocctl adopt`: the caller's running work on GPUs becomes their leases."""
+        return await self._watch_all(await self._worker.run(self._adopt, caller, pid, gpu))
+
+    def _adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
+        reserved = frozenset(self._queue.reservations())
+        now = self._clock()
+        leases = adopt_own(self._lifecycle, caller, pid=pid, gpu=gpu, now=now, reserved=reserved)
+        return self.unleased.covered(leases)
+
+    async def _watch_all(self, leases: list[Lease]) -> list[Lease]:
+        for lease in leases:
+            self._processes.watch(lease)
+        return leases
+
+    async def unleased_history(self, limit: int) -> list[dict[str, Any]]:
+        return await self._worker.run(self._ledger.unleased_events, limit)
 
     async def poll_processes(self) -> None:
         """Watch holders that have no pidfd, and the families of bound leases, by reading

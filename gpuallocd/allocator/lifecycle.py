@@ -26,7 +26,7 @@ from gpuallocd.allocator.reservations import ReservationBoard
 from gpuallocd.allocator.servable import check_servable, usable_gpus
 from gpuallocd.allocator.sharing import share_capacity
 from gpuallocd.allocator.site_rules import SiteRules
-from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
+from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings, requested_ttl
 from gpuallocd.allocator.units import leased_units, vanished_units
 from gpuallocd.allocator.watcher import process_start_time
 from gpuallocd.errors import (
@@ -84,7 +84,7 @@ class LeaseLifecycle:
         self._request_ids = RequestIds()
         self._start_time_of = start_time_of
         self._settings = settings
-        self._enforcer = ShareEnforcer(settings.share_enforcement, self._note)
+        self._enforcer = ShareEnforcer(settings.share_enforcement, self.note)
         self.node = NodeView(topology)
         self._chooser = Chooser(self.node, settings.default_policy)
         self.quota = Quota(ledger, clock, rules or SiteRules())
@@ -127,7 +127,8 @@ class LeaseLifecycle:
         self.node.update_live(states)
         self._enforcer.check(self._active.values(), states)
 
-    def _note(self, lease_id: str, event: LeaseEvent, detail: str) -> None:
+    def note(self, lease_id: str, event: LeaseEvent, detail: str) -> None:
+        """Record an event of a lease that changes nothing (its holder hears of it)."""
         self._ledger.note(lease_id, event, self._clock(), detail)
         self._news.add(lease_id)
 
@@ -201,11 +202,8 @@ class LeaseLifecycle:
         waited_since: float | None = None,
     ) -> Lease:
         """Grant a lease now, or raise (QuotaExceeded, GpusUnavailable, GpuBusy, ...) and
-        change nothing.
-
-        `reserved` GPUs are held for earlier waiters: this request may not take them. Drained
-        GPUs are taken by nobody. `waited_since`: when the request joined the queue.
-        """
+        change nothing. `reserved` GPUs are held for earlier waiters: this request may not
+        take them; drained ones nobody. `waited_since`: when the request joined the queue."""
         self.expire_due()
         retried = self._retried(caller, spec)
         if retried is not None:
@@ -241,11 +239,16 @@ class LeaseLifecycle:
         if request.kind != "whole":
             self._check_quota(caller, sum(unit.fraction for unit in units), ttl)
         lease = self._new_lease(caller, spec, policy_name, units, ttl, waited_since)
-        self._ledger.grant(lease, caller.uid)
-        self._active[lease.id] = lease
-        self._journal.append(Transition(LeaseEvent.GRANTED, lease, caller.uid))
-        self._deadlines.start(lease.id, lease.expires_at - lease.created_at)
+        self.record_grant(lease)
         self._request_ids.remember(caller.uid, spec.request_id, lease.id)
+        return lease
+
+    def record_grant(self, lease: Lease) -> Lease:
+        """Record a lease decided here or by an adoption (allocator/adoption.py)."""
+        self._ledger.grant(lease, lease.owner_uid)
+        self._active[lease.id] = lease
+        self._journal.append(Transition(LeaseEvent.GRANTED, lease, lease.owner_uid))
+        self._deadlines.start(lease.id, lease.expires_at - lease.created_at)
         return lease
 
     def withdraw(self, lease_id: str) -> list[Lease]:
@@ -385,15 +388,7 @@ class LeaseLifecycle:
         return lease
 
     def _ttl(self, caller: Caller, requested: float | None) -> float:
-        ttl = self._settings.default_ttl_seconds if requested is None else requested
-        if ttl <= 0:
-            raise InvalidRequest("ttl_seconds must be positive", field="ttl_seconds", value=ttl)
-        if ttl > self._settings.max_ttl_seconds:
-            raise InvalidRequest(
-                f"ttl_seconds may be at most {self._settings.max_ttl_seconds:g}",
-                field="ttl_seconds",
-                value=ttl,
-            )
+        ttl = requested_ttl(self._settings, requested)
         return self.quota.checked_ttl(caller, ttl, defaulted=requested is None)
 
     def _check_quota(self, caller: Caller, gpus: float, ttl: float) -> None:

@@ -115,9 +115,10 @@ def _indices(uuids: frozenset[str], statuses: Mapping[str, GpuStatus]) -> str:
 def _holder_text(status: GpuStatus) -> str:
     lease = status.lease
     index = status.gpu.index
-    if lease is not None:
-        return f"GPU {index} leased by {lease.owner_name}"
-    return f"GPU {index} {status.state}"
+    text = f"GPU {index} leased by {lease.owner_name}" if lease else f"GPU {index} {status.state}"
+    if status.foreign_pids:  # a process whose user holds no lease on it (docs/enforcement.md)
+        text += f" (pid {', '.join(map(str, status.foreign_pids))} uses it without a lease)"
+    return text
 
 
 def describe_waiters(

@@ -13,6 +13,7 @@ from gpuallocd import __version__
 from gpuallocd.allocator import AllocateSpec
 from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
+from gpuallocd.api.enforcement_routes import enforcement_routes, unleased_on
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
 from gpuallocd.api.reservation_routes import reservation_routes
 from gpuallocd.api.validation import Body
@@ -50,6 +51,7 @@ MAX_REQUEST_ID_LENGTH = 100
 def _lease_json(request: web.Request, lease: Lease) -> dict[str, Any]:
     data = lease.to_json()
     data["processes"] = facade_of(request).processes_of(lease.id) if lease.active else []
+    data["unleased_use"] = unleased_on(request, set(lease.uuids)) if lease.active else []
     return data
 
 
@@ -73,7 +75,8 @@ async def get_diagnostics(request: web.Request) -> web.Response:
 async def list_gpus(request: web.Request) -> web.Response:
     caller_of(request)
     statuses = await facade_of(request).gpu_status()
-    return _json({"gpus": [s.to_json() for s in statuses]})
+    gpus = [s.to_json() | {"unleased": unleased_on(request, {s.gpu.uuid})} for s in statuses]
+    return _json({"gpus": gpus})
 
 
 async def list_leases(request: web.Request) -> web.Response:
@@ -168,6 +171,7 @@ async def renew_lease(request: web.Request) -> web.Response:
     idle = facade_of(request).idle_notice(lease.id)
     if idle is not None:  # idle reclaim: the holder learns it may lose the lease
         answer["idle"] = idle
+    answer["unhealthy"] = facade_of(request).health.unhealthy(lease)
     return _json(answer)
 
 
@@ -249,5 +253,6 @@ def routes() -> list[web.RouteDef]:
         web.get("/v1/queue", list_queue),
         *admin_routes(),
         *reservation_routes(),
+        *enforcement_routes(),
         web.post("/v1/gpus/{gpu}/release", release_gpu),
     ]

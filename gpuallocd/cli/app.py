@@ -31,6 +31,7 @@ _MODULES = {
     "gpuallocd.cli.admin": ("drain", "undrain", "admin-log", "release"),
     "gpuallocd.cli.doctor": ("doctor",),
     "gpuallocd.cli.reserve": ("reserve", "reservations", "unreserve"),
+    "gpuallocd.cli.adopt": ("adopt", "unleased"),
 }
 COMMAND_MODULES = {name: module for module, names in _MODULES.items() for name in names}
 

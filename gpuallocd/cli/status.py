@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from gpuallocd.cli.common import daemon_client, user_of
-from gpuallocd.cli.output import echo_json
+from gpuallocd.cli.output import echo_json, escape_unprintable
 from gpuallocd.cli.reservation_text import reservation_lines
 from gpuallocd.cli.style import colour_enabled, render_table, short_uuid, state_cell
 from gpuallocd.cli.units import Duration, format_left
@@ -52,7 +52,17 @@ def _foreign(gpu: dict[str, Any]) -> list[str]:
     processes = gpu.get("foreign_processes")
     if processes is None:  # a daemon from before foreign_processes: pids only
         processes = [{"pid": pid, "uid": None} for pid in gpu.get("foreign_pids", [])]
-    return [f"{user_of(p.get('uid'))}({p['pid']})" for p in processes]
+    unleased = {u["pid"]: u for u in gpu.get("unleased", [])}
+    return [_process(p, unleased.get(p["pid"])) for p in processes]
+
+
+def _process(process: dict[str, Any], unleased: dict[str, Any] | None) -> str:
+    """`bob(4242)`; one found using the GPU without a lease: `bob(4242 python) without a lease`."""
+    if unleased is None:
+        return f"{user_of(process.get('uid'))}({process['pid']})"
+    signalled = f", {unleased['signalled']} sent" if unleased.get("signalled") else ""
+    command = escape_unprintable(str(unleased["command"]))
+    return f"{unleased['user']}({process['pid']} {command}) without a lease{signalled}"
 
 
 def _holder(gpu: dict[str, Any], now: float) -> str | None:
@@ -143,7 +153,9 @@ def render_status(
     ]
     table = render_table(HEADERS, rows, colour=colour, width=None if verbose else 100)
     summary = _summary(gpus, waiters)
-    return f"{click.style(summary, dim=True) if colour else summary}\n{table}"
+    notes = [escape_unprintable(u["message"]) for g in gpus for u in g.get("unleased", [])]
+    below = "".join(f"\n{note}" for note in notes)
+    return f"{click.style(summary, dim=True) if colour else summary}\n{table}{below}"
 
 
 def _fetch(ctx: click.Context) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]]]:

@@ -202,3 +202,23 @@ reservation_events = Table(
     Column("detail", Text),
     Index("reservation_events_by_reservation", "reservation_id"),
 )
+
+# Processes found using a GPU (or MIG instance) without a lease, and what was done about
+# each: reported, terminated, killed, adopted (docs/enforcement.md). `lease_id` is the lease
+# an adoption made, or the lease of the unit's holder when someone else holds it.
+unleased_use = Table(
+    "unleased_use",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("action", String, nullable=False),
+    Column("gpu_uuid", String, nullable=False),
+    Column("unit_uuid", String, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("uid", Integer),
+    Column("user", String, nullable=False),
+    Column("command", String, nullable=False),
+    Column("lease_id", String),
+    Column("detail", Text, nullable=False),
+    Index("unleased_use_by_time", "at"),
+)

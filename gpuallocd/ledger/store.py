@@ -48,6 +48,7 @@ from gpuallocd.ledger.rows import (
     leased_gpu_from_row,
     unit_rows,
 )
+from gpuallocd.ledger.unleased_records import UnleasedRecords
 from gpuallocd.ledger.usage_records import UsageRecords
 from gpuallocd.model import Gpu
 from gpuallocd.model.lease import (
@@ -107,9 +108,9 @@ def _make_engine(path: Path, sync: str) -> Engine:
     return engine
 
 
-class Ledger(AdminRecords, UsageRecords, ReservationRecords):
+class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords):
     """GPUs, leases and their history, in one SQLite file (drains, admin actions,
-    accounting reads and advance reservations in the base classes)."""
+    accounting reads, advance reservations and unleased use in the base classes)."""
 
     def __init__(
         self,
