@@ -24,6 +24,7 @@ from gpuallocd.allocator.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.node_view import GpuStatus
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
+from gpuallocd.allocator.purge import purge_before
 from gpuallocd.allocator.queue_order import QueueOrder
 from gpuallocd.allocator.reclaim import IdleReclaimer
 from gpuallocd.allocator.reserve import held_for_status
@@ -51,9 +52,6 @@ from gpuallocd.model import (
 __all__ = ["AllocatorFacade"]
 
 log = logging.getLogger(__name__)
-
-PURGE_BATCH = 200  # leases per purge transaction: a few milliseconds of the writer's time
-PURGE_PAUSE = 0.01
 
 
 class AllocatorFacade:
@@ -266,20 +264,9 @@ class AllocatorFacade:
     async def admin_actions(self, limit: int) -> list[AdminAction]:
         return await self._worker.run(self._ledger.admin_actions, limit)
 
-    async def purge_history(
-        self, retention_seconds: float, batch: int = PURGE_BATCH, pause: float = PURGE_PAUSE
-    ) -> int:
-        """Delete leases that ended more than `retention_seconds` ago, `batch` at a time with
-        `pause` seconds between batches, so a long purge never stalls requests."""
-        cutoff = self._clock() - retention_seconds
-        purged = 0
-        while True:
-            done = await self._worker.run(self._ledger.purge_before, cutoff, batch)
-            done += await self._worker.run(self._ledger.purge_unleased_before, cutoff, batch)
-            purged += done
-            if done < batch:
-                return purged
-            await asyncio.sleep(pause)  # requests run between batches
+    async def purge_history(self, retention_seconds: float) -> int:
+        """Delete what ended more than `retention_seconds` ago, in batches (purge.py)."""
+        return await purge_before(self._worker, self._ledger, self._clock() - retention_seconds)
 
     async def adopt_topology(self, topology: Topology) -> Topology:
         """Take a rediscovered topology; GPUs that came back may serve the queue. Leases of
