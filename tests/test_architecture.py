@@ -28,6 +28,8 @@ ALLOWED = {
     "allocator": {"model", "policies", "ledger"},
     "api": {"model", "allocator", "policies", "topology"},
     "metrics": {"model", "allocator", "inventory"},
+    "charts": {"model"},
+    "dashboard": {"model", "allocator", "api", "charts", "ledger"},
     "host": set(),
     "daemon": {
         "model",
@@ -38,9 +40,19 @@ ALLOWED = {
         "integrations",
         "ledger",
         "metrics",
+        "dashboard",
     },
     "integrations": {"model"},
-    "cli": {"model", "host", "integrations", "inventory", "planning", "policies", "topology"},
+    "cli": {
+        "model",
+        "charts",
+        "host",
+        "integrations",
+        "inventory",
+        "planning",
+        "policies",
+        "topology",
+    },
     "testing": {"model", "inventory", "topology"},
 }
 

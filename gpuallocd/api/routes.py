@@ -13,10 +13,11 @@ from gpuallocd import __version__
 from gpuallocd.allocator import AllocateSpec
 from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
+from gpuallocd.api.peercred import user_name
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
 from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest, PermissionDenied
-from gpuallocd.model import Lease
+from gpuallocd.model import HistoryEvent, Lease
 from gpuallocd.policies import available_policies
 from gpuallocd.topology import topology_to_json
 
@@ -50,6 +51,10 @@ def _lease_json(request: web.Request, lease: Lease) -> dict[str, Any]:
     data = lease.to_json()
     data["processes"] = facade_of(request).processes_of(lease.id) if lease.active else []
     return data
+
+
+def _event_json(event: HistoryEvent) -> dict[str, Any]:
+    return event.to_json(user_name(event.actor_uid))
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -151,7 +156,7 @@ async def lease_events(request: web.Request) -> web.Response:
     return _json(
         {
             "lease": _lease_json(request, lease),
-            "events": [event.to_json() for event in events],
+            "events": [_event_json(event) for event in events],
             "revoke_grace_seconds": facade.revoke_grace_seconds,
         }
     )
@@ -189,7 +194,7 @@ async def history(request: web.Request) -> web.Response:
     caller_of(request)
     limit = query_limit(request, MAX_HISTORY_LIMIT)
     events = await facade_of(request).history(request.query.get("lease"), limit)
-    return _json({"events": [e.to_json() for e in events]})
+    return _json({"events": [_event_json(e) for e in events]})
 
 
 async def get_topology(request: web.Request) -> web.Response:

@@ -1,0 +1,79 @@
+"""What the charts show, from the ledger's records: GPU-hours per user per day, each GPU's
+leases over a window, and how long granted requests waited."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuallocd.charts.bars import BarGroup
+from gpuallocd.model import LeaseSpan
+
+__all__ = ["WAIT_BUCKETS", "Interval", "daily_hours", "gpu_timelines", "waiting_buckets"]
+
+# Upper bounds in seconds, and their labels; the last bucket is everything longer.
+WAIT_BUCKETS = ((1.0, "<1 s"), (60.0, "<1 min"), (600.0, "<10 min"), (3600.0, "<1 h"))
+LAST_BUCKET = ">1 h"
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One lease on one GPU: from `start` to `end` (None: still held), whose, and its label."""
+
+    gpu: str
+    start: float
+    end: float | None
+    user: str
+    label: str | None = None
+
+
+def day_starts(days: int, now: float) -> list[float]:
+    """Local midnights of the last `days` days, today's last, and the next midnight."""
+    today = time.localtime(now)
+    starts = []
+    for back in range(days - 1, -2, -1):
+        start = time.mktime((today.tm_year, today.tm_mon, today.tm_mday - back, 0, 0, 0, 0, 0, -1))
+        starts.append(start)
+    return starts
+
+
+def daily_hours(spans: Iterable[LeaseSpan], days: int, now: float) -> list[BarGroup]:
+    """Each of the last `days` days (today so far included) with each user's GPU-hours."""
+    spans = list(spans)
+    bounds = day_starts(days, now)
+    groups = []
+    for start, end in itertools.pairwise(bounds):
+        hours: dict[str, float] = {}
+        for span in spans:
+            seconds = span.gpus * span.seconds_within(start, min(end, now))
+            if seconds > 0:
+                hours[span.owner_name] = hours.get(span.owner_name, 0.0) + seconds / 3600.0
+        label = time.strftime("%m-%d", time.localtime(start))
+        groups.append(BarGroup(label, hours))
+    return groups
+
+
+def gpu_timelines(
+    names: Mapping[str, str], intervals: Iterable[Interval]
+) -> list[tuple[str, Sequence[Interval]]]:
+    """Rows for `timeline`: every GPU of `names` (UUID to shown name) in its order, with its
+    intervals; a lease on a MIG instance or a share shows on its GPU's row when the UUID
+    given is the instance's and `names` maps it to the same name."""
+    rows: dict[str, list[Interval]] = {name: [] for name in names.values()}
+    for interval in intervals:
+        name = names.get(interval.gpu)
+        if name is not None:
+            rows[name].append(interval)
+    return list(rows.items())
+
+
+def waiting_buckets(waits: Iterable[tuple[str, float]]) -> list[BarGroup]:
+    """How many granted requests waited how long, per user: (user, seconds) in."""
+    counts: list[dict[str, float]] = [{} for _ in range(len(WAIT_BUCKETS) + 1)]
+    for user, seconds in waits:
+        index = next((i for i, (bound, _) in enumerate(WAIT_BUCKETS) if seconds < bound), -1)
+        counts[index][user] = counts[index].get(user, 0.0) + 1
+    labels = [label for _, label in WAIT_BUCKETS] + [LAST_BUCKET]
+    return [BarGroup(label, values) for label, values in zip(labels, counts, strict=True)]
