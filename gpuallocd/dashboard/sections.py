@@ -65,7 +65,7 @@ def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]
     state = gpu["state"]
     if gpu["drain"]:
         state += f" ({gpu['drain']['reason']})"
-    elif gpu["reserved_for"]:
+    elif gpu["reserved_for"] and state == "reserved":
         state += f" for {gpu['reserved_for']['user']}"
     cells = [
         f"{gpu['index']} <small>{esc(gpu['name'])}</small>",
