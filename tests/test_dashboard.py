@@ -1,0 +1,247 @@
+"""The dashboard over plain HTTP, its address rule, its charts, the actor of history events
+and `gpuallocctl usage --plot` (the browser's view is in test_dashboard_browser.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from gpuallocd.charts import BarGroup, daily_hours, stacked_bars, waiting_buckets
+from gpuallocd.charts.daily import day_starts
+from gpuallocd.dashboard import is_loopback, parse_dashboard_address
+from gpuallocd.errors import ConfigError
+from gpuallocd.model import LeaseSpan
+from tests.dashboard_scene import free_port
+from tests.harness import HandClock, ThreadDaemon, ctl_argv
+from tests.test_daemon_lifecycle import run_daemon_once
+
+SVG = "{http://www.w3.org/2000/svg}"
+HOUR = 3600.0
+DAY = 24 * HOUR
+TIP = re.compile(r"(\d\d-\d\d): (\S+) ([\d.]+) GPU-hours")
+DAY_LABEL = re.compile(r"\d\d-\d\d")
+
+
+def get(url: str, method: str = "GET") -> tuple[int, str]:
+    request = urllib.request.Request(url, method=method, data=b"{}" if method != "GET" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.fixture
+def dashboard(start_daemon: Callable[..., ThreadDaemon]) -> tuple[ThreadDaemon, str]:
+    port = free_port()
+    daemon = start_daemon(default_policy="simple", dashboard_listen=f"127.0.0.1:{port}")
+    return daemon, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:8423", ("127.0.0.1", 8423)),
+        ("[::1]:8423", ("::1", 8423)),
+        ("localhost:1", ("localhost", 1)),
+        ("10.1.2.3:8423", ("10.1.2.3", 8423)),
+    ],
+)
+def test_dashboard_address_is_host_and_port(text: str, expected: tuple[str, int]) -> None:
+    """A named address is taken as it is, a loopback one or another interface's."""
+    assert parse_dashboard_address(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["0.0.0.0:8423", "[::]:8423", ":8423", "*:8423", "127.0.0.1", "h:0", "h:x", "::1:80"]
+)
+def test_dashboard_address_refuses_every_interface_and_nonsense(text: str) -> None:
+    """Listening everywhere is never what the admin meant: name the one address."""
+    with pytest.raises(ConfigError):
+        parse_dashboard_address(text)
+
+
+def test_loopback_is_this_machine_only() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("10.1.2.3") and not is_loopback("example.org")
+
+
+def test_daemon_with_a_wildcard_dashboard_does_not_start(short_dir: Path) -> None:
+    """`dashboard_listen = "0.0.0.0:PORT"` stops the start with a config error (exit 78)."""
+    result = run_daemon_once(
+        short_dir, "--inventory", "example:dgx1-volta", "--dashboard-listen", "0.0.0.0:8423"
+    )
+    assert result.returncode == 78
+    assert "would serve every interface" in result.stderr
+
+
+def test_first_view_is_the_whole_page(dashboard: tuple[ThreadDaemon, str]) -> None:
+    """The server's HTML alone has every GPU row with holder and label, and the charts; the
+    script and the style it names are served from the package."""
+    daemon, url = dashboard
+    with daemon.client() as client:
+        client.allocate(gpus=[1], label="<b>exp-1</b>")
+    status, page = get(url + "/")
+    assert status == 200
+    assert page.count('class="gpu ') == 4
+    assert "&lt;b&gt;exp-1&lt;/b&gt;" in page and "<b>exp-1" not in page
+    assert page.count("<svg") == 4
+    assert '<script src="static/dashboard.js"' in page
+    assert "://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
+    for name in ("dashboard.js", "dashboard.css"):
+        assert get(f"{url}/static/{name}")[0] == 200
+    assert get(url + "/static/../server.py")[0] == 404
+
+
+def test_live_parts_follow_the_node(dashboard: tuple[ThreadDaemon, str]) -> None:
+    """`/api/live` answers fresh sections: a grant shows at the next poll."""
+    daemon, url = dashboard
+    before = json.loads(get(url + "/api/live")[1])
+    assert "train" not in before["gpus"]
+    with daemon.client() as client:
+        client.allocate(gpus=[2], label="train")
+    after = json.loads(get(url + "/api/live")[1])
+    assert "train" in after["gpus"] and "granted" in after["history"]
+    assert set(json.loads(get(url + "/api/charts")[1])) == {"charts"}
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+@pytest.mark.parametrize("path", ["/", "/api/live", "/v1/leases", "/nowhere"])
+def test_every_write_is_refused(
+    dashboard: tuple[ThreadDaemon, str], method: str, path: str
+) -> None:
+    """The dashboard takes no request but GET and HEAD, on any path: 405 and nothing done."""
+    daemon, url = dashboard
+    status, _ = get(url + path, method)
+    assert status == 405
+    with daemon.client() as client:
+        assert client.leases() == []
+
+
+def test_page_loads_do_not_hold_up_allocations(dashboard: tuple[ThreadDaemon, str]) -> None:
+    """While pages load in a loop, 50 allocate and free pairs all succeed."""
+    daemon, url = dashboard
+    stop = threading.Event()
+    answers: list[int] = []
+
+    def load() -> None:
+        while not stop.is_set():
+            answers.append(get(url + "/")[0])
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    try:
+        with daemon.client() as client:
+            for _ in range(50):
+                client.free(client.allocate(1).id)
+    finally:
+        stop.set()
+        loader.join(30)
+    assert answers and set(answers) <= {200, 503}
+
+
+def test_history_events_name_their_actor(dashboard: tuple[ThreadDaemon, str]) -> None:
+    """`history --json` and the API give `actor: {uid, user}` and keep `actor_uid`."""
+    daemon, _ = dashboard
+    with daemon.client() as client:
+        client.free(client.allocate(1).id)
+        events = client.history()
+    assert [e["actor"] for e in events] == [{"uid": 0, "user": "root"}] * 2
+    assert [e["actor_uid"] for e in events] == [0, 0]
+    shown = subprocess.run(
+        ctl_argv(daemon.paths.socket, "--json", "history"), capture_output=True, text=True
+    )
+    assert json.loads(shown.stdout)["events"][0]["actor"] == {"uid": 0, "user": "root"}
+
+
+def test_daily_hours_split_leases_at_midnight() -> None:
+    """A lease of 2 GPUs from 22:00 to 02:00 counts 4 GPU-hours on each of the two days."""
+    midnight = day_starts(1, 1_800_000_000.0)[0]
+    span = LeaseSpan(1000, "ana", 2.0, midnight - 2 * HOUR, midnight + 2 * HOUR)
+    days = daily_hours([span], 3, midnight + 10 * HOUR)
+    assert [d.values.get("ana", 0.0) for d in days] == pytest.approx([0.0, 4.0, 4.0])
+
+
+def test_waiting_buckets_count_requests_by_time_waited() -> None:
+    buckets = waiting_buckets([("ana", 0.2), ("ben", 30.0), ("ana", 7200.0), ("ana", 7300.0)])
+    assert [dict(b.values) for b in buckets] == [{"ana": 1}, {"ben": 1}, {}, {}, {"ana": 2}]
+
+
+def test_bar_chart_is_valid_svg_with_every_user_named() -> None:
+    """Well-formed SVG; a bar per user and day with its value in the tooltip; names escaped."""
+    groups = [BarGroup("05-01", {"ana": 3.5, "<ben>": 1.0}), BarGroup("05-02", {"ana": 2.0})]
+    root = ElementTree.fromstring(stacked_bars(groups, title="t", unit="GPU-hours"))
+    tips = [t.text for t in root.iter(f"{SVG}title")]
+    assert "05-01: ana 3.50 GPU-hours" in tips and "05-01: <ben> 1.00 GPU-hours" in tips
+    labels = [t.text for t in root.iter(f"{SVG}text")]
+    assert "ana" in labels and "<ben>" in labels
+
+
+def test_usage_plot_writes_the_per_user_chart(
+    start_daemon: Callable[..., ThreadDaemon], tmp_path: Path
+) -> None:
+    """`usage --plot FILE.svg`: a bar per day of the window, each user's GPU-hours in its
+    tooltip, adding up to what `usage` reports (2 GPUs for 5 h, then 1 GPU for 3 h)."""
+    clock = HandClock(time.time() - 2 * DAY)
+    daemon = start_daemon(default_policy="simple", clock=clock, max_ttl_seconds=DAY)
+    with daemon.client() as client:
+        first = client.allocate(2, ttl=6 * HOUR)
+        clock.step(5 * HOUR)
+        client.free(first.id)
+        clock.step(DAY)
+        second = client.allocate(1, ttl=6 * HOUR)
+        clock.step(3 * HOUR)
+        client.free(second.id)
+    target = tmp_path / "usage.svg"
+    shown = subprocess.run(
+        ctl_argv(daemon.paths.socket, "usage", "--since", "3d", "--plot", str(target)),
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, shown.stderr
+    root = ElementTree.fromstring(target.read_text())
+    tips = [m for t in root.iter(f"{SVG}title") if (m := TIP.fullmatch(t.text or ""))]
+    assert {m.group(2) for m in tips} == {"root"}
+    assert sum(float(m.group(3)) for m in tips) == pytest.approx(13.0, abs=0.02)
+    days = {t.text for t in root.iter(f"{SVG}text") if t.text and DAY_LABEL.fullmatch(t.text)}
+    assert len(days) >= 3
+
+
+def test_usage_plot_refuses_other_formats(
+    dashboard: tuple[ThreadDaemon, str], tmp_path: Path
+) -> None:
+    daemon, _ = dashboard
+    shown = subprocess.run(
+        ctl_argv(daemon.paths.socket, "usage", "--plot", str(tmp_path / "u.pdf")),
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode != 0 and ".svg or .png" in shown.stderr
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="a PNG needs chromium")
+def test_usage_plot_draws_a_png_with_chromium(
+    dashboard: tuple[ThreadDaemon, str], tmp_path: Path
+) -> None:
+    daemon, _ = dashboard
+    with daemon.client() as client:
+        client.allocate(2, label="png")
+    target = tmp_path / "usage.png"
+    shown = subprocess.run(
+        ctl_argv(daemon.paths.socket, "usage", "--since", "2d", "--plot", str(target)),
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
