@@ -17,8 +17,17 @@ from xml.etree import ElementTree
 
 import pytest
 
-from gpuallocd.charts import BarGroup, daily_hours, stacked_bars, waiting_buckets
+from gpuallocd.charts import (
+    BarGroup,
+    Interval,
+    daily_hours,
+    stacked_bars,
+    timeline,
+    waiting_buckets,
+)
 from gpuallocd.charts.daily import day_starts
+from gpuallocd.daemon.diagnostics import config_warnings
+from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.dashboard import is_loopback, parse_dashboard_address
 from gpuallocd.errors import ConfigError
 from gpuallocd.model import LeaseSpan
@@ -245,3 +254,21 @@ def test_usage_plot_draws_a_png_with_chromium(
     )
     assert shown.returncode == 0, shown.stderr
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_timeline_draws_a_users_many_short_leases_as_few_bars() -> None:
+    """A thousand leases of a few seconds each, back to back: a handful of bars, not a
+    thousand rectangles, each telling how many leases it stands for."""
+    now = 1_800_000_000.0
+    held = [Interval("g0", now - 3600 + i * 3, now - 3600 + i * 3 + 2, "ana") for i in range(1000)]
+    root = ElementTree.fromstring(timeline([("GPU 0", held)], now - DAY, now, title="t"))
+    bars = [r for r in root.iter(f"{SVG}rect") if r.find(f"{SVG}title") is not None]
+    assert 1 <= len(bars) <= 5
+    assert "1000 leases" in "".join(t.text or "" for t in root.iter(f"{SVG}title"))
+
+
+def test_a_dashboard_on_another_interface_is_warned_about() -> None:
+    """Allowed when named, but `doctor` and the start-up log say what it exposes."""
+    named = config_warnings(DaemonConfig(dashboard_listen="10.1.2.3:8423"))
+    assert any("dashboard_listen" in line and "SSH tunnel" in line for line in named)
+    assert config_warnings(DaemonConfig(dashboard_listen="127.0.0.1:8423")) == []

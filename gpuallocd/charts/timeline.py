@@ -35,17 +35,40 @@ def timeline(
         y = TOP + i * ROW
         body.append(text(LEFT - 6, y + ROW * 0.65, name, anchor="end"))
         body.append(line(LEFT, y + ROW, LEFT + plot_w, y + ROW, "#eeeeee"))
-        for it in intervals:
+        for it, count in _merged(intervals, since, until, pixel=span / plot_w):
             end = until if it.end is None else it.end
-            if end <= since or it.start >= until:
-                continue
             x = x_of(it.start)
             tip = f"{it.user}{' (' + it.label + ')' if it.label else ''}: {_hm(it.start)}-"
-            tip += "now" if it.end is None else _hm(it.end)
+            tip += ("now" if it.end is None else _hm(it.end)) + (
+                f", {count} leases" if count > 1 else ""
+            )
             body.append(rect(x, y + 3, max(x_of(end) - x, 1.0), ROW - 6, color_of(it.user), tip))
     if not rows:
         body.append(text(LEFT + plot_w / 2, TOP + ROW * 0.65, "no GPU", anchor="middle"))
     return document(width, height, title, body)
+
+
+def _merged(
+    intervals: Sequence[Interval], since: float, until: float, pixel: float
+) -> list[tuple[Interval, int]]:
+    """The intervals inside the window, in order, a user's leases less than a pixel apart
+    drawn as one bar (thousands of short leases make a few bars, not thousands), with how
+    many each bar stands for."""
+    bars: list[tuple[Interval, int]] = []
+    for it in sorted(intervals, key=lambda i: i.start):
+        end = until if it.end is None else it.end
+        if end <= since or it.start >= until:
+            continue
+        if bars:
+            last, count = bars[-1]
+            last_end = until if last.end is None else last.end
+            if last.user == it.user and it.start <= last_end + pixel:
+                longer = None if it.end is None or last.end is None else max(last.end, it.end)
+                label = last.label if last.label == it.label else None
+                bars[-1] = (Interval(last.gpu, last.start, longer, last.user, label), count + 1)
+                continue
+        bars.append((it, 1))
+    return bars
 
 
 def _hours(since: float, until: float, x_of: Callable[[float], float], height: int) -> list[str]:

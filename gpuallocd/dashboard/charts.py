@@ -28,8 +28,8 @@ def charts_html(reader: LedgerReader, node: NodeNow) -> str:
     """GPU-hours per user per day (7 and 30 days), leases per GPU (24 h), waiting times."""
     now = node.now
     spans = reader.lease_spans(day_starts(30, now)[0], now)
-    week = daily_hours(spans, 7, now)
     month = daily_hours(spans, 30, now)
+    week = month[-7:]
     held = [
         Interval(s.gpu_uuid, s.created_at, s.ended_at, s.owner_name, s.label)
         for s in reader.gpu_spans(now - DAY, now)

@@ -11,9 +11,12 @@ from gpuallocd.dashboard.source import NodeNow
 from gpuallocd.dashboard.text import clock_time
 from gpuallocd.ledger.reader import LedgerReader
 
-__all__ = ["HISTORY_SHOWN", "Renderer"]
+__all__ = ["CHARTS_FRESH_SECONDS", "HISTORY_SHOWN", "Renderer"]
 
 HISTORY_SHOWN = 15
+# The charts (days of usage, a day of leases) are drawn again at most this often: a page
+# left open, or several, cost one drawing per interval, not one per load.
+CHARTS_FRESH_SECONDS = 30.0
 
 
 class Renderer:
@@ -22,6 +25,7 @@ class Renderer:
     def __init__(self, reader: LedgerReader, user_name: Callable[[int], str]) -> None:
         self._reader = reader
         self._user_name = user_name
+        self._charts: tuple[float, dict[str, str]] | None = None  # drawn at, parts
 
     def live(self, node: NodeNow) -> dict[str, str]:
         events = self._reader.history(HISTORY_SHOWN)
@@ -33,7 +37,14 @@ class Renderer:
         }
 
     def charts(self, node: NodeNow) -> dict[str, str]:
-        return {"charts": charts_html(self._reader, node)}
+        """The charts as of at most CHARTS_FRESH_SECONDS ago (only the dashboard's one
+        thread calls this: no lock)."""
+        drawn = self._charts
+        if drawn is not None and 0 <= node.now - drawn[0] < CHARTS_FRESH_SECONDS:
+            return drawn[1]
+        parts = {"charts": charts_html(self._reader, node)}
+        self._charts = (node.now, parts)
+        return parts
 
     def page(self, node: NodeNow) -> str:
         return page_html(node.name, node.now, {**self.live(node), **self.charts(node)})
