@@ -43,7 +43,8 @@ DAY_LABEL = re.compile(r"\d\d-\d\d")
 
 
 def get(url: str, method: str = "GET") -> tuple[int, str]:
-    request = urllib.request.Request(url, method=method, data=b"{}" if method != "GET" else None)
+    body = None if method in ("GET", "HEAD") else b"{}"
+    request = urllib.request.Request(url, method=method, data=body)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, response.read().decode()
@@ -125,15 +126,13 @@ def test_live_parts_follow_the_node(dashboard: tuple[ThreadDaemon, str]) -> None
     assert set(json.loads(get(url + "/api/charts")[1])) == {"charts"}
 
 
-@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
-@pytest.mark.parametrize("path", ["/", "/api/live", "/v1/leases", "/nowhere"])
-def test_every_write_is_refused(
-    dashboard: tuple[ThreadDaemon, str], method: str, path: str
-) -> None:
+def test_every_write_is_refused(dashboard: tuple[ThreadDaemon, str]) -> None:
     """The dashboard takes no request but GET and HEAD, on any path: 405 and nothing done."""
     daemon, url = dashboard
-    status, _ = get(url + path, method)
-    assert status == 405
+    for method in ("POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
+        for path in ("/", "/api/live", "/v1/leases", "/nowhere"):
+            assert get(url + path, method)[0] == 405, (method, path)
+    assert get(url + "/", "HEAD")[0] == 200
     with daemon.client() as client:
         assert client.leases() == []
 

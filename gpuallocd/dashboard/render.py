@@ -11,12 +11,15 @@ from gpuallocd.dashboard.source import NodeNow
 from gpuallocd.dashboard.text import clock_time
 from gpuallocd.ledger.reader import LedgerReader
 
-__all__ = ["CHARTS_FRESH_SECONDS", "HISTORY_SHOWN", "Renderer"]
+__all__ = ["CHARTS_FRESH_SECONDS", "HISTORY_SHOWN", "LIVE_FRESH_SECONDS", "Renderer"]
 
 HISTORY_SHOWN = 15
 # The charts (days of usage, a day of leases) are drawn again at most this often: a page
 # left open, or several, cost one drawing per interval, not one per load.
 CHARTS_FRESH_SECONDS = 30.0
+# The live parts of a node whose GPUs and leases have not changed are reused this long: pages
+# loaded over and over cost one rendering a second (the script polls every 2 s).
+LIVE_FRESH_SECONDS = 1.0
 
 
 class Renderer:
@@ -26,8 +29,20 @@ class Renderer:
         self._reader = reader
         self._user_name = user_name
         self._charts: tuple[float, dict[str, str]] | None = None  # drawn at, parts
+        self._live: tuple[float, object, dict[str, str]] | None = None  # at, node key, parts
 
     def live(self, node: NodeNow) -> dict[str, str]:
+        """The GPUs, the queue and the history; those of less than LIVE_FRESH_SECONDS ago
+        while the GPUs and leases are as they were."""
+        key = (node.gpus, node.labels, len(node.queue))
+        kept = self._live
+        if kept is not None and kept[1] == key and 0 <= node.now - kept[0] < LIVE_FRESH_SECONDS:
+            return kept[2]
+        parts = self._render_live(node)
+        self._live = (node.now, key, parts)
+        return parts
+
+    def _render_live(self, node: NodeNow) -> dict[str, str]:
         events = self._reader.history(HISTORY_SHOWN)
         return {
             "now": clock_time(node.now),
