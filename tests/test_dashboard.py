@@ -4,6 +4,7 @@ and `gpuallocctl usage --plot` (the browser's view is in test_dashboard_browser.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -32,7 +33,7 @@ from gpuallocd.dashboard import is_loopback, parse_dashboard_address
 from gpuallocd.errors import ConfigError
 from gpuallocd.model import LeaseSpan
 from tests.dashboard_scene import free_port
-from tests.harness import HandClock, ThreadDaemon, ctl_argv
+from tests.harness import DaemonPaths, HandClock, ThreadDaemon, ctl_argv, wait_for
 from tests.test_daemon_lifecycle import run_daemon_once
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -271,3 +272,48 @@ def test_a_dashboard_on_another_interface_is_warned_about() -> None:
     named = config_warnings(DaemonConfig(dashboard_listen="10.1.2.3:8423"))
     assert any("dashboard_listen" in line and "SSH tunnel" in line for line in named)
     assert config_warnings(DaemonConfig(dashboard_listen="127.0.0.1:8423")) == []
+
+
+def test_gpus_show_load_memory_unleased_processes_and_mig_instances(
+    start_daemon: Callable[..., ThreadDaemon], paths: DaemonPaths
+) -> None:
+    """On a recorded A100 node: a process outside any lease shows under its GPU with its
+    owner, with the GPU's load and memory; a leased MIG instance shows as a row of its own,
+    with its holder and label."""
+    live = paths.root / "live.json"
+    live.write_text("{}")
+    port = free_port()
+    daemon = start_daemon(
+        inventory=f"nvml-recording:dgx-a100-mig?live={live}",
+        sample_interval_seconds=0.1,
+        dashboard_listen=f"127.0.0.1:{port}",
+    )
+    with daemon.client() as client:
+        gpus = client.request("GET", "/v1/gpus")["gpus"]
+        whole = next(g for g in gpus if not g["mig_mode"])
+        mig = next(g for g in gpus if g["instances"])
+        profile = mig["instances"][0]["mig_profile"]
+        client.allocate(mig_profile=profile, label="mig-job")
+    pid = os.getpid()
+    process = {"pid": pid, "used_memory_bytes": 3 * 2**30}
+    live.write_text(json.dumps({whole["uuid"]: {"processes": [process]}}))
+    url = f"http://127.0.0.1:{port}/api/live"
+    wait_for(lambda: f"{pid} (root)" in json.loads(get(url)[1])["gpus"], timeout=30)
+    shown = json.loads(get(url)[1])["gpus"]
+    assert "<meter" in shown and " GiB / 80.0 GiB" in shown  # load and memory, sampled
+    assert f"MIG {profile}" in shown and "mig-job" in shown
+
+
+def test_memory_shares_show_under_their_gpu(start_daemon: Callable[..., ThreadDaemon]) -> None:
+    """A share of a shared GPU is a row of its own: its size, holder and label."""
+    port = free_port()
+    daemon = start_daemon(
+        inventory="nvml-recording:h200-single",
+        shared_gpus=["all"],
+        dashboard_listen=f"127.0.0.1:{port}",
+    )
+    with daemon.client() as client:
+        client.allocate(memory_bytes=10 * 2**30, label="share-job")
+    shown = json.loads(get(f"http://127.0.0.1:{port}/api/live")[1])["gpus"]
+    assert "share 10.0 GiB" in shown and "share-job" in shown
+    assert '<span class="holder">root</span>' in shown
