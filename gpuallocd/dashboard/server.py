@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -22,6 +23,7 @@ from aiohttp import hdrs, web
 from gpuallocd.allocator import AllocatorFacade
 from gpuallocd.api.peercred import user_name
 from gpuallocd.dashboard.address import parse_dashboard_address
+from gpuallocd.dashboard.admission import TokenBucket
 from gpuallocd.dashboard.render import Renderer
 from gpuallocd.dashboard.source import NodeNow, read_node
 from gpuallocd.errors import GpuallocError, StateUnusable
@@ -34,6 +36,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 READ_METHODS = frozenset({hdrs.METH_GET, hdrs.METH_HEAD})
 MAX_IN_FLIGHT = 4
+# Pages and parts served per second, all clients together (a browser polls one every 2 s):
+# a script loading the page in a loop gets 429 past this, so the dashboard never takes more
+# than a small, fixed share of the daemon's time.
+MAX_PER_SECOND = 20.0
 STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 HEADERS = {
     "Content-Security-Policy": (
@@ -79,6 +85,7 @@ class DashboardServer:
         # One thread, started at the first page load; its reads never meet the allocator's.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard")
         self._in_flight = 0
+        self._bucket = TokenBucket(MAX_PER_SECOND, time.monotonic)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -120,9 +127,18 @@ class DashboardServer:
     async def _charts(self, request: web.Request) -> web.Response:
         return web.json_response(await self._render(self._renderer.charts))
 
-    async def _render(self, render: Callable[[NodeNow], T]) -> T:
+    def _admit(self) -> None:
+        """503 past MAX_IN_FLIGHT at once, 429 past MAX_PER_SECOND requests a second."""
         if self._in_flight >= MAX_IN_FLIGHT:
             raise web.HTTPServiceUnavailable(text="the dashboard is busy; try again\n")
+        if not self._bucket.admit():
+            raise web.HTTPTooManyRequests(
+                text="the dashboard answers a few pages a second; try again\n",
+                headers={"Retry-After": "1"},
+            )
+
+    async def _render(self, render: Callable[[NodeNow], T]) -> T:
+        self._admit()
         self._in_flight += 1
         try:
             node = await read_node(self._facade, self._clock)
