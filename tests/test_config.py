@@ -32,6 +32,7 @@ SAMPLES = {
     "share_memory_reserve_bytes": "2048",
     "share_enforcement": "warn",
     "metrics_listen": "127.0.0.1:9423",
+    "dashboard_listen": "127.0.0.1:8423",
     "metrics_textfile": "/tmp/gpuallocd.prom",
     "cdi_spec_path": "/run/cdi/gpuallocd.json",
     "admin_groups": "gpuadmin, wheel",
