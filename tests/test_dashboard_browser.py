@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.dashboard_scene import Scene, busy_node
-from tests.local_users import LocalUser, users  # noqa: F401  (the fixture)
+from tests.local_users import LocalUser
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def scene(users: tuple[LocalUser, LocalUser]) -> Iterator[Scene]:  # noqa: F811
+def scene(users: tuple[LocalUser, LocalUser]) -> Iterator[Scene]:
     with busy_node(*users) as found:
         yield found
 
@@ -78,6 +78,7 @@ def test_page_shows_gpus_holders_labels_queue_and_charts(scene: Scene, browser: 
     assert scene.ben.name in waiter.inner_text()
     assert "eval-sweep" in waiter.inner_text()
     assert "Resources" in waiter.inner_text() or "Reserved" in waiter.inner_text()
+    assert waiter.locator("td").nth(6).inner_text().startswith("in ")  # the estimated start
     assert page.locator("#history tr.event-revoked").count() >= 1
     for chart in ("usage-7d", "usage-30d", "timeline", "waiting"):
         assert page.locator(f"#chart-{chart} svg rect").count() > 1, chart
