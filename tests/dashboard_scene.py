@@ -6,13 +6,11 @@ The daemon runs on a clock the scene moves by hand, so the history spans days in
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -108,8 +106,3 @@ def busy_node(ana: LocalUser, ben: LocalUser, days: int = 3) -> Iterator[Scene]:
             waiting.communicate(timeout=10)
         daemon.stop()
         shutil.rmtree(root_dir, ignore_errors=True)
-
-
-def fetch_json(url: str) -> dict[str, object]:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return dict(json.loads(response.read()))
