@@ -101,8 +101,9 @@ def busy_node(ana: LocalUser, ben: LocalUser, days: int = 3) -> Iterator[Scene]:
         clock.step(20 * 60)
         yield Scene(daemon, clock, f"http://127.0.0.1:{port}", ana, ben, waiting)
     finally:
-        if waiting is not None and waiting.poll() is None:
-            waiting.kill()
+        if waiting is not None:  # killed if still waiting; its pipes closed either way
+            if waiting.poll() is None:
+                waiting.kill()
             waiting.communicate(timeout=10)
         daemon.stop()
         shutil.rmtree(root_dir, ignore_errors=True)

@@ -44,7 +44,7 @@ def scene(users: tuple[LocalUser, LocalUser]) -> Iterator[Scene]:
 
 
 @pytest.fixture(scope="module")
-def browser(scene: Scene) -> Iterator[Any]:
+def browser() -> Iterator[Any]:
     """Chromium, headless, in a fresh profile of its own (Playwright makes a new
     --user-data-dir for each launch and removes it after)."""
     with playwright_api.sync_playwright() as driver:
@@ -141,3 +141,24 @@ def test_first_view_is_complete_without_javascript(scene: Scene, browser: Any) -
     assert page.locator("figure.chart svg").count() == 4
     assert page.locator("noscript").count() == 1
     page.context.close()
+
+
+def test_page_follows_the_queue_being_served(
+    users: tuple[LocalUser, LocalUser], browser: Any
+) -> None:
+    """ana's lease revoked: ben, who waited for GPU 0, is granted it; the open page shows him
+    as its holder and an empty queue, without a reload."""
+    with busy_node(*users, days=0) as fresh:
+        page = _page(browser)
+        page.goto(fresh.url + "/")
+        page.evaluate("window.loadedOnce = true")
+        assert page.locator("#queue tr.waiter").count() == 1
+        with fresh.daemon.client() as root:
+            (held,) = [lease for lease in root.leases() if lease.user == fresh.ana.name]
+            root.revoke(held.id, reason="make room")
+        first = page.locator("#gpus tr.gpu").nth(0)
+        first.locator(f".holder:text('{fresh.ben.name}')").wait_for(timeout=15_000)
+        assert first.locator(".label").inner_text() == "eval-sweep"
+        assert page.locator("#queue tr.waiter").count() == 0
+        assert page.evaluate("window.loadedOnce") is True
+        page.context.close()
