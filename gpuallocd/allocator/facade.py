@@ -15,18 +15,26 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from gpuallocd.allocator import gpu_admin
+from gpuallocd.allocator.adoption import adopt_own
 from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.events_log import write_log
+from gpuallocd.allocator.health_notice import HealthNotices
 from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.node_view import GpuStatus
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
+from gpuallocd.allocator.purge import purge_before
+from gpuallocd.allocator.queue_order import QueueOrder
 from gpuallocd.allocator.reclaim import IdleReclaimer
+from gpuallocd.allocator.reserve import held_for_status
+from gpuallocd.allocator.scheduling_desk import SchedulingDesk
 from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec
+from gpuallocd.allocator.unleased import UnleasedGuard
 from gpuallocd.allocator.waitqueue import WaitQueue
 from gpuallocd.allocator.worker import SerialWorker
+from gpuallocd.enforcement import UnleasedRules
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
@@ -45,9 +53,6 @@ __all__ = ["AllocatorFacade"]
 
 log = logging.getLogger(__name__)
 
-PURGE_BATCH = 200  # leases per purge transaction: a few milliseconds of the writer's time
-PURGE_PAUSE = 0.01
-
 
 class AllocatorFacade:
     """Async entry points over one lease lifecycle, its worker, wait queue and process watcher."""
@@ -61,7 +66,9 @@ class AllocatorFacade:
         observer: LeaseObserver = NO_OBSERVER,
         idle: IdleRules | None = None,
         revoke_grace_seconds: float = 30.0,
+        unleased: UnleasedRules | None = None,
     ) -> None:
+        """`unleased`: the rules for GPU use without a lease (none looked at by default)."""
         self._lifecycle = lifecycle
         self._ledger = ledger
         self._clock = clock
@@ -69,13 +76,17 @@ class AllocatorFacade:
         self._worker = SerialWorker(
             ledger.unit_of_work, lifecycle.reload, after_commit=self._publish
         )
-        self._queue = WaitQueue(lifecycle, self._worker, clock)
+        order = QueueOrder(lifecycle.settings, ledger, clock)
+        self._queue = WaitQueue(lifecycle, self._worker, clock, order)
+        self.scheduling = SchedulingDesk(lifecycle, ledger, self._worker, self._queue, order, clock)
         self._reclaimer = IdleReclaimer(
             lifecycle, self._worker, self._queue, idle or IdleRules(), clock
         )
         self._processes = LeaseProcesses(self._process_exited, revoke_grace_seconds)
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells = LeaseBells()
+        self.health = HealthNotices(lifecycle)
+        self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
         self.revoke_grace_seconds = revoke_grace_seconds
 
     @property
@@ -197,7 +208,8 @@ class AllocatorFacade:
         return await self._worker.run(self._gpu_status)
 
     def _gpu_status(self) -> list[GpuStatus]:
-        return self._lifecycle.gpu_status(self._queue.reservations())
+        held = held_for_status(self._lifecycle, self._clock())
+        return self._lifecycle.gpu_status({**self._queue.reservations(), **held})
 
     async def history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
         return await self._worker.run(self._lifecycle.history, lease_id, limit)
@@ -252,19 +264,9 @@ class AllocatorFacade:
     async def admin_actions(self, limit: int) -> list[AdminAction]:
         return await self._worker.run(self._ledger.admin_actions, limit)
 
-    async def purge_history(
-        self, retention_seconds: float, batch: int = PURGE_BATCH, pause: float = PURGE_PAUSE
-    ) -> int:
-        """Delete leases that ended more than `retention_seconds` ago, `batch` at a time with
-        `pause` seconds between batches, so a long purge never stalls requests."""
-        cutoff = self._clock() - retention_seconds
-        purged = 0
-        while True:
-            done = await self._worker.run(self._ledger.purge_before, cutoff, batch)
-            purged += done
-            if done < batch:
-                return purged
-            await asyncio.sleep(pause)  # requests run between batches
+    async def purge_history(self, retention_seconds: float) -> int:
+        """Delete what ended more than `retention_seconds` ago, in batches (purge.py)."""
+        return await purge_before(self._worker, self._ledger, self._clock() - retention_seconds)
 
     async def adopt_topology(self, topology: Topology) -> Topology:
         """Take a rediscovered topology; GPUs that came back may serve the queue. Leases of
@@ -293,6 +295,7 @@ class AllocatorFacade:
     async def expire_due(self) -> list[Lease]:
         """End leases whose TTL ran out, and stop watching processes of ended leases."""
         expired = await self._worker.run(self._lifecycle.expire_due)  # logged: events_log
+        await self.scheduling.tick()
         self._released(expired)
         bound = await self._worker.run(self._lifecycle.bound_leases)
         self._processes.retain(lease.id for lease in bound)
@@ -301,8 +304,32 @@ class AllocatorFacade:
     async def update_live(self, states: Mapping[str, LiveState]) -> None:
         """A new live sample; a GPU may have come back to health, so serve the queue."""
         await self._worker.run(self._lifecycle.update_live, states)
+        await self._watch_all(await self._worker.run(self._after_sample))
         self._queue.kick()
         await self._reclaimer.after_sample()
+
+    def _after_sample(self) -> list[Lease]:
+        """Holders told of failing GPUs; unleased use acted on (the leases it adopted)."""
+        self.health.check()
+        return self.unleased.check(frozenset(self._queue.reservations()))
+
+    async def adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
+        """`gpuallocctl adopt`: the caller's running work on GPUs becomes their leases."""
+        return await self._watch_all(await self._worker.run(self._adopt, caller, pid, gpu))
+
+    def _adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
+        reserved = frozenset(self._queue.reservations())
+        now = self._clock()
+        leases = adopt_own(self._lifecycle, caller, pid=pid, gpu=gpu, now=now, reserved=reserved)
+        return self.unleased.covered(leases)
+
+    async def _watch_all(self, leases: list[Lease]) -> list[Lease]:
+        for lease in leases:
+            self._processes.watch(lease)
+        return leases
+
+    async def unleased_history(self, limit: int) -> list[dict[str, Any]]:
+        return await self._worker.run(self._ledger.unleased_events, limit)
 
     async def poll_processes(self) -> None:
         """Watch holders that have no pidfd, and the families of bound leases, by reading

@@ -13,8 +13,10 @@ from gpuallocd import __version__
 from gpuallocd.allocator import AllocateSpec
 from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
+from gpuallocd.api.enforcement_routes import enforcement_routes, unleased_on
 from gpuallocd.api.peercred import user_name
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
+from gpuallocd.api.reservation_routes import reservation_routes
 from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest, PermissionDenied
 from gpuallocd.model import HistoryEvent, Lease
@@ -50,6 +52,7 @@ MAX_REQUEST_ID_LENGTH = 100
 def _lease_json(request: web.Request, lease: Lease) -> dict[str, Any]:
     data = lease.to_json()
     data["processes"] = facade_of(request).processes_of(lease.id) if lease.active else []
+    data["unleased_use"] = unleased_on(request, set(lease.uuids)) if lease.active else []
     return data
 
 
@@ -77,7 +80,8 @@ async def get_diagnostics(request: web.Request) -> web.Response:
 async def list_gpus(request: web.Request) -> web.Response:
     caller_of(request)
     statuses = await facade_of(request).gpu_status()
-    return _json({"gpus": [s.to_json() for s in statuses]})
+    gpus = [s.to_json() | {"unleased": unleased_on(request, {s.gpu.uuid})} for s in statuses]
+    return _json({"gpus": gpus})
 
 
 async def list_leases(request: web.Request) -> web.Response:
@@ -172,6 +176,7 @@ async def renew_lease(request: web.Request) -> web.Response:
     idle = facade_of(request).idle_notice(lease.id)
     if idle is not None:  # idle reclaim: the holder learns it may lose the lease
         answer["idle"] = idle
+    answer["unhealthy"] = facade_of(request).health.unhealthy(lease)
     return _json(answer)
 
 
@@ -193,8 +198,10 @@ async def revoke_lease(request: web.Request) -> web.Response:
 async def history(request: web.Request) -> web.Response:
     caller_of(request)
     limit = query_limit(request, MAX_HISTORY_LIMIT)
-    events = await facade_of(request).history(request.query.get("lease"), limit)
-    return _json({"events": [_event_json(e) for e in events]})
+    lease_id = request.query.get("lease")
+    events = await facade_of(request).history(lease_id, limit)
+    reservations = [] if lease_id else await facade_of(request).scheduling.reservation_events(limit)
+    return _json({"events": [_event_json(e) for e in events], "reservation_events": reservations})
 
 
 async def get_topology(request: web.Request) -> web.Response:
@@ -220,7 +227,11 @@ async def release_gpu(request: web.Request) -> web.Response:
 
 async def list_queue(request: web.Request) -> web.Response:
     caller_of(request)
-    return _json({"waiters": await facade_of(request).waiters()})
+    facade = facade_of(request)
+    waiters, reservations = await facade.waiters(), await facade.scheduling.reservations()
+    return _json(
+        {"order": facade.scheduling.queue_order, "waiters": waiters, "reservations": reservations}
+    )
 
 
 async def list_policies(request: web.Request) -> web.Response:
@@ -246,5 +257,7 @@ def routes() -> list[web.RouteDef]:
         web.get("/v1/policies", list_policies),
         web.get("/v1/queue", list_queue),
         *admin_routes(),
+        *reservation_routes(),
+        *enforcement_routes(),
         web.post("/v1/gpus/{gpu}/release", release_gpu),
     ]

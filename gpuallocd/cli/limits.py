@@ -71,16 +71,35 @@ def limits(ctx: click.Context, user: str | None, local_json: bool) -> None:
     click.echo(table(("LIMIT", "VALUE", "FROM", "CURRENT"), _limit_rows(report)))
 
 
+def _decayed(user: dict[str, Any]) -> str:
+    value = user.get("decayed_gpu_hours")
+    return "-" if value is None else f"{value:.2f}"
+
+
 def _usage_rows(users: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     rows = [
-        (u["user"], f"{u['gpu_hours']:.2f}", u["leases"], f"{u['waiting_seconds'] / 3600:.2f}")
+        (
+            u["user"],
+            f"{u['gpu_hours']:.2f}",
+            u["leases"],
+            f"{u['waiting_seconds'] / 3600:.2f}",
+            _decayed(u),
+        )
         for u in users
     ]
     if len(users) > 1:
         hours = sum(u["gpu_hours"] for u in users)
         waited = sum(u["waiting_seconds"] for u in users) / 3600
-        rows.append(("TOTAL", f"{hours:.2f}", sum(u["leases"] for u in users), f"{waited:.2f}"))
+        leases = sum(u["leases"] for u in users)
+        rows.append(("TOTAL", f"{hours:.2f}", leases, f"{waited:.2f}", ""))
     return rows
+
+
+def _reservation_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (r["id"], r["for"], r["gpus"], f"{r['gpu_hours']:.2f}", r["reason"])
+        for r in report.get("reservations") or []
+    ]
 
 
 @click.command()
@@ -114,7 +133,12 @@ def usage(
         time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) for t in (start, report["until"])
     )
     click.echo(f"usage from {span}")
-    click.echo(table(("USER", "GPU-HOURS", "LEASES", "HOURS-WAITED"), _usage_rows(report["users"])))
+    headers = ("USER", "GPU-HOURS", "LEASES", "HOURS-WAITED", "DECAYED")
+    click.echo(table(headers, _usage_rows(report["users"])))
+    reserved = _reservation_rows(report)
+    if reserved:
+        click.echo("reservations")
+        click.echo(table(("ID", "FOR", "GPUS", "GPU-HOURS", "REASON"), reserved))
 
 
 COMMANDS = (limits, usage)

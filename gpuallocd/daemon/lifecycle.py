@@ -34,12 +34,14 @@ from gpuallocd.allocator import (
 )
 from gpuallocd.allocator.deadlines import boottime
 from gpuallocd.allocator.observer import LeaseObserver, Observers
+from gpuallocd.allocator.reservations import forget_members
 from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.limits import ConnectionLimiter, fit_to_open_files, quiet_accept_errors
 from gpuallocd.api.peercred import forget_identities
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
+from gpuallocd.daemon.enforcement_setup import unleased_rules
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.integrity import (
     LEDGER_COMPANIONS,
@@ -54,6 +56,7 @@ from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.socketwatch import SocketWatch
 from gpuallocd.daemon.statelock import StateLock
 from gpuallocd.dashboard import DashboardServer
+from gpuallocd.enforcement.devices import DeviceAccess, unit_files
 from gpuallocd.errors import (
     ConfigError,
     HardwareUnavailable,
@@ -132,8 +135,11 @@ class Daemon:
             log.error("reload refused, the rules in force stay: %s", exc.message)
             return
         forget_identities()
+        forget_members()  # reservations' members, by the user database
         if self._facade_in_service is not None:
             self._facade_in_service.set_rules(site_rules(config))
+            self._facade_in_service.unleased.rules = unleased_rules(config)
+            self._facade_in_service.unleased.forget_owners()
         log.info("reloaded the limits and admin groups")
 
     async def run(self) -> None:
@@ -175,6 +181,10 @@ class Daemon:
             shared_gpus=self.config.shared_gpus,
             share_memory_reserve_bytes=self.config.share_memory_reserve_bytes,
             share_enforcement=self.config.share_enforcement,
+            queue_order=self.config.queue_order,
+            fair_share_half_life_hours=self.config.fair_share_half_life_hours,
+            fair_share_wait_weight=self.config.fair_share_wait_weight,
+            fair_share_by=self.config.fair_share_by,
         )
         lifecycle = LeaseLifecycle(
             ledger,
@@ -191,17 +201,22 @@ class Daemon:
             observer=self._observers(lifecycle),
             idle=idle_rules(self.config),
             revoke_grace_seconds=self.config.revoke_grace_seconds,
+            unleased=unleased_rules(self.config),
         )
         self._facade_in_service = facade
         return facade
 
     def _observers(self, lifecycle: LeaseLifecycle) -> LeaseObserver:
-        """The metrics, and the CDI spec where `cdi_spec_path` is set."""
+        """The metrics, the CDI spec where `cdi_spec_path` is set, and the device files'
+        ACLs with `device_access = "acl"`."""
         path = self.config.cdi_spec_path
-        if path is None:
-            return self._metrics
-        active = lifecycle.leases()
-        return Observers(self._metrics, CdiSpecWriter(path, lifecycle.topology.gpus, active))
+        observers: list[LeaseObserver] = [self._metrics]
+        if path is not None:
+            observers.append(CdiSpecWriter(path, lifecycle.topology.gpus, lifecycle.leases()))
+        if self.config.device_access == "acl":
+            files = unit_files(lifecycle.topology.gpus, self.config.device_dir)
+            observers.append(DeviceAccess(files, lifecycle.leases()))
+        return observers[0] if len(observers) == 1 else Observers(*observers)
 
     def _exporter(self, facade: AllocatorFacade, inventory: Inventory) -> MetricsExporter:
         return MetricsExporter(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuallocd.daemon.enforcement_setup import device_owners, terminates
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.errors import MissingPrivilege
 from gpuallocd.host import Capabilities, ProcVisibility, proc_visibility, unwritable
@@ -141,6 +142,36 @@ def _capability_needs(config: DaemonConfig, host: Host) -> Iterator[Need]:
         )
 
 
+def _enforcement_needs(config: DaemonConfig, host: Host) -> Iterator[Need]:
+    if terminates(config):
+        yield _capability(
+            host,
+            'unleased_use = "terminate"',
+            ("CAP_KILL",),
+            "other users' processes that use a GPU without a lease cannot be stopped",
+            required=True,
+        )
+    if config.device_access == "acl":
+        foreign = sorted(device_owners(config.device_dir) - {host.euid})
+        if foreign:
+            yield _capability(
+                host,
+                'device_access = "acl"',
+                ("CAP_FOWNER",),
+                f"device files owned by uid {foreign[0]} cannot get ACLs",
+                required=True,
+            )
+        else:
+            yield Need(
+                feature='device_access = "acl"',
+                requirement=f"owning the device files in {config.device_dir}",
+                consequence="the daemon sets their ACLs as their owner",
+                fix="",
+                required=True,
+                met=True,
+            )
+
+
 def _not_root(host: Host) -> Need:
     return Need(
         feature="acting on other users' processes",
@@ -193,6 +224,7 @@ def needs_of(config: DaemonConfig, host: Host) -> list[Need]:
     found: list[Need] = []
     if host.euid == 0:
         found += _capability_needs(config, host)
+        found += _enforcement_needs(config, host)
     else:
         found.append(_not_root(host))
     found.append(_proc_need(host))

@@ -35,6 +35,9 @@ class LeaseEvent(str, enum.Enum):
     REVOKED = "revoked"
     WARNED = "warned"  # a memory share's processes used more than its size
     ENFORCED = "enforced"  # ... and were killed for it (share_enforcement = "kill")
+    UNLEASED_USE = "unleased-use"  # someone without a lease uses the lease's GPU
+    ADOPTED = "adopted"  # the lease was made for a process already running on its GPU
+    UNHEALTHY = "unhealthy"  # a health failure (Xid) on the lease's GPU
 
 
 ENDING_EVENT = {
