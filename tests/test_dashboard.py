@@ -128,6 +128,17 @@ def test_live_parts_follow_the_node(dashboard: tuple[ThreadDaemon, str]) -> None
     assert set(json.loads(get(url + "/api/charts")[1])) == {"charts"}
 
 
+def test_advance_reservations_are_shown(dashboard: tuple[ThreadDaemon, str]) -> None:
+    """A reservation an admin makes shows in its own section: GPUs, for whom, the reason."""
+    daemon, url = dashboard
+    assert "no advance reservation" in get(url + "/")[1]
+    with daemon.client() as client:  # the test daemon's caller is root: an admin
+        made = client.reserve(gpus=[3], start_in=3600, duration=7200, user="root", reason="demo")
+    live = json.loads(get(url + "/api/live")[1])["reservations"]
+    assert made["id"] in live and "GPU 3" in live and "demo" in live
+    assert "starts in 59 min" in live or "starts in 1h" in live
+
+
 def test_every_write_is_refused(dashboard: tuple[ThreadDaemon, str]) -> None:
     """The dashboard takes no request but GET and HEAD, on any path: 405 and nothing done."""
     daemon, url = dashboard

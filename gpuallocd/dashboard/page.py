@@ -11,7 +11,12 @@ from gpuallocd.dashboard.text import clock_time, esc
 __all__ = ["LIVE_SECTIONS", "page_html"]
 
 # id in the page and key in /api/live, and the heading shown.
-LIVE_SECTIONS = (("gpus", "GPUs"), ("queue", "Queue"), ("history", "Recent history"))
+LIVE_SECTIONS = (
+    ("gpus", "GPUs"),
+    ("queue", "Queue"),
+    ("reservations", "Advance reservations"),
+    ("history", "Recent history"),
+)
 # Without JavaScript the browser reloads the whole page this often (seconds).
 NOSCRIPT_REFRESH = 30
 

@@ -10,7 +10,7 @@ from gpuallocd.dashboard.source import NodeNow
 from gpuallocd.dashboard.text import clock_time, duration, esc, gib, user_of
 from gpuallocd.model import HistoryEvent
 
-__all__ = ["gpus_html", "history_html", "queue_html"]
+__all__ = ["gpus_html", "history_html", "queue_html", "reservations_html"]
 
 GPU_HEAD = (
     "GPU",
@@ -134,6 +134,31 @@ def queue_html(node: NodeNow) -> str:
         rows.append(_row(cells, f'class="waiter" data-waiter="{esc(waiter["id"])}"'))
     head = ("#", "user", "label", "wants", "waiting", "why", "estimated start")
     return _table("queue", head, rows, "nobody is waiting")
+
+
+def _reservation_row(reservation: dict[str, Any], node: NodeNow) -> str:
+    indices = reservation.get("gpu_indices") or []
+    if reservation["state"] == "scheduled":
+        when = f"starts in {duration(reservation['start_at'] - node.now)}"
+    else:
+        when = f"running, ends in {duration(reservation['end_at'] - node.now)}"
+    waits = ", ".join(w["user"] for w in reservation.get("waiting_for") or [])
+    cells = [
+        f"<code>{esc(reservation['id'])}</code>",
+        esc(f"GPU {', '.join(map(str, indices))}"),
+        esc(reservation["for"]),
+        f"{clock_time(reservation['start_at'])} to {clock_time(reservation['end_at'])}",
+        esc(when + (f"; waits for leases of {waits}" if waits else "")),
+        esc(reservation["reason"]),
+    ]
+    return _row(cells, f'class="reservation" data-reservation="{esc(reservation["id"])}"')
+
+
+def reservations_html(node: NodeNow) -> str:
+    """Advance reservations to come or running: they go ahead of every waiter."""
+    rows = [_reservation_row(r, node) for r in node.reservations]
+    head = ("reservation", "GPUs", "for", "window", "state", "reason")
+    return _table("reservations", head, rows, "no advance reservation")
 
 
 def history_html(events: Sequence[HistoryEvent], user_name: Callable[[int], str]) -> str:

@@ -17,13 +17,15 @@ __all__ = ["NodeNow", "read_node"]
 
 @dataclass(frozen=True, slots=True)
 class NodeNow:
-    """The node at `now`: GPUs as `/v1/gpus` gives them, each lease's label, the queue."""
+    """The node at `now`: GPUs as `/v1/gpus` gives them, each lease's label, the queue and
+    the advance reservations to come or running."""
 
     now: float
     name: str
     gpus: list[dict[str, Any]]
     labels: dict[str, str | None]
     queue: list[dict[str, Any]]
+    reservations: list[dict[str, Any]]
 
     def gpu_names(self) -> dict[str, str]:
         """Each GPU's and MIG instance's UUID to the name of its GPU's row (`GPU 0`)."""
@@ -40,10 +42,12 @@ async def read_node(facade: AllocatorFacade, clock: Callable[[], float]) -> Node
     statuses = await facade.gpu_status()
     leases = await facade.leases()
     queue = await facade.waiters()
+    reservations = await facade.scheduling.reservations()
     return NodeNow(
         now=clock(),
         name=facade.topology.name,
         gpus=[status.to_json() for status in statuses],
         labels={lease.id: lease.label for lease in leases},
         queue=queue,
+        reservations=reservations,
     )
