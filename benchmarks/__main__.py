@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.daemon import INVENTORY, RunningDaemon, running_daemon
+from benchmarks.dashboard import dashboard_rows
 from benchmarks.genv import genv_python, measure_genv
 from benchmarks.http_floor import capture_answers, serving_http_floor
 from benchmarks.policies import policy_rows
@@ -209,6 +210,7 @@ def main() -> None:
             rows += _http_floor_rows(root, daemon, found)
             rows += _genv_rows(root, daemon.socket, found)
             rows += _cli_rows(daemon.socket)
+        rows += dashboard_rows(root / "dashboard", REPEATS, SECONDS, WARMUP_SECONDS)
         rows += _policy_rows()
     rows += process_tracking_rows()
     _print(rows)

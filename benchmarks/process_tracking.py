@@ -179,7 +179,7 @@ def process_tracking_rows() -> Iterator[Row]:
 
 def _mode_rows(root: Path, mode: str, unrelated: int) -> list[Row]:
     settings = {"GPUALLOCD_PROCESS_TRACKING": mode}
-    with running_daemon(root, settings=settings) as daemon:
+    with running_daemon(root, environment=settings) as daemon:
         found = _measure(daemon)
         if mode == "proc-scan":
             found["seen_ms"] = _seen_from_outside(daemon.socket)

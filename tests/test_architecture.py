@@ -30,6 +30,8 @@ ALLOWED = {
     "enforcement": {"model", "integrations", "processes"},
     "api": {"model", "allocator", "policies", "topology"},
     "metrics": {"model", "allocator", "inventory"},
+    "charts": {"model"},
+    "dashboard": {"model", "allocator", "api", "charts", "ledger"},
     "host": set(),
     "daemon": {
         "model",
@@ -42,9 +44,19 @@ ALLOWED = {
         "ledger",
         "metrics",
         "processes",
+        "dashboard",
     },
     "integrations": {"model"},
-    "cli": {"model", "host", "integrations", "inventory", "planning", "policies", "topology"},
+    "cli": {
+        "model",
+        "charts",
+        "host",
+        "integrations",
+        "inventory",
+        "planning",
+        "policies",
+        "topology",
+    },
     "testing": {"model", "inventory", "topology"},
 }
 

@@ -33,6 +33,7 @@ SAMPLES = {
     "share_enforcement": "warn",
     "process_tracking": "proc-scan",
     "metrics_listen": "127.0.0.1:9423",
+    "dashboard_listen": "127.0.0.1:8423",
     "metrics_textfile": "/tmp/gpuallocd.prom",
     "cdi_spec_path": "/run/cdi/gpuallocd.json",
     "admin_groups": "gpuadmin, wheel",

@@ -14,11 +14,12 @@ from gpuallocd.allocator import AllocateSpec
 from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
 from gpuallocd.api.enforcement_routes import enforcement_routes, unleased_on
+from gpuallocd.api.peercred import user_name
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
 from gpuallocd.api.reservation_routes import reservation_routes
 from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest, PermissionDenied
-from gpuallocd.model import Lease
+from gpuallocd.model import HistoryEvent, Lease
 from gpuallocd.policies import available_policies
 from gpuallocd.topology import topology_to_json
 
@@ -53,6 +54,10 @@ def _lease_json(request: web.Request, lease: Lease) -> dict[str, Any]:
     data["processes"] = facade_of(request).processes_of(lease.id) if lease.active else []
     data["unleased_use"] = unleased_on(request, set(lease.uuids)) if lease.active else []
     return data
+
+
+def _event_json(event: HistoryEvent) -> dict[str, Any]:
+    return event.to_json(user_name(event.actor_uid))
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -162,7 +167,7 @@ async def lease_events(request: web.Request) -> web.Response:
     return _json(
         {
             "lease": _lease_json(request, lease),
-            "events": [event.to_json() for event in events],
+            "events": [_event_json(event) for event in events],
             "revoke_grace_seconds": facade.revoke_grace_seconds,
         }
     )
@@ -203,7 +208,7 @@ async def history(request: web.Request) -> web.Response:
     lease_id = request.query.get("lease")
     events = await facade_of(request).history(lease_id, limit)
     reservations = [] if lease_id else await facade_of(request).scheduling.reservation_events(limit)
-    return _json({"events": [e.to_json() for e in events], "reservation_events": reservations})
+    return _json({"events": [_event_json(e) for e in events], "reservation_events": reservations})
 
 
 async def get_topology(request: web.Request) -> web.Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -105,10 +106,24 @@ def _reservation_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
 @click.option("--since", default="7d", show_default=True, help="A duration ago or a date.")
 @click.option("--user", help="Only this user (name or uid).")
 @click.option("--json", "local_json", is_flag=True, help="JSON output (as the global --json).")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Draw GPU-hours per user per day to FILE (.svg; .png with chromium installed).",
+)
 @click.pass_context
-def usage(ctx: click.Context, since: str, user: str | None, local_json: bool) -> None:
+def usage(
+    ctx: click.Context, since: str, user: str | None, local_json: bool, plot: Path | None
+) -> None:
     """GPU-hours, leases and hours waited per user, from the history (like sreport)."""
     start = parse_since(since)
+    if plot is not None:
+        from gpuallocd.cli.usage_plot import write_plot
+
+        with daemon_client(ctx) as client:
+            write_plot(client, plot, start, user)
+        click.echo(f"wrote {plot}")
+        return
     with daemon_client(ctx) as client:
         report = client.usage(since=start, user=user)
     if ctx.obj.json or local_json:

@@ -41,6 +41,13 @@ def config_warnings(config: DaemonConfig) -> list[str]:
             f"metrics_listen = {config.metrics_listen!r}: the unit's IPAddressAllow=localhost "
             "drops scrapes from other hosts; name the scraper in IPAddressAllow= (a drop-in)"
         )
+    if config.dashboard_listen is not None and not _loopback(config.dashboard_listen):
+        found.append(
+            f"dashboard_listen = {config.dashboard_listen!r} shows every lease to that network "
+            "and has no login: prefer 127.0.0.1 behind an SSH tunnel or a reverse proxy with "
+            "authentication (docs/dashboard.md); the unit's IPAddressAllow=localhost drops "
+            "other hosts unless a drop-in names them"
+        )
     if config.idle_reclaim_minutes is None and config.idle_grace_minutes != 10.0:
         found.append("idle_grace_minutes is set but idle reclaim is off (idle_reclaim_minutes)")
     return found

@@ -55,6 +55,7 @@ from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watch
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.socketwatch import SocketWatch
 from gpuallocd.daemon.statelock import StateLock
+from gpuallocd.dashboard import DashboardServer
 from gpuallocd.enforcement.devices import DeviceAccess, unit_files
 from gpuallocd.errors import (
     ConfigError,
@@ -250,6 +251,8 @@ class Daemon:
             retention_seconds=self.config.history_retention_days * 86400.0,
         )
         exporter = self._exporter(facade, inventory)
+        listen = self.config.dashboard_listen
+        dashboard = DashboardServer(facade, ledger.path, self._clock, listen=listen)
         started_at = self._clock()
         ctx = ApiContext(
             facade,
@@ -282,6 +285,7 @@ class Daemon:
         try:
             await housekeeper.start()
             await exporter.start()
+            await dashboard.start()
             await server.start()
             with _stop_on_signals(self._stop), _reload_on_hangup(self.reload):
                 self._announce(facade, socket_path)
@@ -295,6 +299,7 @@ class Daemon:
             facade.stop_waiting()
             await housekeeper.stop()
             await exporter.stop()
+            await dashboard.stop()
             await server.stop()
             await facade.close()
             if activated is None and watch.problem() is None:

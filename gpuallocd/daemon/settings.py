@@ -127,6 +127,13 @@ class DaemonConfig:
         "node_exporter's textfile collector (a name ending in `.prom`); unset: no file",
         example='"/var/lib/prometheus/node-exporter/gpuallocd.prom"',
     )
+    dashboard_listen: str | None = _setting(
+        None,
+        "serve the read-only web dashboard on this TCP address (`HOST:PORT`); a loopback "
+        "address unless another is named (never `0.0.0.0`); unset: no dashboard "
+        "(docs/dashboard.md)",
+        example='"127.0.0.1:8423"',
+    )
     cdi_spec_path: str | None = _setting(
         None,
         "write a CDI spec with one device per active lease here (kind `gpuallocd.io/lease`), "
