@@ -117,9 +117,11 @@ class AllocatorFacade:
 
         try:
             with timed_allocation(self._observer, waited=wait):
-                return await self._queue.allocate(
+                lease = await self._queue.allocate(
                     caller, spec, wait=wait, timeout=timeout, on_grant=on_grant
                 )
+            await self._processes.enclose(lease)  # in its scope before it hears of the grant
+            return lease
         except BaseException:
             for lease in granted:
                 self.withdraw(lease)
@@ -136,7 +138,8 @@ class AllocatorFacade:
 
     def process_tracking(self) -> str:
         """How the processes a bound lease's holder starts are followed: `connector` (the
-        kernel's process events) or `proc-scan` (/proc read once a second)."""
+        kernel's process events), `scope` (a systemd scope per lease) or `proc-scan` (/proc
+        read once a second)."""
         return self._processes.mode
 
     def process_tracking_stats(self) -> dict[str, Any]:

@@ -71,8 +71,12 @@ def capabilities(diag: Diagnostics) -> Iterator[Check]:
 def process_tracking(diag: Diagnostics) -> Check:
     mode = str(diag.get("process_tracking", "unknown"))
     detail = diag.get("process_tracking_detail", {})
-    if mode in ("connector", "cgroup"):
+    if mode == "connector":
         return Check("process tracking", OK, f"{mode}: a fork is covered when it happens")
+    if mode == "scope":
+        where = detail.get("slice", "a slice") if isinstance(detail, dict) else "a slice"
+        message = f"{mode}: each bound lease is a systemd scope in {where}; a fork stays in it"
+        return Check("process tracking", OK, message)
     fix = "run the daemon as root in the initial namespaces, as the unit does (docs/security.md)"
     message = f"{mode}: families are learnt by scanning /proc, so a short-lived parent can hide"
     reason = detail.get("reason") if isinstance(detail, dict) else None

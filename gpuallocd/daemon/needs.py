@@ -115,7 +115,7 @@ def _capability_needs(config: DaemonConfig, host: Host) -> Iterator[Need]:
         "(gpuallocctl run still stops its own command)",
         required=False,
     )
-    if config.process_tracking != "proc-scan" and not host.own_namespaces:
+    if config.process_tracking in ("auto", "connector") and not host.own_namespaces:
         # In a container the kernel sends no events whatever the daemon holds: the process
         # tracking line of doctor and the start's log say so instead.
         yield _capability(

@@ -111,9 +111,11 @@ class DaemonConfig:
         "auto",
         "how the processes a bound lease's holder starts are followed: `connector`, the "
         "kernel's process events (root with CAP_NET_ADMIN in the initial namespaces; refuses "
-        "to start without them); `proc-scan`, /proc read once a second; `auto`, the events "
-        "where the kernel grants them, else the scan with a warning (docs/security.md)",
-        choices=("auto", "connector", "proc-scan"),
+        "to start without them); `scope`, a systemd scope (cgroup) per bound lease (systemd "
+        "as PID 1 on cgroup v2; refuses to start without it); `proc-scan`, /proc read once a "
+        "second; `auto`, the events where the kernel grants them, else a scope where systemd "
+        "offers one, else the scan with a warning (docs/security.md)",
+        choices=("auto", "connector", "scope", "proc-scan"),
     )
     metrics_listen: str | None = _setting(
         None,

@@ -49,6 +49,10 @@ class ProcessFamilies:
                 self._remove(lease_id, member)
             del self._families[lease_id]
 
+    def forget(self, lease_id: str) -> None:
+        """Stop following one lease's family (something else follows it now)."""
+        self.retain(i for i in self._families if i != lease_id)
+
     def __bool__(self) -> bool:
         return bool(self._families)
 

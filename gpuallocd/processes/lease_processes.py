@@ -1,5 +1,6 @@
 """The processes a bound lease covers: its holder (pidfd, or /proc polling) and every process
-started under it (kernel events or /proc scans), and what a revoke does to them.
+started under it (kernel events, its systemd scope, or /proc scans), and what a revoke does
+to them.
 
 A bound lease ends when the last of its processes has exited, never while one still runs;
 a lease that asked for it (`on_revoke: "terminate"`, as `gpuallocctl run` does) has its
@@ -14,10 +15,11 @@ from typing import Any
 
 from gpuallocd.model import Lease
 from gpuallocd.processes.events import FamilyEvents
-from gpuallocd.processes.families import ProcessFamilies
+from gpuallocd.processes.families import Member, ProcessFamilies
 from gpuallocd.processes.proc import descendants, process_start_time, read_process_table
+from gpuallocd.processes.scopes import LeaseScopes
 from gpuallocd.processes.terminate import terminate_family
-from gpuallocd.processes.tracking import PROC_SCAN, Tracking
+from gpuallocd.processes.tracking import PROC_SCAN, SCOPE, Tracking
 from gpuallocd.processes.watcher import POLL_SECONDS, ProcessWatcher
 
 __all__ = ["SCAN_SECONDS", "LeaseProcesses"]
@@ -30,7 +32,8 @@ class LeaseProcesses:
 
     `on_holder_exit(lease_ids)` hears of a holder that exited; its lease may still have
     processes started under it. `on_gone(lease_ids)` hears of leases whose last process
-    exited, told by the kernel's events (in `proc-scan` mode, `scan()` returns them).
+    exited, told by the kernel's events or the scope's cgroup (in `proc-scan` mode, and
+    for a lease whose scope could not be made, `scan()` returns them).
     """
 
     def __init__(
@@ -55,6 +58,9 @@ class LeaseProcesses:
                 on_gone or on_holder_exit,
                 self._rescan_now,
             )
+        self._scopes: LeaseScopes | None = None
+        if self.tracking.mode == SCOPE:
+            self._scopes = LeaseScopes(on_gone or on_holder_exit)
 
     @property
     def mode(self) -> str:
@@ -71,7 +77,9 @@ class LeaseProcesses:
     def watch(self, lease: Lease, *, terminate: bool = False) -> None:
         """Follow a bound lease's holder and the processes it starts (nothing if detached)."""
         self._watcher.watch(lease)
-        if self._events is None or lease.pid is None:
+        if self._scopes is not None and (lease.id in self._scopes or self._scopes.adopt(lease.id)):
+            pass  # its scope is its family
+        elif self._events is None or lease.pid is None:
             self._families.track(lease)
         else:
             self._families.track(lease, descendants(lease.pid))
@@ -80,20 +88,33 @@ class LeaseProcesses:
         if terminate:
             self._terminate_on_revoke.add(lease.id)
 
+    async def enclose(self, lease: Lease) -> None:
+        """In `scope` mode, move a newly granted lease's holder, and what it already started,
+        into a scope of its own (before its client hears of the grant); elsewhere nothing."""
+        if self._scopes is None or lease.pid is None or lease.id in self._scopes:
+            return
+        if not lease.bound or process_start_time(lease.pid) != lease.pid_start_time:
+            return  # detached, or the holder is gone: nothing to move
+        pids = [lease.pid, *(pid for pid, _start in descendants(lease.pid))]
+        if await self._scopes.enclose(lease, pids):
+            self._families.forget(lease.id)
+
     def retain(self, lease_ids: Iterable[str]) -> None:
         """Forget the leases not named: they ended."""
         keep = set(lease_ids)
         self._watcher.retain(keep)
         self._families.retain(keep | self._terminating)
+        if self._scopes is not None:
+            self._scopes.retain(keep | self._terminating)
         self._terminate_on_revoke &= keep
 
     def members(self, lease_id: str) -> list[int]:
         """The pids a bound lease covers now: its holder and the processes started under it."""
-        return sorted({pid for pid, _start in self._families.members(lease_id)})
+        return sorted({pid for pid, _start in self._members(lease_id)})
 
     def untracked(self, lease_ids: Iterable[str]) -> list[str]:
         """Of these leases, those with no known process left."""
-        return [i for i in lease_ids if not self._families.members(i)]
+        return [i for i in lease_ids if not self._members(i)]
 
     def revoked(self, lease: Lease) -> None:
         """A lease was revoked: stop its processes if it asked for that."""
@@ -103,11 +124,12 @@ class LeaseProcesses:
         if lease.pid is not None and lease.pid_start_time is not None:
             holder = (lease.pid, lease.pid_start_time)
         self._terminating.add(lease.id)  # its family is followed until the last SIGKILL
+        scopes = self._scopes if self._in_scope(lease.id) else None
         terminate_family(
-            lambda: self._families.members(lease.id),
+            lambda: self._members(lease.id),
             holder,
             self._revoke_grace,
-            done=lambda: self._terminating.discard(lease.id),
+            done=lambda: self._terminated(lease.id, scopes),
         )
 
     def stats(self) -> dict[str, Any]:
@@ -115,6 +137,8 @@ class LeaseProcesses:
         found: dict[str, Any] = {"mode": self.mode, "reason": self.tracking.reason}
         if self._events is not None:
             found.update(self._events.stats.to_json())
+        if self._scopes is not None:
+            found.update(self._scopes.stats())
         return found
 
     async def poll_forever(self) -> None:
@@ -136,6 +160,23 @@ class LeaseProcesses:
         self._watcher.close()
         if self._events is not None:
             self._events.close()
+        if self._scopes is not None:
+            self._scopes.close()
+
+    def _in_scope(self, lease_id: str) -> bool:
+        return self._scopes is not None and lease_id in self._scopes
+
+    def _members(self, lease_id: str) -> list[Member]:
+        """Its scope's processes where it has one, else the family followed in /proc."""
+        if self._scopes is not None and lease_id in self._scopes:
+            return self._scopes.members(lease_id)
+        return self._families.members(lease_id)
+
+    def _terminated(self, lease_id: str, scopes: LeaseScopes | None) -> None:
+        """The last SIGKILL went out: in a scope, systemd kills what a fork slipped past it."""
+        if scopes is not None:
+            scopes.sweep(lease_id)
+        self._terminating.discard(lease_id)
 
     def _rescan_now(self) -> list[str]:
         """Read /proc on the loop itself, so that no event is applied halfway through: the

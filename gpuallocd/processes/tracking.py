@@ -1,11 +1,14 @@
 """Which way the daemon follows the processes of bound leases, chosen once at start.
 
 `connector`: the kernel's process events (`connector.py`), a fork covered when it happens;
-it needs root with CAP_NET_ADMIN in the initial user and pid namespaces. `proc-scan`: /proc
-read once a second and at each renewal, which misses a process whose parents up to a member
-all exit between two scans. The setting `process_tracking` picks: `auto` (the default) the
-connector where the kernel grants it, else the scan with one warning; `connector` refuses to
-start without it (exit 77); `proc-scan` never asks.
+it needs root with CAP_NET_ADMIN in the initial user and pid namespaces. `scope`: each bound
+lease's processes are a cgroup, a transient systemd scope (`scopes.py`); it needs systemd as
+PID 1 on the unified cgroup hierarchy, its bus answering root, and works in a container too.
+`proc-scan`: /proc read once a second and at each renewal, which misses a process whose
+parents up to a member all exit between two scans. The setting `process_tracking` picks:
+`auto` (the default) the connector where the kernel grants it, else a scope where systemd
+offers one, else the scan with one warning; `connector` and `scope` refuse to start without
+what they need (exit 77); `proc-scan` never asks.
 """
 
 from __future__ import annotations
@@ -15,15 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuallocd.errors import MissingPrivilege
+from gpuallocd.host import cgroup_version, systemd_is_init
 from gpuallocd.processes.connector import Connector, ConnectorUnavailable
+from gpuallocd.processes.systemd_bus import bus_problem
 
-__all__ = ["CONNECTOR", "PROC_SCAN", "SETTINGS", "Tracking", "choose_tracking"]
+__all__ = ["CONNECTOR", "PROC_SCAN", "SCOPE", "SETTINGS", "Tracking", "choose_tracking"]
 
 log = logging.getLogger("gpuallocd")
 
 CONNECTOR = "connector"
+SCOPE = "scope"
 PROC_SCAN = "proc-scan"
-SETTINGS = ("auto", CONNECTOR, PROC_SCAN)
+SETTINGS = ("auto", CONNECTOR, SCOPE, PROC_SCAN)
 
 
 @dataclass(frozen=True)
@@ -35,13 +41,35 @@ class Tracking:
     reason: str = ""
 
 
+def scope_problem() -> str | None:
+    """Why leases cannot be systemd scopes here; None if they can."""
+    if not systemd_is_init():
+        return "systemd is not PID 1"
+    if cgroup_version() != "v2":
+        return f"cgroups are {cgroup_version()}, not the unified hierarchy (v2)"
+    return bus_problem()
+
+
+def _scope(problem: str | None) -> Tracking:
+    if problem is not None:
+        raise MissingPrivilege(
+            f'process_tracking = "scope": {problem}; run the daemon under systemd on cgroup '
+            'v2 as root, or set process_tracking = "auto"'
+        )
+    return Tracking(SCOPE, None, "a systemd scope (cgroup) per bound lease")
+
+
 def choose_tracking(
-    setting: str, open_connector: Callable[[], Connector] = Connector.open
+    setting: str,
+    open_connector: Callable[[], Connector] = Connector.open,
+    scope_problem: Callable[[], str | None] = scope_problem,
 ) -> Tracking:
     """The mode `setting` asks for and this host allows; MissingPrivilege where `connector`
-    is demanded and cannot be had."""
+    or `scope` is demanded and cannot be had."""
     if setting == PROC_SCAN:
         return Tracking(PROC_SCAN, None, 'process_tracking = "proc-scan"')
+    if setting == SCOPE:
+        return _scope(scope_problem())
     try:
         connector = open_connector()
     except ConnectorUnavailable as exc:
@@ -52,10 +80,14 @@ def choose_tracking(
                 "CAP_NET_ADMIN in the initial namespaces (as gpuallocd.service does), or "
                 'set process_tracking = "auto"'
             ) from None
+        problem = scope_problem()
+        if problem is None:
+            return Tracking(SCOPE, None, f"a systemd scope (cgroup) per bound lease; {reason}")
         log.warning(
-            "process tracking falls back to scanning /proc once a second (%s): work whose "
-            "parents all exit between two scans can escape its lease",
+            "process tracking falls back to scanning /proc once a second (%s; no scope: %s): "
+            "work whose parents all exit between two scans can escape its lease",
             reason,
+            problem,
         )
-        return Tracking(PROC_SCAN, None, reason)
+        return Tracking(PROC_SCAN, None, f"{reason}; no scope: {problem}")
     return Tracking(CONNECTOR, connector, "the kernel's process events (netlink connector)")

@@ -30,6 +30,27 @@ with gpu_lease(1, wait=True, timeout=600, label=sys.argv[1]) as lease:
     time.sleep(float(sys.argv[2]))
 """
 PYTHON = "/opt/gpuallocd/bin/python"
+# A holder whose work leaves it: a child in a session of its own forks the work (it ignores
+# SIGTERM) and exits; the holder exits at once (`exit`) or stays (`stay`).
+ESCAPING_HOLDER = """
+import os, signal, sys, time, warnings
+warnings.simplefilter("ignore")  # fork() beside the renewer thread
+from gpulease import gpu_lease
+lease = gpu_lease(1, label=sys.argv[1], on_revoke=sys.argv[2]).__enter__()
+print(lease.id, flush=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        time.sleep(600)
+    os._exit(0)
+if sys.argv[3] == "stay":
+    time.sleep(600)
+os._exit(0)
+"""
 
 
 def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -203,6 +224,56 @@ def test_share_enforcement_warns_then_kills(box: Box) -> None:
     until(lambda: unit_state(box, "alice-share") != "active", 30, "run to end")
 
 
+def scope_of(box: Box, lease_id: str) -> dict[str, str]:
+    return show(box, f"gpuallocd-lease-{lease_id}.scope", "ActiveState", "ControlGroup")
+
+
+def test_work_that_leaves_its_holder_stays_in_the_leases_scope(box: Box) -> None:
+    """alice's `gpu_lease(1)` holder forks; the child calls setsid, forks the work and exits;
+    the holder exits. The work stays in the lease's scope and the lease stays active while
+    it runs; killed, the lease ends within 2 s."""
+    done = box.as_user("alice", [PYTHON, "-c", ESCAPING_HOLDER, "alice-escape", "warn", "exit"])
+    assert done.returncode == 0, done.stderr
+    lease_id = done.stdout.strip()
+    scope = scope_of(box, lease_id)
+    assert scope["ActiveState"] == "active"
+    assert scope["ControlGroup"].startswith("/gpuallocd.slice/gpuallocd-leases.slice/")
+    until(lambda: len(lease_processes(box, lease_id)) == 1, 10, "the holder's exit")
+    (work,) = lease_processes(box, lease_id)
+    time.sleep(3)  # several of the old /proc scans: the work is still covered
+    assert lease_processes(box, lease_id) == [work]
+    assert box.run(["ps", "-o", "user=,sid=", "-p", str(work)]).stdout.split()[0] == "alice"
+    killed_at = float(box.run(["date", "+%s.%N"]).stdout)
+    box.run(["kill", "-KILL", str(work)])
+    until(lambda: lease_processes(box, lease_id) == [], 10, "the lease to end")
+    ended = history(box, lease_id)[-1]
+    assert ended["event"] == "freed" and "exited" in ended["detail"]
+    FINDINGS["scope: work killed to its lease's end (s)"] = f"{ended['at'] - killed_at:.3f}"
+    assert ended["at"] - killed_at < 2.0
+    until(lambda: scope_of(box, lease_id)["ActiveState"] != "active", 10, "the scope to go")
+
+
+def test_a_revoke_kills_the_whole_scope(box: Box) -> None:
+    """alice's holder (`on_revoke="terminate"`) stays; its work left it through setsid and
+    a double fork, and ignores SIGTERM. Root revokes: after the grace every process of the
+    scope is killed, and the scope is gone."""
+    start_user_unit(
+        box,
+        "alice",
+        "alice-scoped",
+        [PYTHON, "-c", ESCAPING_HOLDER, "alice-scoped", "terminate", "stay"],
+    )
+    lease = wait_for_lease(box, "alice-scoped")
+    until(lambda: len(lease_processes(box, lease["id"])) == 2, 30, "the work to start")
+    pids = lease_processes(box, lease["id"])
+    revoked = time.monotonic()
+    ctl(box, "revoke", lease["id"], "--reason", "maintenance")
+    until(lambda: unit_state(box, "alice-scoped") != "active", 30, "the holder to be killed")
+    until(lambda: scope_of(box, lease["id"])["ActiveState"] != "active", 30, "the scope to go")
+    FINDINGS["scope: revoke to an empty scope (s)"] = f"{time.monotonic() - revoked:.2f}"
+    assert [p for p in pids if box.run(["kill", "-0", str(p)]).returncode == 0] == []
+
+
 def test_metrics_are_served_on_loopback(installed: Installed) -> None:
     """`metrics_listen = 127.0.0.1:PORT` through `IPAddressAllow=localhost`: a scrape from
     the box parses (prometheus-client's parser) and counts the grants so far."""
@@ -226,6 +297,8 @@ def test_doctor_finds_nothing_wrong_with_the_service(box: Box) -> None:
     assert lines["service"].startswith("ok") and "watchdog pinged every 15 s" in lines["service"]
     assert lines["capabilities"].startswith("ok")
     assert lines["cgroups"].startswith("ok  ") and "systemd is PID 1" in lines["cgroups"]
+    tracking = lines["process tracking"]
+    assert tracking.startswith("ok") and "scope: each bound lease" in tracking, tracking
     as_alice = box.as_user("alice", ["gpuallocctl", "doctor", "--json"])
     assert as_alice.returncode == 0
     assert json.loads(as_alice.stdout)["failed"] == 0
