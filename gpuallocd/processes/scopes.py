@@ -113,7 +113,8 @@ class LeaseScopes:
 
     def sweep(self, lease_id: str) -> None:
         """SIGKILL to whatever is left in the lease's scope (systemd's KillUnit), soon."""
-        self._spawn(_kill_quietly(scope_name(lease_id)))
+        if not self.empty(lease_id):
+            self._spawn(_kill_quietly(scope_name(lease_id)))
 
     def retain(self, lease_ids: Iterable[str]) -> None:
         """Stop following the scopes of leases not named (they ended)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -21,6 +22,14 @@ log = logging.getLogger(__name__)
 DESTINATION = ("org.freedesktop.systemd1", "/org/freedesktop/systemd1")
 MANAGER = "org.freedesktop.systemd1.Manager"
 CALL_SECONDS = 10.0
+PRIVATE = (
+    "NOTIFY_SOCKET",
+    "WATCHDOG_PID",
+    "WATCHDOG_USEC",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+)
 
 
 class BusError(Exception):
@@ -38,12 +47,20 @@ def _argv(method: str, signature: str, *args: str) -> list[str]:
     return [_busctl(), "call", "--quiet", *DESTINATION, MANAGER, method, signature, *args]
 
 
+def _environment() -> dict[str, str]:
+    """The daemon's environment less what systemd gave the daemon alone: systemd's tools
+    report a failure to $NOTIFY_SOCKET, which the service manager refuses (and logs) from
+    any process but the daemon's."""
+    return {k: v for k, v in os.environ.items() if k not in PRIVATE}
+
+
 async def _call(method: str, signature: str, *args: str) -> str:
     process = await asyncio.create_subprocess_exec(
         *_argv(method, signature, *args),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env=_environment(),
     )
     try:
         out, err = await asyncio.wait_for(process.communicate(), CALL_SECONDS)
@@ -96,7 +113,9 @@ def bus_problem() -> str | None:
     except BusError as exc:
         return str(exc)
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=CALL_SECONDS)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=CALL_SECONDS, env=_environment()
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"busctl failed: {exc}"
     if done.returncode != 0:

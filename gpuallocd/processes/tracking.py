@@ -14,6 +14,7 @@ what they need (exit 77); `proc-scan` never asks.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,6 +44,8 @@ class Tracking:
 
 def scope_problem() -> str | None:
     """Why leases cannot be systemd scopes here; None if they can."""
+    if os.geteuid() != 0:
+        return "the daemon is not root (systemd makes system scopes for root only)"
     if not systemd_is_init():
         return "systemd is not PID 1"
     if cgroup_version() != "v2":

@@ -243,6 +243,9 @@ def test_work_that_leaves_its_holder_stays_in_the_leases_scope(box: Box) -> None
     time.sleep(3)  # several of the old /proc scans: the work is still covered
     assert lease_processes(box, lease_id) == [work]
     assert box.run(["ps", "-o", "user=,sid=", "-p", str(work)]).stdout.split()[0] == "alice"
+    move = f"echo {work} > /sys/fs/cgroup/cgroup.procs"
+    assert box.as_user("alice", ["sh", "-c", move]).returncode != 0  # the cgroup is root's
+    assert lease_processes(box, lease_id) == [work]
     killed_at = float(box.run(["date", "+%s.%N"]).stdout)
     box.run(["kill", "-KILL", str(work)])
     until(lambda: lease_processes(box, lease_id) == [], 10, "the lease to end")
