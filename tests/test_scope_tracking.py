@@ -13,6 +13,7 @@ import pytest
 from gpuallocd.cli.doctor_checks import OK, process_tracking
 from gpuallocd.errors import MissingPrivilege
 from gpuallocd.processes.cgroups import (
+    in_slice,
     parse_proc_cgroup,
     populated,
     procs,
@@ -54,6 +55,15 @@ def test_the_unified_hierarchys_line_of_proc_pid_cgroup() -> None:
     assert parse_proc_cgroup(hybrid) == "/user.slice/x.scope"
     assert parse_proc_cgroup("0::/\n") == "/"
     assert parse_proc_cgroup("4:memory:/a\n") is None
+
+
+def test_a_process_in_a_leases_scope_is_told_by_its_cgroup_path() -> None:
+    """A lease taken under another lease keeps its process where it is: the process is
+    known to be in a scope by its cgroup path lying in the leases' slice."""
+    assert in_slice("/gpuallocd.slice/gpuallocd-leases.slice/gpuallocd-lease-0a.scope")
+    assert not in_slice("/gpuallocd.slice/gpuallocd-leases.slice")
+    assert not in_slice("/gpuallocd.slice/gpuallocd-leases.slicex/a.scope")
+    assert not in_slice("/user.slice/user-1000.slice/session-1.scope")
 
 
 def test_a_cgroups_processes_and_whether_it_is_populated(tmp_path: Path) -> None:

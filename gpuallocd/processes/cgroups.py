@@ -14,6 +14,7 @@ from pathlib import Path
 __all__ = [
     "CGROUP_ROOT",
     "LEASES_SLICE",
+    "in_slice",
     "parse_proc_cgroup",
     "populated",
     "procs",
@@ -51,6 +52,11 @@ def slice_path(slice_unit: str) -> str:
 def scope_dir(lease_id: str, root: Path = CGROUP_ROOT, slice_unit: str = LEASES_SLICE) -> Path:
     """The cgroup directory of a lease's scope."""
     return root / slice_path(slice_unit) / scope_name(lease_id)
+
+
+def in_slice(cgroup: str, slice_unit: str = LEASES_SLICE) -> bool:
+    """Whether a cgroup path (as /proc/PID/cgroup gives it) lies inside the slice."""
+    return cgroup.startswith(f"/{slice_path(slice_unit)}/")
 
 
 def parse_proc_cgroup(text: str) -> str | None:

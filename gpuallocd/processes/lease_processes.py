@@ -95,8 +95,12 @@ class LeaseProcesses:
             return
         if not lease.bound or process_start_time(lease.pid) != lease.pid_start_time:
             return  # detached, or the holder is gone: nothing to move
-        pids = [lease.pid, *(pid for pid, _start in descendants(lease.pid))]
-        if await self._scopes.enclose(lease, pids):
+        scopes = self._scopes
+        if scopes.in_a_scope(lease.pid):
+            return  # under another lease: followed from /proc, not taken from that lease
+        started = (pid for pid, _start in descendants(lease.pid))
+        pids = [lease.pid, *(pid for pid in started if not scopes.in_a_scope(pid))]
+        if await scopes.enclose(lease, pids):
             self._families.forget(lease.id)
 
     def retain(self, lease_ids: Iterable[str]) -> None:

@@ -9,7 +9,10 @@ exits the kernel flips `cgroup.events` to `populated 0`, which inotify reports a
 systemd removes the empty scope. A revoke that terminates ends with systemd's KillUnit on the
 scope, which catches a process forked while the others were being signalled.
 
-A lease's end never kills what still runs in its scope (as in the other modes: stopping work
+A lease taken by a process already in another lease's scope (a `gpu_lease` inside
+`gpuallocctl run`, say) gets no scope: its process stays where it is, under the outer lease,
+and the inner lease follows its family from /proc. A lease's end never kills what still runs
+in its scope (as in the other modes: stopping work
 is a revoke's job); the scope then lasts until its last process exits.
 """
 
@@ -27,6 +30,7 @@ from gpuallocd.model import Lease
 from gpuallocd.processes.cgroups import (
     CGROUP_ROOT,
     LEASES_SLICE,
+    in_slice,
     parse_proc_cgroup,
     populated,
     procs,
@@ -78,6 +82,12 @@ class LeaseScopes:
         self._follow(lease_id, directory)
         return True
 
+    def in_a_scope(self, pid: int) -> bool:
+        """Whether the process is in some lease's scope already (a lease taken under another
+        lease: moving it would take it from the other lease, so it stays)."""
+        found = _cgroup_of(pid)
+        return found is not None and in_slice(found, self._slice)
+
     async def enclose(self, lease: Lease, pids: Sequence[int]) -> bool:
         """Move `pids` (the holder first) into a new scope for `lease`; whether they are
         in it now (False: the caller keeps following them from /proc)."""
@@ -113,7 +123,7 @@ class LeaseScopes:
 
     def sweep(self, lease_id: str) -> None:
         """SIGKILL to whatever is left in the lease's scope (systemd's KillUnit), soon."""
-        if not self.empty(lease_id):
+        if lease_id in self._dirs and not self.empty(lease_id):
             self._spawn(_kill_quietly(scope_name(lease_id)))
 
     def retain(self, lease_ids: Iterable[str]) -> None:

@@ -277,6 +277,28 @@ def test_a_revoke_kills_the_whole_scope(box: Box) -> None:
     assert [p for p in pids if box.run(["kill", "-0", str(p)]).returncode == 0] == []
 
 
+NESTED_LEASE = """
+import os
+from gpulease import gpu_lease
+outer = os.environ["GPUALLOCD_LEASE_ID"]
+with gpu_lease(1, label="inner") as lease:
+    print(outer, lease.id, open("/proc/self/cgroup").read().strip().split("::")[-1])
+"""
+
+
+def test_a_lease_taken_under_another_lease_leaves_its_holder_in_the_outer_scope(
+    box: Box,
+) -> None:
+    """alice's `gpuallocctl run` runs a `gpu_lease` script: the script stays in run's scope
+    (a move would take it from run's lease), and both leases end with it."""
+    done = box.as_user("alice", ["gpuallocctl", "run", "-n", "1", "--", PYTHON, "-c", NESTED_LEASE])
+    assert done.returncode == 0, done.stderr
+    outer, inner, cgroup = done.stdout.split()
+    assert cgroup == f"/gpuallocd.slice/gpuallocd-leases.slice/gpuallocd-lease-{outer}.scope"
+    assert inner != outer and leases(box) == []
+    assert history(box, inner)[-1]["event"] == "freed"
+
+
 def test_metrics_are_served_on_loopback(installed: Installed) -> None:
     """`metrics_listen = 127.0.0.1:PORT` through `IPAddressAllow=localhost`: a scrape from
     the box parses (prometheus-client's parser) and counts the grants so far."""
