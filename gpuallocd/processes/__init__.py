@@ -5,7 +5,12 @@ are stopped. Below the allocator, which asks it; it decides nothing about leases
     connector.py        the kernel's process events (netlink connector): subscribe, parse
     events.py           FamilyEvents: families kept current by those events, on the loop
     families.py         ProcessFamilies: each bound lease's processes (pid + start time)
-    tracking.py         the mode in force: `connector` or `proc-scan` (setting process_tracking)
+    cgroups.py          a lease's scope in the cgroup v2 tree: names, paths, its files
+    systemd_bus.py      systemd's manager over D-Bus (busctl): start a scope, signal a unit
+    inotify.py          inotify(7) through libc: a cgroup's `cgroup.events` changing
+    scopes.py           LeaseScopes: each bound lease a transient systemd scope (a cgroup)
+    tracking.py         the mode in force: `connector`, `scope` or `proc-scan` (setting
+                        process_tracking)
     watcher.py          ProcessWatcher: leases that end with their holder (pidfd, /proc fallback)
     lease_processes.py  LeaseProcesses: holders, families, and a revoke's termination together
     signals.py          signals through a pidfd checked against the recorded start time

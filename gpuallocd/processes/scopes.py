@@ -12,8 +12,8 @@ scope, which catches a process forked while the others were being signalled.
 A lease taken by a process already in another lease's scope (a `gpu_lease` inside
 `gpuallocctl run`, say) gets no scope: its process stays where it is, under the outer lease,
 and the inner lease follows its family from /proc. A lease's end never kills what still runs
-in its scope (as in the other modes: stopping work
-is a revoke's job); the scope then lasts until its last process exits.
+in its scope (as in the other modes: stopping work is a revoke's job); the scope then lasts
+until its last process exits, and systemd removes it.
 """
 
 from __future__ import annotations

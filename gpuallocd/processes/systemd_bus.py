@@ -1,5 +1,5 @@
 """systemd's manager on the system bus, through `busctl` (which ships with systemd wherever
-the scope mode applies): start a lease's transient scope, signal it, stop it.
+the scope mode applies): start a lease's transient scope, and signal it.
 
 A method call is one short-lived `busctl call`, run without blocking the event loop; root
 may call these methods without polkit. `busctl` over a D-Bus library: no new dependency, and
@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-__all__ = ["BusError", "bus_problem", "kill_unit", "start_scope", "stop_unit"]
+__all__ = ["BusError", "bus_problem", "kill_unit", "start_scope"]
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +100,6 @@ async def kill_unit(name: str, signal: int) -> None:
     """`signal` to every process of the unit: systemd reads its cgroup again and again until
     no process it has not signalled is left, so a fork racing the kill is caught too."""
     await _call("KillUnit", "ssi", name, "all", str(signal))
-
-
-async def stop_unit(name: str) -> None:
-    await _call("StopUnit", "ss", name, "replace")
 
 
 def bus_problem() -> str | None:
