@@ -214,10 +214,10 @@ class LeaseLifecycle:
             mig_profile=spec.mig_profile,
         )
         ttl = self._ttl(caller, spec.ttl_seconds)
-        if request.kind == "whole":  # shares and slices count by their fraction, once placed
+        if request.kind == "whole":  # shares and slices are counted once placed
             self._check_quota(caller, request.count, ttl)
-        self.drains.check_not_drained(request.required)
-        unavailable = reserved | self.drains.uuids()
+        self.drains.check_not_drained(request.required, self.topology)
+        unavailable = reserved | frozenset(self.drains.covered(self.topology))
         state, snapshot = self.node.keyed_snapshot(self._active.values(), unavailable)
         if request.kind == "whole":
             policy_name = spec.policy or self._settings.default_policy
@@ -232,7 +232,7 @@ class LeaseLifecycle:
             )
         units = leased_units(self.topology, request, choice.gpus)
         if request.kind != "whole":
-            self._check_quota(caller, sum(unit.fraction for unit in units), ttl)
+            self.quota.check_units(caller, self._active.values(), units, ttl_seconds=ttl)
         lease = self._new_lease(caller, spec, policy_name, units, ttl, waited_since)
         self._ledger.grant(lease, caller.uid)
         self._active[lease.id] = lease

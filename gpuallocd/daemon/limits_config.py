@@ -29,6 +29,7 @@ _KEYS: dict[str, tuple[bool, float]] = {
     "max_ttl_seconds": (False, 1e-9),
     "max_waiting": (True, 0.0),
     "max_gpu_hours_per_day": (False, 0.0),
+    "max_shares": (True, 0.0),
 }
 _TABLES = ("group", "user")
 
@@ -51,12 +52,13 @@ def _limits(table: Mapping[str, Any], where: str, nested: bool) -> Limits:
         elif not (nested and key in _TABLES):
             known = ", ".join([*_KEYS, *(_TABLES if nested else ())])
             raise ConfigError(f"{where}: unknown key {key!r} (known: {known})")
-    waiting = values.get("max_waiting")
+    waiting, shares = values.get("max_waiting"), values.get("max_shares")
     return Limits(
         max_gpus=values.get("max_gpus"),
         max_ttl_seconds=values.get("max_ttl_seconds"),
         max_waiting=None if waiting is None else int(waiting),
         max_gpu_hours_per_day=values.get("max_gpu_hours_per_day"),
+        max_shares=None if shares is None else int(shares),
     )
 
 
