@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from gpuallocd.api.limits import ConnectionLimiter
-from gpuallocd.api.peercred import peer_caller
+from gpuallocd.api.peercred import identity_generation, peer_caller
 from gpuallocd.errors import (
     AlreadyRunning,
     ConfigError,
@@ -83,7 +83,7 @@ class _EnvelopeRequestHandler(RequestHandler):
     closed when its first request's head does not arrive in time. `peer` keeps the caller of
     the connection, read from the kernel once."""
 
-    __slots__ = ("_head_timeout", "_head_timer", "_limiter", "_uid", "peer")
+    __slots__ = ("_head_timeout", "_head_timer", "_limiter", "_uid", "peer", "peer_generation")
 
     def __init__(
         self, *args: Any, limiter: ConnectionLimiter, head_timeout: float, **kwargs: Any
@@ -92,11 +92,13 @@ class _EnvelopeRequestHandler(RequestHandler):
         self._limiter = limiter
         self._uid: int | None = None
         self.peer: Caller | None = None
+        self.peer_generation: int | None = None
         self._head_timeout = head_timeout
         self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         try:
+            self.peer_generation = identity_generation()
             self.peer = peer_caller(transport.get_extra_info("socket"))
             uid = self.peer.uid
         except (GpuallocError, OSError):
