@@ -13,7 +13,6 @@ the key, so a limit never silently fails to apply.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,13 +31,17 @@ _KEYS: dict[str, tuple[bool, float]] = {
     "max_shares": (True, 0.0),
 }
 _TABLES = ("group", "user")
+MAX_LIMIT = 1e15  # past any real use; a larger (or infinite) value is a mistake
 
 
 def _number(value: Any, key: str, where: str) -> float:
     whole, minimum = _KEYS[key]
     number = isinstance(value, int) or (not whole and isinstance(value, float))
-    if isinstance(value, bool) or not number or not math.isfinite(value):
-        raise ConfigError(f"{where}: {key} must be {'an integer' if whole else 'a number'}")
+    if isinstance(value, bool) or not number or not abs(value) <= MAX_LIMIT:
+        raise ConfigError(
+            f"{where}: {key} must be {'an integer' if whole else 'a number'} "
+            f"from 0 to {MAX_LIMIT:.0e}"
+        )
     if value < minimum:
         raise ConfigError(f"{where}: {key} must be {'positive' if minimum else 'at least 0'}")
     return float(value)
