@@ -309,7 +309,10 @@ class LeaseLifecycle:
     def expire_due(self) -> list[Lease]:
         """End every lease whose TTL ran out; their GPUs are free again."""
         due = self._deadlines.due(self._active.values())
-        return self._end(due, LeaseState.EXPIRED, actor_uid=0)
+        if not due:
+            return []
+        at = {lease.id: self._deadlines.due_at(lease) for lease in due}
+        return self._end(due, LeaseState.EXPIRED, actor_uid=0, at=at)
 
     # Internals ------------------------------------------------------------------------------
 
@@ -342,10 +345,17 @@ class LeaseLifecycle:
         )
 
     def _end(
-        self, leases: Sequence[Lease], state: LeaseState, actor_uid: int, detail: str | None = None
+        self,
+        leases: Sequence[Lease],
+        state: LeaseState,
+        actor_uid: int,
+        detail: str | None = None,
+        *,
+        at: Mapping[str, float] | None = None,
     ) -> list[Lease]:
+        """End `leases` now, or each at its time in `at` (an expiry: when it was due)."""
         now = self._clock()
-        ended = [lease.ended(state, now) for lease in leases]
+        ended = [lease.ended(state, at[lease.id] if at else now) for lease in leases]
         self._ledger.end(ended, actor_uid, detail)
         for lease in ended:
             self._active.pop(lease.id, None)
