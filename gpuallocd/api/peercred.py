@@ -25,8 +25,8 @@ from gpuallocd.model import Caller
 __all__ = [
     "caller_named",
     "connection_caller",
-    "identify",
     "forget_identities",
+    "identify",
     "identity_generation",
     "peer_caller",
     "user_groups",

@@ -97,11 +97,12 @@ def _read_toml(path: Path, where: str) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{where}: not UTF-8 (byte {exc.start + 1})") from None
     try:
-        return tomllib.loads(text)
+        data: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: {_one_line(exc)}") from None
     except (ValueError, RecursionError) as exc:  # an integer past the digits Python reads
         raise ConfigError(f"{where}: {_one_line(exc)}") from None
+    return data
 
 
 def _from_file(path: Path, table: Mapping[str, Setting]) -> dict[str, Any]:

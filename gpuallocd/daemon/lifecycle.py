@@ -37,7 +37,7 @@ from gpuallocd.allocator.observer import LeaseObserver, Observers
 from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.limits import ConnectionLimiter, fit_to_open_files, quiet_accept_errors
 from gpuallocd.api.peercred import forget_identities
-from gpuallocd.api.server import UnixApiServer, bind_unix_socket
+from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handlers
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
 from gpuallocd.daemon.housekeeping import Housekeeper
@@ -202,13 +202,21 @@ class Daemon:
         active = lifecycle.leases()
         return Observers(self._metrics, CdiSpecWriter(path, lifecycle.topology.gpus, active))
 
-    def _exporter(self, facade: AllocatorFacade, inventory: Inventory) -> MetricsExporter:
+    def _exporter(
+        self, facade: AllocatorFacade, inventory: Inventory, limiter: ConnectionLimiter
+    ) -> MetricsExporter:
+        """The metrics; its port's connections under the API's limits (`limiter`)."""
         return MetricsExporter(
             self._metrics,
             lambda: take_sample(facade, inventory),
             listen=self.config.metrics_listen,
             textfile=self.config.metrics_textfile,
             interval_seconds=self.config.sample_interval_seconds,
+            handlers=functools.partial(
+                limited_handlers,
+                limiter=limiter,
+                head_timeout=self.config.request_head_timeout_seconds,
+            ),
         )
 
     def _limiter(self) -> ConnectionLimiter:
@@ -227,7 +235,8 @@ class Daemon:
             self.config.sample_interval_seconds,
             retention_seconds=self.config.history_retention_days * 86400.0,
         )
-        exporter = self._exporter(facade, inventory)
+        limiter = self._limiter()  # the API socket's and the metrics port's connections
+        exporter = self._exporter(facade, inventory, limiter)
         started_at = self._clock()
         ctx = ApiContext(
             facade,
@@ -251,7 +260,7 @@ class Daemon:
             app,
             sock,
             grace_seconds=self.config.shutdown_grace_seconds,
-            limiter=self._limiter(),
+            limiter=limiter,
             head_timeout=self.config.request_head_timeout_seconds,
         )
         quiet_accept_errors(asyncio.get_running_loop())
