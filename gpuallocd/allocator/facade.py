@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from gpuallocd.allocator import gpu_admin
 from gpuallocd.allocator.bells import LeaseBells
@@ -27,7 +30,7 @@ from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.allocator.waitqueue import WaitQueue
 from gpuallocd.allocator.worker import SerialWorker
-from gpuallocd.errors import GpuallocError
+from gpuallocd.errors import GpuallocError, UnknownLease
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
     AdminAction,
@@ -38,12 +41,13 @@ from gpuallocd.model import (
     LiveState,
     Topology,
     UserUsage,
-    usage_by_user,
 )
 
 __all__ = ["AllocatorFacade"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 PURGE_BATCH = 200  # leases per purge transaction: a few milliseconds of the writer's time
 PURGE_PAUSE = 0.01
@@ -77,6 +81,10 @@ class AllocatorFacade:
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells = LeaseBells()
         self.revoke_grace_seconds = revoke_grace_seconds
+        # Long reads (history, accounting): a read-only connection in a thread of their own,
+        # so no read of one user holds another's request on the event loop.
+        self._reader = ledger.reader()
+        self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-read")
 
     @property
     def topology(self) -> Topology:
@@ -199,8 +207,28 @@ class AllocatorFacade:
     def _gpu_status(self) -> list[GpuStatus]:
         return self._lifecycle.gpu_status(self._queue.reservations())
 
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a long read in the reads thread, on the read-only connection."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reads, functools.partial(fn, *args))
+
     async def history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
-        return await self._worker.run(self._lifecycle.history, lease_id, limit)
+        """The last `limit` events (of one lease where given), read off the event loop."""
+        return await self._off_loop(self._history, lease_id, limit)
+
+    async def history_json(self, lease_id: str | None, limit: int) -> bytes:
+        """`history` as the API's JSON document, read and rendered off the event loop."""
+        return await self._off_loop(self._history_json, lease_id, limit)
+
+    def _history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
+        events = self._reader.history(lease_id, limit)
+        if lease_id is not None and not events and not self._reader.has_lease(lease_id):
+            raise UnknownLease(f"no lease {lease_id!r}", lease=lease_id)
+        return events
+
+    def _history_json(self, lease_id: str | None, limit: int) -> bytes:
+        events = self._history(lease_id, limit)
+        return json.dumps({"events": [e.to_json() for e in events]}).encode()
 
     async def waiters(self) -> list[dict[str, Any]]:
         return await self._worker.run(self._queue.waiters)
@@ -242,9 +270,9 @@ class AllocatorFacade:
     ) -> tuple[float, list[UserUsage]]:
         """The window's end (now by default), and each user's GPU-hours, leases and waiting
         time inside [since, end]; only `user` (a name or a uid) where given."""
+        await self.expire_due()  # a lease past its TTL is charged up to its expiry, no more
         end = self._clock() if until is None else until
-        spans = await self._worker.run(self._ledger.lease_spans, since, end)
-        found = usage_by_user(spans, since, end)
+        found = await self._off_loop(self._reader.usage, since, end)
         if user is not None:
             found = [u for u in found if user in (u.user, str(u.uid))]
         return end, found
@@ -332,6 +360,8 @@ class AllocatorFacade:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._processes.close()
         await self._worker.close()
+        self._reads.shutdown(wait=True)
+        self._reader.close()
         await asyncio.sleep(0)  # the last transitions' log lines (written after the answers)
 
     def _process_exited(self, lease_ids: list[str]) -> None:

@@ -188,8 +188,8 @@ async def revoke_lease(request: web.Request) -> web.Response:
 async def history(request: web.Request) -> web.Response:
     caller_of(request)
     limit = query_limit(request, MAX_HISTORY_LIMIT)
-    events = await facade_of(request).history(request.query.get("lease"), limit)
-    return _json({"events": [e.to_json() for e in events]})
+    body = await facade_of(request).history_json(request.query.get("lease"), limit)
+    return web.Response(body=body, content_type="application/json")
 
 
 async def get_topology(request: web.Request) -> web.Response:

@@ -1,0 +1,108 @@
+"""A read-only connection of its own for the long reads: history and accounting.
+
+The writer's connection belongs to the serial worker on the event loop; a read of thousands
+of rows there would hold every other request behind it. These reads go through a second
+connection, opened read-only (`mode=ro`: it can change nothing), from one thread of their
+own. SQLite's write-ahead log lets it read a consistent snapshot while the writer commits,
+and SQLite runs each query without holding Python's GIL; accounting adds up in SQL, so the
+thread hands back a handful of rows, not one per lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, case, create_engine, event, func, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from gpuallocd.errors import LedgerError
+from gpuallocd.ledger import schema
+from gpuallocd.ledger.rows import event_from_row
+from gpuallocd.ledger.usage_records import GPU_COUNT, UsageRecords
+from gpuallocd.model import HistoryEvent, UserUsage
+
+__all__ = ["LedgerReader"]
+
+_L = schema.leases
+_H = schema.history
+
+
+class LedgerReader(UsageRecords):
+    """History and accounting reads over a read-only connection (one thread at a time)."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            self._engine = create_engine(
+                f"sqlite:///file:{path}?mode=ro&uri=true",
+                connect_args={"check_same_thread": False, "isolation_level": None},
+            )
+
+            @event.listens_for(self._engine, "connect")
+            def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+                dbapi_connection.execute("PRAGMA busy_timeout=5000")
+
+            self._conn = self._engine.connect()
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"cannot open the ledger {path} for reading: {exc}") from exc
+
+    def close(self) -> None:
+        self._conn.close()
+        self._engine.dispose()
+
+    def history(self, lease_id: str | None = None, limit: int = 100) -> list[HistoryEvent]:
+        """The last `limit` events (of one lease where given), oldest first."""
+        query = select(_H).order_by(_H.c.seq.desc()).limit(limit)
+        if lease_id is not None:
+            query = query.where(_H.c.lease_id == lease_id)
+        with self._read() as conn:
+            rows = conn.execute(query).mappings().all()
+        return [event_from_row(r) for r in reversed(rows)]
+
+    def has_lease(self, lease_id: str) -> bool:
+        with self._read() as conn:
+            return conn.execute(select(_L.c.id).where(_L.c.id == lease_id)).first() is not None
+
+    def usage(self, since: float, until: float) -> list[UserUsage]:
+        """Each user's GPU-hours, leases and waiting inside [since, until], added up in SQL
+        as `model.usage_by_user` adds up spans; most GPU-hours first."""
+        end = func.min(func.coalesce(_L.c.ended_at, until), until)
+        held = func.max(end - func.max(_L.c.created_at, since), 0.0)
+        created_inside = (_L.c.created_at >= since) & (_L.c.created_at < until)
+        query = (
+            select(
+                _L.c.owner_uid,
+                func.max(_L.c.owner_name).label("name"),
+                func.total(GPU_COUNT * held).label("seconds"),
+                func.total(case((created_inside, 1), else_=0)).label("leases"),
+                func.total(case((created_inside, _L.c.waited_seconds), else_=0.0)).label("waited"),
+            )
+            .where((_L.c.ended_at.is_(None)) | (_L.c.ended_at > since), _L.c.created_at < until)
+            .group_by(_L.c.owner_uid)
+        )
+        with self._read() as conn:
+            rows = conn.execute(query).mappings().all()
+        found = [
+            UserUsage(
+                r["owner_uid"], r["name"], r["seconds"] / 3600.0, int(r["leases"]), r["waited"]
+            )
+            for r in rows
+        ]
+        return sorted(found, key=lambda u: (-u.gpu_hours, u.user))
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        try:
+            yield self._conn
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"the ledger read failed: {exc}") from exc
+        finally:
+            if self._conn.in_transaction():
+                self._conn.rollback()  # end the read's snapshot
+
+
+def _user_usage(row: Any) -> UserUsage:
+    hours = float(row["seconds"]) / 3600.0
+    return UserUsage(row["owner_uid"], row["name"], hours, int(row["leases"]), float(row["waited"]))
