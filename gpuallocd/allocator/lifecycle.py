@@ -38,7 +38,6 @@ from gpuallocd.errors import (
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
     Caller,
-    HistoryEvent,
     Lease,
     LeasedGpu,
     LeaseEvent,
@@ -162,12 +161,6 @@ class LeaseLifecycle:
     def gpu_status(self, reservations: Mapping[str, Reservation] | None = None) -> list[GpuStatus]:
         self.expire_due()
         return self.node.statuses(self._active.values(), reservations, self.drains.drains)
-
-    def history(self, lease_id: str | None = None, limit: int = 100) -> list[HistoryEvent]:
-        events = self._ledger.history(lease_id, limit)
-        if lease_id is not None and not events and self._ledger.lease(lease_id) is None:
-            raise UnknownLease(f"no lease {lease_id!r}", lease=lease_id)
-        return events
 
     def ttl_of(self, spec: AllocateSpec) -> float:
         """The lifetime a grant of `spec` would get (clamped to the maximum)."""
