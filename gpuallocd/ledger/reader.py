@@ -10,10 +10,13 @@ thread hands back a handful of rows, not one per lease.
 
 from __future__ import annotations
 
+import functools
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Connection, case, create_engine, event, func, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -30,14 +33,20 @@ _L = schema.leases
 _H = schema.history
 
 
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """`path` opened read-only (a URI, its path quoted: no character of it is taken for a
+    URI's query or fragment)."""
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    return sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+
+
 class LedgerReader(UsageRecords):
     """History and accounting reads over a read-only connection (one thread at a time)."""
 
     def __init__(self, path: Path) -> None:
         try:
             self._engine = create_engine(
-                f"sqlite:///file:{path}?mode=ro&uri=true",
-                connect_args={"check_same_thread": False, "isolation_level": None},
+                "sqlite://", creator=functools.partial(_connect_read_only, path)
             )
 
             @event.listens_for(self._engine, "connect")
