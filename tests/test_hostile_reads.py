@@ -6,6 +6,7 @@ stands for a read of a big ledger that takes as long as the test wants, without 
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from gpuallocd.ledger import LedgerReader
+from gpuallocd.ledger import Ledger, LedgerReader
+from gpuallocd.model import Gpu, Lease, LeasedGpu, LeaseState
 from tests.harness import DaemonPaths, ThreadDaemon, wait_for
 from tests.rules_harness import daemon_with_config
 from tests.system_users import SystemUsers, open_to_everyone
@@ -53,7 +55,7 @@ class Gate:
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
     gate = Gate()
-    for name in ("history", "usage"):
+    for name in ("history_json", "usage"):
         monkeypatch.setattr(LedgerReader, name, gate.around(getattr(LedgerReader, name)))
     yield gate
     gate.opened.set()
@@ -91,3 +93,23 @@ def test_a_held_read_of_one_user_delays_no_allocation_of_another(
         if reader.poll() is None:
             reader.kill()
             reader.wait(10)
+
+
+def test_the_history_sqlite_renders_is_the_models_json(tmp_path: Path) -> None:
+    """The history document built in SQL reads back as `HistoryEvent.to_json()` of the same
+    events, times to the last bit, details with quotes and control characters included."""
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    ledger.sync_gpus([Gpu("GPU-a", 0)], 0.0)
+    for n in range(5):
+        at = 1795664155.828242 + n / 7
+        lease = Lease(f"L{n}", (LeasedGpu("GPU-a", 0),), 5, "u", None, None, "simple", at, at + 9)
+        ledger.grant(lease, 5)
+        ledger.end([lease.ended(LeaseState.FREED, at + 0.1)], 5, f'why "{n}"\t\x01')
+    reader = ledger.reader()
+    try:
+        for lease_id, limit in ((None, 100), (None, 3), ("L2", 100), ("none", 10)):
+            built = json.loads(reader.history_json(lease_id, limit))
+            assert built == [e.to_json() for e in reader.history(lease_id, limit)]
+    finally:
+        reader.close()
+        ledger.close()

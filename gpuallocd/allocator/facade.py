@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -227,8 +226,10 @@ class AllocatorFacade:
         return events
 
     def _history_json(self, lease_id: str | None, limit: int) -> bytes:
-        events = self._history(lease_id, limit)
-        return json.dumps({"events": [e.to_json() for e in events]}).encode()
+        events = self._reader.history_json(lease_id, limit)
+        if lease_id is not None and events == "[]" and not self._reader.has_lease(lease_id):
+            raise UnknownLease(f"no lease {lease_id!r}", lease=lease_id)
+        return b'{"events": ' + events.encode() + b"}"
 
     async def waiters(self) -> list[dict[str, Any]]:
         return await self._worker.run(self._queue.waiters)

@@ -33,6 +33,17 @@ _L = schema.leases
 _H = schema.history
 
 
+_HISTORY_JSON = """
+SELECT coalesce(json_group_array(json(event)), '[]') FROM (
+  SELECT seq, json_object(
+    'seq', seq, 'lease_id', lease_id, 'event', event, 'actor_uid', actor_uid,
+    'at', json(printf('%!.17g', at)), 'detail', detail) AS event
+  FROM (SELECT * FROM history {where} ORDER BY seq DESC LIMIT ?)
+  ORDER BY seq
+)
+"""
+
+
 def _connect_read_only(path: Path) -> sqlite3.Connection:
     """`path` opened read-only (a URI, its path quoted: no character of it is taken for a
     URI's query or fragment)."""
@@ -69,6 +80,15 @@ class LedgerReader(UsageRecords):
         with self._read() as conn:
             rows = conn.execute(query).mappings().all()
         return [event_from_row(r) for r in reversed(rows)]
+
+    def history_json(self, lease_id: str | None = None, limit: int = 100) -> str:
+        """`history` as a JSON array of `HistoryEvent.to_json()` objects, built by SQLite
+        itself: the thread holds Python's lock only to hand the text over, not for every
+        event (times are printed with 17 digits, so each reads back as the same float)."""
+        where, params = ("WHERE lease_id = ?", (lease_id, limit)) if lease_id else ("", (limit,))
+        with self._read() as conn:
+            text = conn.exec_driver_sql(_HISTORY_JSON.format(where=where), params).scalar_one()
+        return str(text)
 
     def has_lease(self, lease_id: str) -> bool:
         with self._read() as conn:
