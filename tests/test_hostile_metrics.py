@@ -52,10 +52,12 @@ def test_a_link_at_the_textfile_temporary_name_harms_no_file(
     system_users: SystemUsers,
     short_dir: Path,
     start_daemon: Callable[..., ThreadDaemon],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """alice may write the textfile directory and plants links to a root-only file at every
     name the exporter used to write first: the file keeps its bytes and its 0600 mode; the
-    metrics file is a regular 0644 file of the daemon's."""
+    metrics file is a regular 0644 file of the daemon's; the start warns that the directory
+    is alice's."""
     users = system_users
     open_to_everyone(short_dir)
     directory = short_dir / "textfile"
@@ -79,6 +81,7 @@ def test_a_link_at_the_textfile_temporary_name_harms_no_file(
     written = target.lstat()
     assert stat.S_ISREG(written.st_mode) and stat.S_IMODE(written.st_mode) == 0o644
     assert "gpuallocd_gpus" in target.read_text()
+    assert f"its directory belongs to uid {users.uid('alice')}" in caplog.text
 
 
 class LowFileLimitDaemon(ProcessDaemon):

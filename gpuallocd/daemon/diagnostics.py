@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import stat
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from gpuallocd import __version__
@@ -43,7 +45,33 @@ def config_warnings(config: DaemonConfig) -> list[str]:
         )
     if config.idle_reclaim_minutes is None and config.idle_grace_minutes != 10.0:
         found.append("idle_grace_minutes is set but idle reclaim is off (idle_reclaim_minutes)")
+    for key, path in (
+        ("metrics_textfile", config.metrics_textfile),
+        ("cdi_spec_path", config.cdi_spec_path),
+    ):
+        problem = _shared_directory(path)
+        if problem is not None:
+            found.append(
+                f"{key} = {path!r}: its directory {problem}; the daemon never writes through a "
+                "link there, but others can replace what it writes: give it a directory only "
+                "root may write"
+            )
     return found
+
+
+def _shared_directory(path: str | None) -> str | None:
+    """Why another user could change the directory of `path`, or None."""
+    if path is None:
+        return None
+    try:
+        found = os.stat(Path(path).parent)
+    except OSError:
+        return None  # a missing directory is the start-up check's (needs.py)
+    if found.st_uid not in (0, os.geteuid()):
+        return f"belongs to uid {found.st_uid}"
+    if found.st_mode & 0o022 and not found.st_mode & stat.S_ISVTX:
+        return f"may be written by others (mode {stat.S_IMODE(found.st_mode):#o})"
+    return None
 
 
 def diagnostics(
