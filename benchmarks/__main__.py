@@ -2,7 +2,8 @@
 
 Each daemon measurement is repeated (BENCH_REPEATS, default 3) and shown as the median of
 the runs with their spread (min-max): on a shared machine one run proves little.
-BENCH_SECONDS (default 3) is the length of each load run. Before measuring, the daemon
+BENCH_SECONDS (default 3) is the length of each load run; the process-tracking rows take their
+own knobs (benchmarks/process_tracking.py). Before measuring, the daemon
 serves BENCH_WARMUP seconds (default 4) of pairs: a started daemon's first thousand or so
 commits append to a new write-ahead log, about twice the cost of the steady state, where
 the log is reused from its start after each checkpoint; a service runs for weeks.
@@ -18,9 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.daemon import INVENTORY, RunningDaemon, running_daemon
+from benchmarks.dashboard import dashboard_rows
 from benchmarks.genv import genv_python, measure_genv
 from benchmarks.http_floor import capture_answers, serving_http_floor
 from benchmarks.policies import policy_rows
+from benchmarks.process_tracking import process_tracking_rows
 from benchmarks.reads import read_rows
 from benchmarks.startup import cli_run_ms, compile_bytecode, python_pass_ms
 from gpuallocd.cli.floor import measure_floor
@@ -209,7 +212,9 @@ def main() -> None:
             rows += _genv_rows(root, daemon.socket, found)
             rows += _cli_rows(daemon.socket)
         rows += read_rows(seconds=SECONDS)
+        rows += dashboard_rows(root / "dashboard", REPEATS, SECONDS, WARMUP_SECONDS)
         rows += _policy_rows()
+    rows += process_tracking_rows()
     _print(rows)
 
 

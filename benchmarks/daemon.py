@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,8 +43,11 @@ class RunningDaemon:
 
 
 @contextlib.contextmanager
-def running_daemon(root: Path, *, sync: str = "full") -> Iterator[RunningDaemon]:
-    """Serve a daemon on `root`/gpuallocd.sock with its ledger in `root`/state."""
+def running_daemon(
+    root: Path, *, sync: str = "full", environment: Mapping[str, str] | None = None
+) -> Iterator[RunningDaemon]:
+    """Serve a daemon on `root`/gpuallocd.sock with its ledger in `root`/state (and more
+    settings in `environment`, as GPUALLOCD_ variables)."""
     socket = root / "gpuallocd.sock"
     environ = {
         **os.environ,
@@ -52,6 +55,7 @@ def running_daemon(root: Path, *, sync: str = "full") -> Iterator[RunningDaemon]
         "GPUALLOCD_STATE_DIR": str(root / "state"),
         "GPUALLOCD_INVENTORY": INVENTORY,
         "GPUALLOCD_LEDGER_SYNC": sync,
+        **(environment or {}),
     }
     # Its log (one line per grant and free, as in service) is written, to /dev/null, so the
     # table stays readable and the cost of logging is still measured.

@@ -12,6 +12,7 @@
     │   ├── UnknownPolicy         400   unknown_policy
     │   ├── UnknownRoute          404   unknown_route
     │   ├── MethodNotAllowed      405   method_not_allowed
+    │   ├── UnknownReservation    404   unknown_reservation
     │   ├── PermissionDenied      403   permission_denied
     │   ├── LeaseNotActive        409   lease_not_active: freed, expired or revoked already
     │   ├── QuotaExceeded         403   quota_exceeded: over a limit of the site (docs/limits.md)
@@ -19,7 +20,8 @@
     │   └── WouldWaitForever      409   would_wait_forever: the caller's own leases block the wait
     ├── CapacityError            409    nothing fits right now; may succeed later
     │   ├── GpusUnavailable       409   gpus_unavailable: not enough free GPUs
-    │   └── GpuBusy               409   gpu_busy: a GPU asked for by name is leased or unhealthy
+    │   ├── GpuBusy               409   gpu_busy: a GPU asked for by name is leased or unhealthy
+    │   └── ReservationConflict   409   reservation_conflict: the lease would overlap a reservation
     └── BackendError             5xx    the node or the daemon failed, not the caller
         ├── NvmlError             503   nvml_error
         ├── InventoryError        503   inventory_error: topology file or discovery failed
@@ -75,12 +77,14 @@ __all__ = [
     "PermissionDenied",
     "PolicyNotApplicable",
     "QuotaExceeded",
+    "ReservationConflict",
     "StartupError",
     "StateUnusable",
     "TraceError",
     "UnknownGpu",
     "UnknownLease",
     "UnknownPolicy",
+    "UnknownReservation",
     "UnknownRoute",
     "WouldWaitForever",
     "error_classes",
@@ -164,6 +168,12 @@ class UnknownRoute(CallerError):
     http_status = 404
 
 
+class UnknownReservation(CallerError):
+    code = "unknown_reservation"
+    http_status = 404
+    detail_keys = frozenset({"reservation"})
+
+
 class MethodNotAllowed(CallerError):
     code = "method_not_allowed"
     http_status = 405
@@ -219,6 +229,16 @@ class GpusUnavailable(CapacityError):
 class GpuBusy(CapacityError):
     code = "gpu_busy"
     detail_keys = frozenset({"gpus"})
+
+
+class ReservationConflict(CapacityError):
+    """The GPUs this request could use are reserved (docs/scheduling.md): by a reservation
+    that holds them now, or one that starts before a lease of this TTL would end. A shorter
+    TTL (at most `max_ttl_seconds`, when the reservation has not started) or other GPUs fit;
+    a request that waits is served once it no longer overlaps."""
+
+    code = "reservation_conflict"
+    detail_keys = frozenset({"reservation", "gpus", "starts_at", "ends_at", "max_ttl_seconds"})
 
 
 class BackendError(GpuallocError):

@@ -31,7 +31,9 @@ SAMPLES = {
     "shared_gpus": "all",
     "share_memory_reserve_bytes": "2048",
     "share_enforcement": "warn",
+    "process_tracking": "proc-scan",
     "metrics_listen": "127.0.0.1:9423",
+    "dashboard_listen": "127.0.0.1:8423",
     "metrics_textfile": "/tmp/gpuallocd.prom",
     "cdi_spec_path": "/run/cdi/gpuallocd.json",
     "admin_groups": "gpuadmin, wheel",
@@ -39,6 +41,17 @@ SAMPLES = {
     "idle_grace_minutes": "5",
     "history_retention_days": "30",
     "revoke_grace_seconds": "5",
+    "queue_order": "fair-share",
+    "fair_share_half_life_hours": "24",
+    "fair_share_wait_weight": "2.5",
+    "fair_share_by": "group",
+    "unleased_use": "terminate",
+    "unleased_grace_seconds": "30",
+    "unleased_over_limit": "terminate",
+    "unleased_exempt_users": "monitor, backup",
+    "unleased_exempt_commands": "Xorg, dcgm",
+    "device_access": "acl",
+    "device_dir": "/srv/dev",
     "max_connections_per_user": "8",
     "max_connections": "100",
     "root_reserved_connections": "4",
@@ -121,3 +134,12 @@ def test_the_daemon_exits_78_on_a_bad_environment_value(short_dir: Path) -> None
     assert proc.stderr.strip().splitlines() == [
         "gpuallocd: environment GPUALLOCD_LEDGER_SYNC: ledger_sync must be one of full, normal"
     ]
+
+
+@pytest.mark.parametrize("name", ["fair_share_half_life_hours", "fair_share_wait_weight"])
+@pytest.mark.parametrize("value", ["0", "-1", "inf"])
+def test_fair_share_numbers_must_be_positive(name: str, value: str) -> None:
+    """A zero wait weight would let a heavy account's waiter starve; a zero half-life
+    would divide by zero: both refused at start, naming the setting."""
+    with pytest.raises(ConfigError, match=name):
+        load_config(environ={f"GPUALLOCD_{name.upper()}": value})

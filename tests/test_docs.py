@@ -95,3 +95,19 @@ def test_every_cli_exit_code_is_documented() -> None:
     for name in cli_errors.__all__:
         if name.startswith("EXIT_"):
             assert f"| {getattr(cli_errors, name)} |" in text, name
+
+
+def test_every_image_in_the_docs_exists_and_is_small() -> None:
+    """Each picture a page shows (`![...](file)`) is in docs/ and under 300 KB."""
+    shown = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", all_docs())
+    assert "dashboard.png" in shown
+    for name in shown:
+        path = DOCS / name
+        assert path.is_file(), name
+        assert path.stat().st_size < 300 * 1024, name
+
+
+def test_every_page_is_listed_in_the_readme() -> None:
+    """The README's list of docs names every page of docs/."""
+    readme = (DOCS.parent / "README.md").read_text()
+    assert [p.name for p in sorted(DOCS.glob("*.md")) if f"docs/{p.name}" not in readme] == []

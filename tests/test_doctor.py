@@ -106,3 +106,29 @@ def test_an_amd_daemon_is_checked_with_amdsmi_not_nvml(paths: DaemonPaths) -> No
     checks = {c.name: c for c in host_checks(str(paths.socket), {"inventory": "amdsmi"}, [])}
     assert "nvml" not in checks
     assert checks["amdsmi"].status == FAIL and "amdsmi" in checks["amdsmi"].message
+
+
+def test_the_process_tracking_line_is_the_mode_in_force(
+    start_daemon: Callable[..., ThreadDaemon],
+) -> None:
+    """As root the kernel's events are in force and doctor says so; with `proc-scan` asked
+    for, doctor warns that a short-lived parent can hide a child, and says why."""
+    connector = doctor(start_daemon(default_policy="simple").paths.socket, "--json")
+    line = next(
+        c for c in json.loads(connector.stdout)["checks"] if c["check"] == "process tracking"
+    )
+    if line["status"] == "ok":
+        assert line["message"].startswith("connector: a fork is covered when it happens")
+    else:  # a host that refuses the events (not root, a container) falls back on its own
+        assert "proc-scan" in line["message"] and "unavailable" in line["message"]
+
+
+def test_proc_scan_asked_for_is_a_warning_with_its_reason(
+    start_daemon: Callable[..., ThreadDaemon],
+) -> None:
+    daemon = start_daemon(default_policy="simple", process_tracking="proc-scan")
+    found = json.loads(doctor(daemon.paths.socket, "--json").stdout)
+    line = next(c for c in found["checks"] if c["check"] == "process tracking")
+    assert line["status"] == "warn"
+    assert "proc-scan" in line["message"] and 'process_tracking = "proc-scan"' in line["message"]
+    assert line["fix"]

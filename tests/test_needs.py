@@ -48,10 +48,36 @@ def test_kill_enforcement_without_cap_kill_is_refused_naming_the_fix() -> None:
 
 def test_revoke_without_cap_kill_is_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     """Revoke is always on: without CAP_KILL it is weakened, not refused; one warning."""
-    needs = check_needs(DaemonConfig(inventory="example:x"), root_with(*BEFORE_THIS_ISSUE))
+    host = root_with(*BEFORE_THIS_ISSUE, "CAP_NET_ADMIN")
+    needs = check_needs(DaemonConfig(inventory="example:x"), host)
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "revoke needs CAP_KILL" in warnings[0]
     assert [n.feature for n in needs if not n.met] == ["revoke"]
+
+
+def test_process_tracking_without_cap_net_admin_is_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without CAP_NET_ADMIN the kernel's process events may be refused (before 6.6) and
+    their buffer stays small: a warning naming the setting and the unit line, no refusal;
+    `proc-scan` asks for nothing."""
+    host = root_with("CAP_CHOWN", "CAP_SYS_ADMIN", "CAP_KILL")
+    needs = check_needs(DaemonConfig(inventory="example:x"), host)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert 'process_tracking = "auto" needs CAP_NET_ADMIN' in warnings[0]
+    assert "CapabilityBoundingSet=CAP_NET_ADMIN" in warnings[0]
+    scan = DaemonConfig(inventory="example:x", process_tracking="proc-scan")
+    assert all(n.met for n in check_needs(scan, host) if n.feature != "bound leases")
+    assert [n for n in needs if not n.met and n.required] == []
+
+
+def test_in_a_container_cap_net_admin_is_not_asked_for() -> None:
+    """In a pid namespace of its own the kernel sends no process events whatever the daemon
+    holds: no need is shown for them (the process tracking line says why it scans)."""
+    host = root_with("CAP_CHOWN", "CAP_SYS_ADMIN", "CAP_KILL", own_namespaces=("pid",))
+    needs = needs_of(DaemonConfig(inventory="example:x"), host)
+    assert not any("CAP_NET_ADMIN" in n.requirement for n in needs)
 
 
 def test_a_hidden_proc_without_ptrace_is_refused() -> None:

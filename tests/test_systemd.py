@@ -254,7 +254,8 @@ def test_units_pass_systemd_analyze_verify(short_dir: Path) -> None:
 
 
 def test_service_exposure_stays_low(short_dir: Path) -> None:
-    """`systemd-analyze security --offline=yes` rates the service 3.0 or lower (it was 9.6)."""
+    """`systemd-analyze security --offline=yes` rates the service 3.1 or lower (it was 9.6;
+    2.9 before process tracking's AF_NETLINK and CAP_NET_ADMIN)."""
     analyze = _systemd_analyze()
     service = _installed_units(short_dir)[1]
     result = subprocess.run(
@@ -267,7 +268,7 @@ def test_service_exposure_stays_low(short_dir: Path) -> None:
         pytest.skip(f"this systemd-analyze has no offline security review: {result.stderr}")
     found = re.search(r"Overall exposure level for gpuallocd.service: ([\d.]+)", result.stdout)
     assert found is not None, result.stdout + result.stderr
-    assert float(found.group(1)) <= 3.0, result.stdout
+    assert float(found.group(1)) <= 3.1, result.stdout
 
 
 def test_daemon_runs_under_memory_deny_write_execute(paths: DaemonPaths) -> None:

@@ -19,6 +19,14 @@ from gpulease import Client
 
 from gpuallocd.cli.errors import EXIT_REVOKED
 from tests.harness import DaemonPaths, ProcessDaemon, wait_for
+from tests.lease_work import (
+    covered,
+    kill_and_time_the_end,
+    kill_marked,
+    marked,
+    prepare_work_dir,
+    start_and_leave,
+)
 from tests.service_unit import shipped_unit
 from tests.system_users import SystemUsers, open_to_everyone
 
@@ -85,6 +93,34 @@ def test_the_unit_grants_what_acting_on_other_users_processes_needs() -> None:
     processes) and CAP_DAC_READ_SEARCH with CAP_SYS_PTRACE (reading their environment)."""
     granted = set(shipped_unit().capabilities)
     assert {"CAP_KILL", "CAP_DAC_READ_SEARCH", "CAP_SYS_PTRACE"} <= granted
+
+
+def test_the_unit_grants_what_the_process_events_need() -> None:
+    """AF_NETLINK (the process connector's socket family) and CAP_NET_ADMIN (the listener
+    on kernels before 6.6, and its receive buffer)."""
+    unit = shipped_unit()
+    assert "AF_NETLINK" in unit.address_families
+    assert "CAP_NET_ADMIN" in unit.capabilities
+
+
+def test_under_the_units_capabilities_a_fork_and_exit_stays_under_the_lease(
+    node: Callable[..., ProcessDaemon], system_users: SystemUsers, paths: DaemonPaths
+) -> None:
+    """The daemon with only the unit's capabilities follows forks by the kernel's events: a
+    worker forked by alice's holder, which exits at once, keeps the lease until killed."""
+    daemon = node()
+    work_dir = prepare_work_dir(paths.root)
+    try:
+        lease_id = start_and_leave(system_users, daemon, work_dir, "if os.fork() == 0: work()\n")
+        with Client(daemon.paths.socket) as client:
+            assert client.health()["process_tracking"] == "connector"
+            wait_for(lambda: len(marked(work_dir)) == 1, timeout=30, what="the worker")
+            wait_for(lambda: covered(client, lease_id) == marked(work_dir), timeout=20)
+            assert client.lease(lease_id).state == "active"
+            assert kill_and_time_the_end(client, lease_id, marked(work_dir)) < 2.0
+    finally:
+        kill_marked(work_dir)
+    assert "process tracking: connector" in daemon.stderr()
 
 
 def test_the_daemon_runs_with_exactly_the_units_capabilities(

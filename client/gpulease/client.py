@@ -198,6 +198,18 @@ class Client:
         waiters: list[dict[str, Any]] = self.request("GET", "/v1/queue")["waiters"]
         return waiters
 
+    def adopt(self, pid: int | None = None, gpu: GpuRef | None = None) -> list[Lease]:
+        """Turn the caller's own processes already running on GPUs (one `pid`, those on one
+        `gpu`, or all) into the caller's leases, bound to those processes."""
+        data = self.request("POST", "/v1/adopt", _drop_none(pid=pid, gpu=gpu))
+        return [Lease.from_json(item) for item in data["leases"]]
+
+    def unleased(self, limit: int = 100) -> dict[str, Any]:
+        """Processes using GPUs without a lease now (`processes`), the last `limit` actions
+        taken on such processes (`events`), and the site's `mode`."""
+        data: dict[str, Any] = self.request("GET", f"/v1/unleased?limit={int(limit)}")
+        return data
+
     # Rules of the node: drain, limits, accounting ---------------------------------------------
 
     def drain(self, gpus: Sequence[GpuRef], reason: str) -> list[GpuStatus]:
@@ -230,6 +242,51 @@ class Client:
             "GET", f"/v1/admin-actions?limit={int(limit)}"
         )["actions"]
         return actions
+
+    # Advance reservations (docs/scheduling.md) -----------------------------------------------
+
+    def reserve(
+        self,
+        *,
+        duration: float,
+        reason: str,
+        count: int | None = None,
+        gpus: Sequence[GpuRef] = (),
+        start_at: float | None = None,
+        start_in: float | None = None,
+        user: str | None = None,
+        group: str | None = None,
+        policy: str | None = None,
+    ) -> dict[str, Any]:
+        """Reserve `count` GPUs (or the `gpus` named) for `user` or the members of `group`
+        from `start_at` (Unix time) or `start_in` seconds from now, for `duration` seconds
+        (admins)."""
+        body = _drop_none(
+            count=count,
+            gpus=list(gpus) or None,
+            start_at=start_at,
+            start_in_seconds=None if start_in is None else int(start_in),
+            duration_seconds=duration,
+            user=user,
+            group=group,
+            reason=reason,
+            policy=policy,
+        )
+        data: dict[str, Any] = self.request("POST", "/v1/reservations", body)
+        return data
+
+    def reservations(self, include_ended: bool = False) -> list[dict[str, Any]]:
+        """Reservations to come and running; `include_ended`: every one the ledger keeps."""
+        path = "/v1/reservations" + ("?all=1" if include_ended else "")
+        found: list[dict[str, Any]] = self.request("GET", path)["reservations"]
+        return found
+
+    def unreserve(self, reservation_id: str) -> dict[str, Any]:
+        """Cancel a reservation (admins); its GPUs are everyone's again at once."""
+        data: dict[str, Any] = self.request(
+            "DELETE", f"/v1/reservations/{quote(reservation_id, safe='')}"
+        )
+        return data
 
     def policies(self) -> list[str]:
         names: list[str] = self.request("GET", "/v1/policies")["policies"]

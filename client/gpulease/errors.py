@@ -4,6 +4,7 @@ GpuallocError
 ├── DaemonUnavailable   daemon_unavailable: no daemon answers on the socket
 ├── ProtocolError       protocol_error: the answer is not what the API promises
 ├── LeaseRevoked        lease_revoked: raised in the main thread by on_revoke="raise"
+├── GpuUnhealthy        gpu_unhealthy: raised in the main thread by on_unhealthy="raise"
 ├── CallerError         the request is wrong (InvalidRequest, UnknownLease, PermissionDenied, ...)
 ├── CapacityError       nothing fits now, may later (GpusUnavailable, GpuBusy)
 └── BackendError        the node or the daemon failed (NvmlError, LedgerError, ...)
@@ -24,6 +25,7 @@ __all__ = [
     "CountExceedsNode",
     "DaemonUnavailable",
     "GpuBusy",
+    "GpuUnhealthy",
     "GpuallocError",
     "GpusUnavailable",
     "InternalError",
@@ -40,9 +42,11 @@ __all__ = [
     "PolicyNotApplicable",
     "ProtocolError",
     "QuotaExceeded",
+    "ReservationConflict",
     "UnknownGpu",
     "UnknownLease",
     "UnknownPolicy",
+    "UnknownReservation",
     "UnknownRoute",
     "WouldWaitForever",
     "error_from_envelope",
@@ -81,6 +85,21 @@ class LeaseRevoked(GpuallocError):
     def __init__(
         self,
         message: str = "the GPU lease was revoked or expired",
+        *,
+        status: int | None = None,
+        details: Any = None,
+    ) -> None:
+        super().__init__(message, status=status, details=details)
+
+
+class GpuUnhealthy(GpuallocError):
+    """A GPU of the lease failed (an Xid, a GPU that cannot be read) (on_unhealthy="raise")."""
+
+    code = "gpu_unhealthy"
+
+    def __init__(
+        self,
+        message: str = "a GPU of the lease is unhealthy",
         *,
         status: int | None = None,
         details: Any = None,
@@ -142,6 +161,10 @@ class UnknownRoute(CallerError):
     code = "unknown_route"
 
 
+class UnknownReservation(CallerError):
+    code = "unknown_reservation"
+
+
 class MethodNotAllowed(CallerError):
     code = "method_not_allowed"
 
@@ -174,6 +197,13 @@ class GpusUnavailable(CapacityError):
 
 class GpuBusy(CapacityError):
     code = "gpu_busy"
+
+
+class ReservationConflict(CapacityError):
+    """The lease would overlap a reservation: `details` has `reservation`, `starts_at`, and
+    `max_ttl_seconds` (the longest TTL that ends before it starts, where it has not)."""
+
+    code = "reservation_conflict"
 
 
 class NvmlError(BackendError):

@@ -15,7 +15,7 @@ from typing import Any
 from gpulease.client import Client, GpuRef
 from gpulease.errors import DaemonUnavailable, GpuallocError, LeaseNotActive, UnknownLease
 from gpulease.models import Lease
-from gpulease.renewer import OnIdle, OnRevoke, Renewer
+from gpulease.renewer import OnIdle, OnRevoke, OnUnhealthy, Renewer
 from gpulease.sizes import parse_size
 
 __all__ = ["gpu_lease", "visible_devices_env"]
@@ -69,6 +69,9 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     GPUALLOCD_MEMORY_BYTES); `mig="1g.10gb"` leases `count` MIG instances of that profile.
     Where the daemon reclaims idle leases, a RuntimeWarning (or `on_idle(lease, idle)`) tells
     the holder once the lease's GPUs have been idle long enough to be taken for a waiter.
+    A GPU of the lease that fails (an Xid) is told at the next renewal: a RuntimeWarning,
+    GpuUnhealthy raised in the main thread (`on_unhealthy="raise"`), or
+    `on_unhealthy(lease, gpus)`, each GPU with `index`, `uuid` and `reason`.
     """
 
     def __init__(
@@ -88,7 +91,10 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         visible: str = "uuid",
         on_revoke: OnRevoke = "warn",
         on_idle: OnIdle | None = None,
+        on_unhealthy: OnUnhealthy = "warn",
     ) -> None:
+        if on_unhealthy not in ("warn", "raise") and not callable(on_unhealthy):
+            raise ValueError("on_unhealthy must be 'warn', 'raise' or a callable")
         if on_revoke not in ("warn", "raise", "terminate") and not callable(on_revoke):
             raise ValueError("on_revoke must be 'warn', 'raise', 'terminate' or a callable")
         if mig is not None and visible == "index":
@@ -106,6 +112,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         self._wait, self._timeout = wait, timeout
         self._socket, self._visible, self._on_revoke = socket, visible, on_revoke
         self._on_idle = on_idle
+        self._on_unhealthy = on_unhealthy
         self._client: Client | None = None
         self._renewer: Renewer | None = None
         self._saved_env: dict[str, str | None] = {}
@@ -136,7 +143,13 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         self._set_env(visible_devices_env(lease, self._visible))
         idle = {"on_idle": self._on_idle} if self._on_idle else {}
         self._renewer = Renewer(
-            client, lease, self._options["ttl"], self._on_revoke, threading.get_ident(), **idle
+            client,
+            lease,
+            self._options["ttl"],
+            self._on_revoke,
+            threading.get_ident(),
+            on_unhealthy=self._on_unhealthy,
+            **idle,
         )
         self._renewer.start()
         return lease

@@ -8,21 +8,24 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 from gpulease.client import Client
 from gpulease.errors import (
     DaemonUnavailable,
     GpuallocError,
+    GpuUnhealthy,
     LeaseNotActive,
     LeaseRevoked,
     UnknownLease,
 )
 from gpulease.models import Lease
 
-__all__ = ["OnIdle", "OnRevoke", "Renewer", "idle_message", "renew_interval"]
+__all__ = ["OnIdle", "OnRevoke", "OnUnhealthy", "Renewer", "idle_message", "renew_interval"]
 
 OnRevoke = str | Callable[[Lease, GpuallocError], None]
 OnIdle = Callable[[Lease, dict[str, float]], None]
+OnUnhealthy = str | Callable[[Lease, list[dict[str, Any]]], None]
 _RETRY_SECONDS = 1.0
 
 
@@ -67,6 +70,7 @@ class Renewer(threading.Thread):
         on_revoke: OnRevoke = "warn",
         main_thread_id: int | None = None,
         on_idle: OnIdle = _warn_idle,
+        on_unhealthy: OnUnhealthy = "warn",
     ) -> None:
         super().__init__(name=f"gpulease-renew-{lease.id}", daemon=True)
         self._client = client
@@ -77,6 +81,8 @@ class Renewer(threading.Thread):
         self._stopped = threading.Event()
         self._on_idle = on_idle
         self._idle_told = False
+        self._on_unhealthy = on_unhealthy
+        self._unhealthy_told: set[str] = set()
         self.lost: GpuallocError | None = None
 
     def stop(self) -> None:
@@ -95,6 +101,7 @@ class Renewer(threading.Thread):
         try:
             self._lease = self._client.renew(self._lease.id, self._ttl)
             self._tell_idle(self._lease.raw.get("idle"))
+            self._tell_unhealthy(self._lease.raw.get("unhealthy") or [])
         except DaemonUnavailable:
             if time.time() < self._lease.expires_at:
                 return _RETRY_SECONDS
@@ -111,6 +118,23 @@ class Renewer(threading.Thread):
         if idle is not None and not self._idle_told:
             self._on_idle(self._lease, idle)
         self._idle_told = idle is not None
+
+    def _tell_unhealthy(self, gpus: list[dict[str, Any]]) -> None:
+        """Tell the holder once per failure of one of the lease's GPUs."""
+        fresh = [g for g in gpus if g["uuid"] not in self._unhealthy_told]
+        self._unhealthy_told = {g["uuid"] for g in gpus}
+        if not fresh:
+            return
+        if callable(self._on_unhealthy):
+            self._on_unhealthy(self._lease, fresh)
+        elif self._on_unhealthy == "raise":
+            _raise_in_thread(self._main_thread_id, GpuUnhealthy)
+        else:
+            for gpu in fresh:
+                message = (
+                    f"lease {self._lease.id}: GPU {gpu['index']} is unhealthy: {gpu['reason']}"
+                )
+                warnings.warn(f"gpulease: {message}", RuntimeWarning, stacklevel=1)
 
     def _lose(self, exc: GpuallocError) -> None:
         self.lost = exc

@@ -5,7 +5,6 @@
     queue_view.py  the queue seen from outside: reservations, reasons, estimated starts
     events_log.py  one key=value INFO line per grant, free, expiry, revoke (after the commit)
     worker.py      SerialWorker: one call at a time on the event loop, group commit off it
-    watcher.py     ProcessWatcher: leases that end with their process (pidfd, /proc fallback)
     lifecycle.py   LeaseLifecycle: grant, renew, free, revoke, expire, record in the ledger
     node_view.py   NodeView: topology, live state, snapshots for policies, GPU status
     specs.py       AllocateSpec, AllocatorSettings
@@ -17,6 +16,7 @@
     idle.py        IdleTracker: which leases are idle, which to reclaim (pure)
     reclaim.py     IdleReclaimer: runs the tracker after each sample, revokes for waiters
 
+The processes a bound lease covers, and stopping them, are `gpuallocd.processes`, below.
 The rules a request and a policy's answer obey live in `gpuallocd.policies.rules`, where
 `plan` and `simulate` use them too.
 """

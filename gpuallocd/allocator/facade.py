@@ -10,46 +10,48 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from gpuallocd.allocator import gpu_admin
+from gpuallocd.allocator.adoption import adopt_own
 from gpuallocd.allocator.bells import LeaseBells
-from gpuallocd.allocator.events_log import write_log
+from gpuallocd.allocator.health_notice import HealthNotices
 from gpuallocd.allocator.idle import IdleRules
-from gpuallocd.allocator.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.long_reads import LongReads
 from gpuallocd.allocator.node_view import GpuStatus
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
+from gpuallocd.allocator.publish import publish
+from gpuallocd.allocator.purge import purge_before
+from gpuallocd.allocator.queue_order import QueueOrder
 from gpuallocd.allocator.reclaim import IdleReclaimer
+from gpuallocd.allocator.reserve import held_for_status
+from gpuallocd.allocator.scheduling_desk import SchedulingDesk
 from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.allocator.specs import AllocateSpec
+from gpuallocd.allocator.unleased import UnleasedGuard
 from gpuallocd.allocator.waitqueue import WaitQueue
 from gpuallocd.allocator.worker import SerialWorker
-from gpuallocd.errors import GpuallocError, UnknownLease
+from gpuallocd.enforcement import UnleasedRules
+from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
     AdminAction,
     Caller,
     HistoryEvent,
     Lease,
-    LeaseEvent,
     LiveState,
     Topology,
     UserUsage,
 )
+from gpuallocd.processes.lease_processes import SCAN_SECONDS, LeaseProcesses
+from gpuallocd.processes.tracking import Tracking
 
 __all__ = ["AllocatorFacade"]
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-PURGE_BATCH = 200  # leases per purge transaction: a few milliseconds of the writer's time
-PURGE_PAUSE = 0.01
 
 
 class AllocatorFacade:
@@ -64,7 +66,10 @@ class AllocatorFacade:
         observer: LeaseObserver = NO_OBSERVER,
         idle: IdleRules | None = None,
         revoke_grace_seconds: float = 30.0,
+        tracking: Tracking | None = None,
+        unleased: UnleasedRules | None = None,
     ) -> None:
+        """`unleased`: the rules for GPU use without a lease (none looked at by default)."""
         self._lifecycle = lifecycle
         self._ledger = ledger
         self._clock = clock
@@ -72,39 +77,30 @@ class AllocatorFacade:
         self._worker = SerialWorker(
             ledger.unit_of_work, lifecycle.reload, after_commit=self._publish
         )
-        self._queue = WaitQueue(lifecycle, self._worker, clock)
+        order = QueueOrder(lifecycle.settings, ledger, clock)
+        self._queue = WaitQueue(lifecycle, self._worker, clock, order)
+        self.scheduling = SchedulingDesk(lifecycle, ledger, self._worker, self._queue, order, clock)
         self._reclaimer = IdleReclaimer(
             lifecycle, self._worker, self._queue, idle or IdleRules(), clock
         )
-        self._processes = LeaseProcesses(self._process_exited, revoke_grace_seconds)
+        self._processes = LeaseProcesses(
+            self._process_exited, revoke_grace_seconds, tracking, on_gone=self._families_gone
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells = LeaseBells()
+        self.health = HealthNotices(lifecycle)
+        self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
         self.revoke_grace_seconds = revoke_grace_seconds
         # Long reads (history, accounting): a read-only connection in a thread of their own,
         # so no read of one user holds another's request on the event loop.
-        self._reader = ledger.reader()
-        self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-read")
+        self._reads = LongReads(ledger)
 
     @property
     def topology(self) -> Topology:
         return self._lifecycle.topology
 
     def _publish(self) -> None:
-        """The transitions the last commit made durable. The observer is told at once, before
-        their callers hear (a CDI spec names a lease before its holder may use the name); the
-        log lines are written once the callers' answers are out. Those who wait for news of
-        a lease are woken."""
-        transitions, news = self._lifecycle.take_journal()
-        self._bells.ring(news)
-        if not transitions:
-            return
-        for transition in transitions:
-            if transition.event is LeaseEvent.GRANTED:
-                self._observer.lease_granted(transition.lease)
-            else:
-                self._observer.lease_ended(transition.lease)
-        self._observer.commit_published()
-        asyncio.get_running_loop().call_soon(write_log, transitions)
+        publish(self._lifecycle.take_journal(), self._bells, self._observer)  # publish.py
 
     # Requests -------------------------------------------------------------------------------
 
@@ -142,9 +138,13 @@ class AllocatorFacade:
             self._released([lease])
 
     def process_tracking(self) -> str:
-        """How a bound lease's processes are followed: the holder by pidfd, the processes it
-        starts by scanning /proc."""
-        return "proc-scan"
+        """How the processes a bound lease's holder starts are followed: `connector` (the
+        kernel's process events) or `proc-scan` (/proc read once a second)."""
+        return self._processes.mode
+
+    def process_tracking_stats(self) -> dict[str, Any]:
+        """The mode, why it is in force, and what the kernel's events did."""
+        return self._processes.stats()
 
     def processes_of(self, lease_id: str) -> list[int]:
         """The pids a bound lease covers now: its holder and the processes started under it."""
@@ -204,32 +204,16 @@ class AllocatorFacade:
         return await self._worker.run(self._gpu_status)
 
     def _gpu_status(self) -> list[GpuStatus]:
-        return self._lifecycle.gpu_status(self._queue.reservations())
-
-    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a long read in the reads thread, on the read-only connection."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._reads, functools.partial(fn, *args))
+        held = held_for_status(self._lifecycle, self._clock())
+        return self._lifecycle.gpu_status({**self._queue.reservations(), **held})
 
     async def history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
-        """The last `limit` events (of one lease where given), read off the event loop."""
-        return await self._off_loop(self._history, lease_id, limit)
+        return await self._reads.history(lease_id, limit)  # off the event loop: long_reads.py
 
-    async def history_json(self, lease_id: str | None, limit: int) -> bytes:
-        """`history` as the API's JSON document, read and rendered off the event loop."""
-        return await self._off_loop(self._history_json, lease_id, limit)
-
-    def _history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
-        events = self._reader.history(lease_id, limit)
-        if lease_id is not None and not events and not self._reader.has_lease(lease_id):
-            raise UnknownLease(f"no lease {lease_id!r}", lease=lease_id)
-        return events
-
-    def _history_json(self, lease_id: str | None, limit: int) -> bytes:
-        events = self._reader.history_json(lease_id, limit)
-        if lease_id is not None and events == "[]" and not self._reader.has_lease(lease_id):
-            raise UnknownLease(f"no lease {lease_id!r}", lease=lease_id)
-        return b'{"events": ' + events.encode() + b"}"
+    async def history_json(
+        self, lease_id: str | None, limit: int, user_name: Callable[[int], str]
+    ) -> bytes:
+        return await self._reads.history_json(lease_id, limit, user_name)
 
     async def waiters(self) -> list[dict[str, Any]]:
         return await self._worker.run(self._queue.waiters)
@@ -273,7 +257,7 @@ class AllocatorFacade:
         time inside [since, end]; only `user` (a name or a uid) where given."""
         await self.expire_due()  # a lease past its TTL is charged up to its expiry, no more
         end = self._clock() if until is None else until
-        found = await self._off_loop(self._reader.usage, since, end)
+        found = await self._reads.usage(since, end)
         if user is not None:
             found = [u for u in found if user in (u.user, str(u.uid))]
         return end, found
@@ -281,19 +265,9 @@ class AllocatorFacade:
     async def admin_actions(self, limit: int) -> list[AdminAction]:
         return await self._worker.run(self._ledger.admin_actions, limit)
 
-    async def purge_history(
-        self, retention_seconds: float, batch: int = PURGE_BATCH, pause: float = PURGE_PAUSE
-    ) -> int:
-        """Delete leases that ended more than `retention_seconds` ago, `batch` at a time with
-        `pause` seconds between batches, so a long purge never stalls requests."""
-        cutoff = self._clock() - retention_seconds
-        purged = 0
-        while True:
-            done = await self._worker.run(self._ledger.purge_before, cutoff, batch)
-            purged += done
-            if done < batch:
-                return purged
-            await asyncio.sleep(pause)  # requests run between batches
+    async def purge_history(self, retention_seconds: float) -> int:
+        """Delete what ended more than `retention_seconds` ago, in batches (purge.py)."""
+        return await purge_before(self._worker, self._ledger, self._clock() - retention_seconds)
 
     async def adopt_topology(self, topology: Topology) -> Topology:
         """Take a rediscovered topology; GPUs that came back may serve the queue. Leases of
@@ -318,10 +292,14 @@ class AllocatorFacade:
             )
         for lease in await self._worker.run(self._lifecycle.bound_leases):
             self._processes.watch(lease)
+        gone = self._processes.start()
+        if gone:
+            await self._end_for_exited(gone)
 
     async def expire_due(self) -> list[Lease]:
         """End leases whose TTL ran out, and stop watching processes of ended leases."""
         expired = await self._worker.run(self._lifecycle.expire_due)  # logged: events_log
+        await self.scheduling.tick()
         self._released(expired)
         bound = await self._worker.run(self._lifecycle.bound_leases)
         self._processes.retain(lease.id for lease in bound)
@@ -330,8 +308,32 @@ class AllocatorFacade:
     async def update_live(self, states: Mapping[str, LiveState]) -> None:
         """A new live sample; a GPU may have come back to health, so serve the queue."""
         await self._worker.run(self._lifecycle.update_live, states)
+        await self._watch_all(await self._worker.run(self._after_sample))
         self._queue.kick()
         await self._reclaimer.after_sample()
+
+    def _after_sample(self) -> list[Lease]:
+        """Holders told of failing GPUs; unleased use acted on (the leases it adopted)."""
+        self.health.check()
+        return self.unleased.check(frozenset(self._queue.reservations()))
+
+    async def adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
+        """`gpuallocctl adopt`: the caller's running work on GPUs becomes their leases."""
+        return await self._watch_all(await self._worker.run(self._adopt, caller, pid, gpu))
+
+    def _adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
+        reserved = frozenset(self._queue.reservations())
+        now = self._clock()
+        leases = adopt_own(self._lifecycle, caller, pid=pid, gpu=gpu, now=now, reserved=reserved)
+        return self.unleased.covered(leases)
+
+    async def _watch_all(self, leases: list[Lease]) -> list[Lease]:
+        for lease in leases:
+            self._processes.watch(lease)
+        return leases
+
+    async def unleased_history(self, limit: int) -> list[dict[str, Any]]:
+        return await self._worker.run(self._ledger.unleased_events, limit)
 
     async def poll_processes(self) -> None:
         """Watch holders that have no pidfd, and the families of bound leases, by reading
@@ -339,8 +341,7 @@ class AllocatorFacade:
         await asyncio.gather(self._processes.poll_forever(), self._scan_forever())
 
     async def _scan_forever(self) -> None:
-        while True:
-            await asyncio.sleep(SCAN_SECONDS)
+        while await asyncio.sleep(SCAN_SECONDS, True):
             await self.scan_families()
 
     async def scan_families(self) -> None:
@@ -350,8 +351,7 @@ class AllocatorFacade:
             await self._end_for_exited(emptied)
 
     def stop_waiting(self) -> None:
-        """The daemon stops: release the waiting requests and long polls at once (their
-        clients ask again)."""
+        """The daemon stops: waiting requests and long polls end now (clients ask again)."""
         self._queue.release_all()
         self._bells.ring_all()
 
@@ -361,13 +361,15 @@ class AllocatorFacade:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._processes.close()
         await self._worker.close()
-        self._reads.shutdown(wait=True)
-        self._reader.close()
+        self._reads.close()
         await asyncio.sleep(0)  # the last transitions' log lines (written after the answers)
 
     def _process_exited(self, lease_ids: list[str]) -> None:
         """A holder exited: its lease ends if no process started under it still runs."""
         self._spawn(self._holder_exited(lease_ids))
+
+    def _families_gone(self, lease_ids: list[str]) -> None:
+        self._spawn(self._end_for_exited(lease_ids))  # the kernel told of their last exit
 
     async def _holder_exited(self, lease_ids: list[str]) -> None:
         untracked = self._processes.untracked(lease_ids)

@@ -14,20 +14,19 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from gpuallocd.allocator.choices import ChoiceCache
+from gpuallocd.allocator.chooser import Chooser
 from gpuallocd.allocator.deadlines import Deadlines
 from gpuallocd.allocator.drain import DrainBoard
-from gpuallocd.allocator.enforcer import ShareEnforcer
 from gpuallocd.allocator.events_log import Transition
 from gpuallocd.allocator.node_view import GpuStatus, NodeView, Reservation
 from gpuallocd.allocator.quota import Quota
 from gpuallocd.allocator.request_ids import RequestIds
+from gpuallocd.allocator.reservations import ReservationBoard
 from gpuallocd.allocator.servable import check_servable, usable_gpus
 from gpuallocd.allocator.sharing import share_capacity
 from gpuallocd.allocator.site_rules import SiteRules
-from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
-from gpuallocd.allocator.units import leased_units, place_units, vanished_units
-from gpuallocd.allocator.watcher import process_start_time
+from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings, requested_ttl
+from gpuallocd.allocator.units import leased_units, vanished_units
 from gpuallocd.errors import (
     InvalidRequest,
     LeaseNotActive,
@@ -46,8 +45,9 @@ from gpuallocd.model import (
     Topology,
 )
 from gpuallocd.model.lease import ENDING_EVENT
-from gpuallocd.policies import Policy, get_policy
-from gpuallocd.policies.rules import check_choice, request_for
+from gpuallocd.policies.rules import request_for
+from gpuallocd.processes.enforcer import ShareEnforcer
+from gpuallocd.processes.proc import process_start_time
 
 log = logging.getLogger(__name__)
 
@@ -83,23 +83,26 @@ class LeaseLifecycle:
         self._request_ids = RequestIds()
         self._start_time_of = start_time_of
         self._settings = settings
-        self._policies: dict[str, Policy] = {}
-        self._enforcer = ShareEnforcer(settings.share_enforcement, self._note)
-        self._choices = ChoiceCache()
+        self._enforcer = ShareEnforcer(settings.share_enforcement, self.note)
         self.node = NodeView(topology)
+        self._chooser = Chooser(self.node, settings.default_policy)
         self.quota = Quota(ledger, clock, rules or SiteRules())
         self.drains = DrainBoard(ledger)
+        self.reservations = ReservationBoard(ledger)
         self._sync_units(topology)
         self._active = {lease.id: lease for lease in ledger.active_leases()}
         self._journal: list[Transition] = []  # written to the log after the commit
         self._news: set[str] = set()  # leases with a new history event since the last commit
-        get_policy(settings.default_policy)  # fail at start, not at the first request
 
     # Node -----------------------------------------------------------------------------------
 
     @property
     def topology(self) -> Topology:
         return self.node.topology
+
+    @property
+    def settings(self) -> AllocatorSettings:
+        return self._settings
 
     def set_topology(self, topology: Topology) -> list[Lease]:
         """Adopt a (re)discovered topology and record its GPUs; end the leases of MIG
@@ -123,7 +126,8 @@ class LeaseLifecycle:
         self.node.update_live(states)
         self._enforcer.check(self._active.values(), states)
 
-    def _note(self, lease_id: str, event: LeaseEvent, detail: str) -> None:
+    def note(self, lease_id: str, event: LeaseEvent, detail: str) -> None:
+        """Record an event of a lease that changes nothing (its holder hears of it)."""
         self._ledger.note(lease_id, event, self._clock(), detail)
         self._news.add(lease_id)
 
@@ -131,6 +135,7 @@ class LeaseLifecycle:
         """Forget the in-memory view and read it again from the ledger (after a failed commit)."""
         self._active = {lease.id: lease for lease in self._ledger.active_leases()}
         self.drains.reload()
+        self.reservations.reload()
         self._journal.clear()  # those transitions were rolled back
         self._news.clear()
         self._request_ids.retain(self._active)
@@ -171,8 +176,9 @@ class LeaseLifecycle:
         return [lease for lease in self._active.values() if lease.bound]
 
     def usable_gpus(self, spec: AllocateSpec, owner_uid: int | None = None) -> frozenset[str]:
-        """The GPUs that could serve `spec`, less those its owner holds already."""
-        return usable_gpus(self.node, self._active.values(), spec, owner_uid)
+        """The GPUs that could serve `spec`, less those its owner holds or may not take now."""
+        found = usable_gpus(self.node, self._active.values(), spec, owner_uid)
+        return found - self.reservations.held_for_uid(owner_uid, self._clock(), self.ttl_of(spec))
 
     def check_servable(self, caller: Caller, spec: AllocateSpec) -> None:
         """Refuse a wait that the caller's own leases would make endless."""
@@ -189,11 +195,8 @@ class LeaseLifecycle:
         waited_since: float | None = None,
     ) -> Lease:
         """Grant a lease now, or raise (QuotaExceeded, GpusUnavailable, GpuBusy, ...) and
-        change nothing.
-
-        `reserved` GPUs are held for earlier waiters: this request may not take them. Drained
-        GPUs are taken by nobody. `waited_since`: when the request joined the queue.
-        """
+        change nothing. `reserved` GPUs are held for earlier waiters: this request may not
+        take them; drained ones nobody. `waited_since`: when the request joined the queue."""
         self.expire_due()
         retried = self._retried(caller, spec)
         if retried is not None:
@@ -211,14 +214,16 @@ class LeaseLifecycle:
             self._check_quota(caller, request.count, ttl)
         self.drains.check_not_drained(request.required, self.topology)
         unavailable = reserved | frozenset(self.drains.covered(self.topology))
-        state, snapshot = self.node.keyed_snapshot(self._active.values(), unavailable)
-        if request.kind == "whole":
-            policy_name = spec.policy or self._settings.default_policy
-            policy = self._policy(policy_name)
-            choice = self._choices.choose(policy_name, policy, state, snapshot, request)
-            check_choice(policy_name, choice, request, snapshot)
-        else:
-            policy_name, choice = place_units(snapshot, request, spec.policy)
+        ttl, (policy_name, choice) = self.reservations.fit(
+            caller,
+            self._clock(),
+            ttl,
+            defaulted=spec.ttl_seconds is None,
+            wanted=request.required,
+            choose=lambda held: self._chooser.choose(
+                self._active.values(), spec, request, unavailable | held
+            ),
+        )
         if not choice.exact:
             log.warning(
                 "policy %s gave a set it could not prove best: %s", policy_name, choice.reason
@@ -227,11 +232,16 @@ class LeaseLifecycle:
         if request.kind != "whole":
             self.quota.check_units(caller, self._active.values(), units, ttl_seconds=ttl)
         lease = self._new_lease(caller, spec, policy_name, units, ttl, waited_since)
-        self._ledger.grant(lease, caller.uid)
-        self._active[lease.id] = lease
-        self._journal.append(Transition(LeaseEvent.GRANTED, lease, caller.uid))
-        self._deadlines.start(lease.id, lease.expires_at - lease.created_at)
+        self.record_grant(lease)
         self._request_ids.remember(caller.uid, spec.request_id, lease.id)
+        return lease
+
+    def record_grant(self, lease: Lease) -> Lease:
+        """Record a lease decided here or by an adoption (allocator/adoption.py)."""
+        self._ledger.grant(lease, lease.owner_uid)
+        self._active[lease.id] = lease
+        self._journal.append(Transition(LeaseEvent.GRANTED, lease, lease.owner_uid))
+        self._deadlines.start(lease.id, lease.expires_at - lease.created_at)
         return lease
 
     def withdraw(self, lease_id: str) -> list[Lease]:
@@ -251,6 +261,7 @@ class LeaseLifecycle:
         lease = self._owned_active(caller, lease_id)
         now = self._clock()
         ttl = self._ttl(caller, ttl_seconds)
+        self.reservations.check_renewal(caller, lease, now, ttl)
         renewed = replace(lease, expires_at=now + ttl)
         self._ledger.renew(lease.id, renewed.expires_at, caller.uid, now)
         self._active[lease.id] = renewed
@@ -380,21 +391,8 @@ class LeaseLifecycle:
         return lease
 
     def _ttl(self, caller: Caller, requested: float | None) -> float:
-        ttl = self._settings.default_ttl_seconds if requested is None else requested
-        if ttl <= 0:
-            raise InvalidRequest("ttl_seconds must be positive", field="ttl_seconds", value=ttl)
-        if ttl > self._settings.max_ttl_seconds:
-            raise InvalidRequest(
-                f"ttl_seconds may be at most {self._settings.max_ttl_seconds:g}",
-                field="ttl_seconds",
-                value=ttl,
-            )
+        ttl = requested_ttl(self._settings, requested)
         return self.quota.checked_ttl(caller, ttl, defaulted=requested is None)
 
     def _check_quota(self, caller: Caller, gpus: float, ttl: float) -> None:
         self.quota.check_grant(caller, self._active.values(), gpus=gpus, ttl_seconds=ttl)
-
-    def _policy(self, name: str) -> Policy:
-        if name not in self._policies:
-            self._policies[name] = get_policy(name)
-        return self._policies[name]

@@ -46,6 +46,7 @@ class Limits:
     max_waiting: int | None = None
     max_gpu_hours_per_day: float | None = None
     max_shares: int | None = None
+    unleased_use: str | None = None  # not a limit: the mode for GPU use without a lease
 
     def value(self, name: str) -> float | None:
         found: float | None = getattr(self, name)

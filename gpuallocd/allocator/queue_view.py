@@ -82,14 +82,20 @@ def reservations(waiters: Sequence[QueuedRequest], usable: Usable) -> dict[str, 
     return held
 
 
-def _releases(statuses: Sequence[GpuStatus]) -> list[tuple[float, frozenset[str]]]:
-    """When each lease's GPUs come back, soonest first (only GPUs that are otherwise fine)."""
-    by_lease: dict[str, tuple[float, set[str]]] = {}
+def _releases(
+    statuses: Sequence[GpuStatus], held_until: Mapping[str, float]
+) -> list[tuple[float, frozenset[str]]]:
+    """When each lease's GPUs come back, soonest first (only GPUs that are otherwise fine);
+    a GPU a reservation holds comes back at its end at the earliest."""
+    by_time: dict[float, set[str]] = {}
     for status in statuses:
-        lease = status.lease
-        if lease is not None and status.live.healthy and not status.foreign_pids:
-            by_lease.setdefault(lease.id, (lease.expires_at, set()))[1].add(status.gpu.uuid)
-    releases = [(at, frozenset(uuids)) for at, uuids in by_lease.values()]
+        lease, uuid = status.lease, status.gpu.uuid
+        usable = status.live.healthy and not status.foreign_pids
+        if lease is not None and usable:
+            by_time.setdefault(max(lease.expires_at, held_until.get(uuid, 0.0)), set()).add(uuid)
+        elif status.state == "free" and uuid in held_until:
+            by_time.setdefault(held_until[uuid], set()).add(uuid)
+    releases = [(at, frozenset(uuids)) for at, uuids in by_time.items()]
     heapq.heapify(releases)
     return releases
 
@@ -109,9 +115,10 @@ def _indices(uuids: frozenset[str], statuses: Mapping[str, GpuStatus]) -> str:
 def _holder_text(status: GpuStatus) -> str:
     lease = status.lease
     index = status.gpu.index
-    if lease is not None:
-        return f"GPU {index} leased by {lease.owner_name}"
-    return f"GPU {index} {status.state}"
+    text = f"GPU {index} leased by {lease.owner_name}" if lease else f"GPU {index} {status.state}"
+    if status.foreign_pids:  # a process whose user holds no lease on it (docs/enforcement.md)
+        text += f" (pid {', '.join(map(str, status.foreign_pids))} uses it without a lease)"
+    return text
 
 
 def describe_waiters(
@@ -121,16 +128,21 @@ def describe_waiters(
     *,
     now: float,
     ttl_of: Callable[[AllocateSpec], float],
+    held_until: Mapping[str, float] | None = None,
 ) -> list[WaitInfo]:
     """Reason, detail and estimated start of each waiter, in queue order.
 
-    `statuses` are the GPUs without reservations (free means nobody holds or uses it).
+    `statuses` are the GPUs without reservations (free means nobody holds or uses it);
+    `held_until`: GPUs advance reservations hold from the queue, and until when.
     """
+    held = held_until or {}
     by_uuid = {s.gpu.uuid: s for s in statuses}
     needs = [_need(w.spec, usable) for w in waiters]
     free = {s.gpu.uuid for s in statuses if s.state == "free"}
     reasons = _reasons(needs, free, by_uuid)
-    starts = _play_forward(needs, free, _releases(statuses), now, [ttl_of(w.spec) for w in waiters])
+    releases = _releases(statuses, held)
+    ttls = [ttl_of(w.spec) for w in waiters]
+    starts = _play_forward(needs, free - held.keys(), releases, now, ttls)
     return [
         WaitInfo(reason, detail, start if start is not None and start > now else None)
         for (reason, detail), start in zip(reasons, starts, strict=True)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AllocateSpec", "AllocatorSettings"]
+from gpuallocd.errors import InvalidRequest
+
+__all__ = ["AllocateSpec", "AllocatorSettings", "requested_ttl"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +19,10 @@ class AllocatorSettings:
     shared_gpus: tuple[str, ...] = ()
     share_memory_reserve_bytes: int = 0
     share_enforcement: str = "off"  # off, warn, kill
+    queue_order: str = "fifo"  # fifo, fair-share (docs/scheduling.md)
+    fair_share_half_life_hours: float = 7 * 24.0
+    fair_share_wait_weight: float = 1.0  # priority (GPU-hours) gained per hour of waiting
+    fair_share_by: str = "user"  # user, group (the owner's primary group)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,3 +44,17 @@ class AllocateSpec:
     mig_profile: str | None = None
     request_id: str | None = None  # a retried request with the same id gets the same lease
     on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes
+
+
+def requested_ttl(settings: AllocatorSettings, requested: float | None) -> float:
+    """The TTL a request asks for (the default when it names none), within the site's bounds."""
+    ttl = settings.default_ttl_seconds if requested is None else requested
+    if ttl <= 0:
+        raise InvalidRequest("ttl_seconds must be positive", field="ttl_seconds", value=ttl)
+    if ttl > settings.max_ttl_seconds:
+        raise InvalidRequest(
+            f"ttl_seconds may be at most {settings.max_ttl_seconds:g}",
+            field="ttl_seconds",
+            value=ttl,
+        )
+    return ttl

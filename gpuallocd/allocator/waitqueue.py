@@ -20,11 +20,13 @@ from typing import Any
 
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.node_view import Reservation
+from gpuallocd.allocator.queue_order import QueueOrder
 from gpuallocd.allocator.queue_view import WaitInfo, describe_waiters, reservations
 from gpuallocd.allocator.specs import AllocateSpec
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
 from gpuallocd.model import Caller, Lease
+from gpuallocd.policies.fair_share import Priority
 
 __all__ = ["WaitQueue", "Waiter"]
 
@@ -99,8 +101,14 @@ class WaitQueue:
     """The allocation front door: grants at once where fair, else queues the caller."""
 
     def __init__(
-        self, lifecycle: LeaseLifecycle, worker: SerialWorker, clock: Callable[[], float]
+        self,
+        lifecycle: LeaseLifecycle,
+        worker: SerialWorker,
+        clock: Callable[[], float],
+        order: QueueOrder | None = None,
     ) -> None:
+        """`order`: the order waiters are served in (first come, first served without)."""
+        self._order = order
         self._lifecycle = lifecycle
         self._worker = worker
         self._clock = clock
@@ -110,7 +118,8 @@ class WaitQueue:
 
     def waiters(self) -> list[dict[str, Any]]:
         """The queue in order, with reasons and estimates (run it in the serial worker)."""
-        waiters = list(self._waiters)
+        arranged = self._arranged(self._waiters)
+        waiters = [waiter for waiter, _ in arranged]
         now = self._clock()
         infos = describe_waiters(
             waiters,
@@ -118,15 +127,29 @@ class WaitQueue:
             self._lifecycle.usable_gpus,
             now=now,
             ttl_of=self._lifecycle.ttl_of,
+            held_until=self._lifecycle.reservations.held_until(
+                now, self._lifecycle.ttl_of(AllocateSpec())
+            ),
         )
         return [
-            waiter.to_json(position, info, now)
-            for position, (waiter, info) in enumerate(zip(waiters, infos, strict=True), start=1)
+            {**waiter.to_json(position, info, now), "priority": p.to_json() if p else None}
+            for position, ((waiter, p), info) in enumerate(zip(arranged, infos, strict=True), 1)
         ]
 
     def reservations(self) -> dict[str, Reservation]:
         """The free GPUs held for waiters, by UUID."""
-        return reservations(self._waiters, self._lifecycle.usable_gpus)
+        ordered = [waiter for waiter, _ in self._arranged(self._waiters)]
+        return reservations(ordered, self._lifecycle.usable_gpus)
+
+    def _arranged(self, waiters: Sequence[Waiter]) -> list[tuple[Waiter, Priority | None]]:
+        """The waiters in the order they are served, each with its fair-share priority."""
+        if self._order is None:
+            return [(waiter, None) for waiter in waiters]
+        return self._order.arrange(waiters)
+
+    def _serve_arranged(self, waiters: Sequence[Waiter]) -> list[tuple[Waiter, Outcome]]:
+        ordered = [waiter for waiter, _ in self._arranged(waiters)]
+        return _serve_in_order(self._lifecycle, ordered)
 
     def waiting_of(self, uid: int) -> int:
         """How many requests of the user `uid` wait now."""
@@ -163,6 +186,8 @@ class WaitQueue:
     def _allocate_now(
         self, caller: Caller, spec: AllocateSpec, ahead: Sequence[Waiter], on_grant: OnGrant
     ) -> Lease:
+        if self._order is not None:
+            ahead = self._order.ahead_of(caller, ahead)
         reserved = _reserved(self._lifecycle, ahead)
         lease = self._lifecycle.allocate(caller, spec, reserved=reserved)
         on_grant(lease)
@@ -184,6 +209,8 @@ class WaitQueue:
         self._lifecycle.quota.check_waiting(caller, self.waiting_of(caller.uid))
         self._waiters.append(waiter)
         log.info("%s (pid %d) waits for GPUs", caller.user, caller.pid)
+        if self._order is not None and self._order.fair:
+            self.kick()  # it may go ahead of waiters that hold free GPUs it can use
         try:
             return await asyncio.wait_for(waiter.future, timeout)
         except asyncio.TimeoutError:
@@ -221,7 +248,7 @@ class WaitQueue:
             pending = [w for w in self._waiters if not w.future.done()]
             if not pending:
                 return
-            outcomes = await self._worker.run(_serve_in_order, self._lifecycle, pending)
+            outcomes = await self._worker.run(self._serve_arranged, pending)
             for waiter, outcome in outcomes:
                 await self._deliver(waiter, outcome)
 

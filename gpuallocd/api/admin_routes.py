@@ -67,8 +67,18 @@ async def usage(request: web.Request) -> web.Response:
     caller_of(request)
     since = _query_time(request, "since") or 0.0
     until = _query_time(request, "until")
-    end, users = await facade_of(request).usage(since, until, request.query.get("user"))
-    return web.json_response({"since": since, "until": end, "users": [u.to_json() for u in users]})
+    facade = facade_of(request)
+    end, users = await facade.usage(since, until, request.query.get("user"))
+    decayed = await facade.scheduling.fair_share_usage()
+    return web.json_response(
+        {
+            "since": since,
+            "until": end,
+            "users": [{**u.to_json(), "decayed_gpu_hours": decayed.get(u.user)} for u in users],
+            "fair_share": decayed,
+            "reservations": await facade.scheduling.reserved_hours(since, end),
+        }
+    )
 
 
 async def admin_actions(request: web.Request) -> web.Response:

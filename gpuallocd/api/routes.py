@@ -4,6 +4,7 @@ allocator's façade and answers with JSON. Errors leave through the envelope mid
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -13,10 +14,13 @@ from gpuallocd import __version__
 from gpuallocd.allocator import AllocateSpec
 from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
+from gpuallocd.api.enforcement_routes import enforcement_routes, unleased_on
+from gpuallocd.api.peercred import user_name
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
+from gpuallocd.api.reservation_routes import reservation_routes
 from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest, PermissionDenied
-from gpuallocd.model import Lease
+from gpuallocd.model import HistoryEvent, Lease
 from gpuallocd.policies import available_policies
 from gpuallocd.topology import topology_to_json
 
@@ -49,7 +53,12 @@ MAX_REQUEST_ID_LENGTH = 100
 def _lease_json(request: web.Request, lease: Lease) -> dict[str, Any]:
     data = lease.to_json()
     data["processes"] = facade_of(request).processes_of(lease.id) if lease.active else []
+    data["unleased_use"] = unleased_on(request, set(lease.uuids)) if lease.active else []
     return data
+
+
+def _event_json(event: HistoryEvent) -> dict[str, Any]:
+    return event.to_json(user_name(event.actor_uid))
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -58,7 +67,14 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 async def health(request: web.Request) -> web.Response:
     ctx: ApiContext = context_of(request)
-    return _json({"status": "ok", "version": __version__, "started_at": ctx.started_at})
+    return _json(
+        {
+            "status": "ok",
+            "version": __version__,
+            "started_at": ctx.started_at,
+            "process_tracking": ctx.facade.process_tracking(),
+        }
+    )
 
 
 async def get_diagnostics(request: web.Request) -> web.Response:
@@ -72,7 +88,8 @@ async def get_diagnostics(request: web.Request) -> web.Response:
 async def list_gpus(request: web.Request) -> web.Response:
     caller_of(request)
     statuses = await facade_of(request).gpu_status()
-    return _json({"gpus": [s.to_json() for s in statuses]})
+    gpus = [s.to_json() | {"unleased": unleased_on(request, {s.gpu.uuid})} for s in statuses]
+    return _json({"gpus": gpus})
 
 
 async def list_leases(request: web.Request) -> web.Response:
@@ -151,7 +168,7 @@ async def lease_events(request: web.Request) -> web.Response:
     return _json(
         {
             "lease": _lease_json(request, lease),
-            "events": [event.to_json() for event in events],
+            "events": [_event_json(event) for event in events],
             "revoke_grace_seconds": facade.revoke_grace_seconds,
         }
     )
@@ -167,6 +184,7 @@ async def renew_lease(request: web.Request) -> web.Response:
     idle = facade_of(request).idle_notice(lease.id)
     if idle is not None:  # idle reclaim: the holder learns it may lose the lease
         answer["idle"] = idle
+    answer["unhealthy"] = facade_of(request).health.unhealthy(lease)
     return _json(answer)
 
 
@@ -188,7 +206,12 @@ async def revoke_lease(request: web.Request) -> web.Response:
 async def history(request: web.Request) -> web.Response:
     caller_of(request)
     limit = query_limit(request, MAX_HISTORY_LIMIT)
-    body = await facade_of(request).history_json(request.query.get("lease"), limit)
+    lease_id = request.query.get("lease")
+    facade = facade_of(request)
+    events = await facade.history_json(lease_id, limit, user_name)
+    reservations = [] if lease_id else await facade.scheduling.reservation_events(limit)
+    tail = json.dumps(reservations).encode()
+    body = b'{"events": %s, "reservation_events": %s}' % (events, tail)
     return web.Response(body=body, content_type="application/json")
 
 
@@ -215,7 +238,11 @@ async def release_gpu(request: web.Request) -> web.Response:
 
 async def list_queue(request: web.Request) -> web.Response:
     caller_of(request)
-    return _json({"waiters": await facade_of(request).waiters()})
+    facade = facade_of(request)
+    waiters, reservations = await facade.waiters(), await facade.scheduling.reservations()
+    return _json(
+        {"order": facade.scheduling.queue_order, "waiters": waiters, "reservations": reservations}
+    )
 
 
 async def list_policies(request: web.Request) -> web.Response:
@@ -241,5 +268,7 @@ def routes() -> list[web.RouteDef]:
         web.get("/v1/policies", list_policies),
         web.get("/v1/queue", list_queue),
         *admin_routes(),
+        *reservation_routes(),
+        *enforcement_routes(),
         web.post("/v1/gpus/{gpu}/release", release_gpu),
     ]

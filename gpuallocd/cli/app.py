@@ -30,6 +30,8 @@ _MODULES = {
     "gpuallocd.cli.limits": ("limits", "usage"),
     "gpuallocd.cli.admin": ("drain", "undrain", "admin-log", "release"),
     "gpuallocd.cli.doctor": ("doctor",),
+    "gpuallocd.cli.reserve": ("reserve", "reservations", "unreserve"),
+    "gpuallocd.cli.adopt": ("adopt", "unleased"),
 }
 COMMAND_MODULES = {name: module for module, names in _MODULES.items() for name in names}
 

@@ -70,11 +70,14 @@ def capabilities(diag: Diagnostics) -> Iterator[Check]:
 
 def process_tracking(diag: Diagnostics) -> Check:
     mode = str(diag.get("process_tracking", "unknown"))
-    if mode in ("netlink", "cgroup"):
+    detail = diag.get("process_tracking_detail", {})
+    if mode in ("connector", "cgroup"):
         return Check("process tracking", OK, f"{mode}: a fork is covered when it happens")
     fix = "run the daemon as root in the initial namespaces, as the unit does (docs/security.md)"
     message = f"{mode}: families are learnt by scanning /proc, so a short-lived parent can hide"
-    return Check("process tracking", WARN, message + " a child between two scans", fix)
+    reason = detail.get("reason") if isinstance(detail, dict) else None
+    why = f" ({reason})" if reason else ""
+    return Check("process tracking", WARN, message + " a child between two scans" + why, fix)
 
 
 def config(diag: Diagnostics) -> Iterator[Check]:

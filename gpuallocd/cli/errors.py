@@ -38,6 +38,7 @@ _EXIT_BY_CODE = {
     "daemon_unavailable": EXIT_NO_DAEMON,
     "gpus_unavailable": EXIT_CAPACITY,
     "gpu_busy": EXIT_CAPACITY,
+    "reservation_conflict": EXIT_CAPACITY,
     "permission_denied": EXIT_PERMISSION,
     "quota_exceeded": EXIT_QUOTA,
 }

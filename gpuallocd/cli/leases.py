@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuallocd.cli.common import TTL, daemon_client, format_expiry, lease_request_options
-from gpuallocd.cli.output import echo_json, format_bytes
+from gpuallocd.cli.output import echo_json, escape_unprintable, format_bytes
 from gpuallocd.cli.style import colour_enabled, render_table
 from gpuallocd.cli.units import format_left
 from gpuallocd.cli.waiting import queued
@@ -149,6 +149,9 @@ def list_leases(ctx: click.Context, user: str | None) -> None:
     ]
     headers = ("LEASE", "GPUS", "USER", "PID", "POLICY", "LEFT", "LABEL")
     click.echo(render_table(headers, rows, colour=colour_enabled()))
+    for lease in leases:
+        for other in lease.get("unleased_use", []):
+            click.echo(f"lease {lease['id']}: {escape_unprintable(other['message'])}")
 
 
 @click.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -70,26 +71,59 @@ def limits(ctx: click.Context, user: str | None, local_json: bool) -> None:
     click.echo(table(("LIMIT", "VALUE", "FROM", "CURRENT"), _limit_rows(report)))
 
 
+def _decayed(user: dict[str, Any]) -> str:
+    value = user.get("decayed_gpu_hours")
+    return "-" if value is None else f"{value:.2f}"
+
+
 def _usage_rows(users: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     rows = [
-        (u["user"], f"{u['gpu_hours']:.2f}", u["leases"], f"{u['waiting_seconds'] / 3600:.2f}")
+        (
+            u["user"],
+            f"{u['gpu_hours']:.2f}",
+            u["leases"],
+            f"{u['waiting_seconds'] / 3600:.2f}",
+            _decayed(u),
+        )
         for u in users
     ]
     if len(users) > 1:
         hours = sum(u["gpu_hours"] for u in users)
         waited = sum(u["waiting_seconds"] for u in users) / 3600
-        rows.append(("TOTAL", f"{hours:.2f}", sum(u["leases"] for u in users), f"{waited:.2f}"))
+        leases = sum(u["leases"] for u in users)
+        rows.append(("TOTAL", f"{hours:.2f}", leases, f"{waited:.2f}", ""))
     return rows
+
+
+def _reservation_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (r["id"], r["for"], r["gpus"], f"{r['gpu_hours']:.2f}", r["reason"])
+        for r in report.get("reservations") or []
+    ]
 
 
 @click.command()
 @click.option("--since", default="7d", show_default=True, help="A duration ago or a date.")
 @click.option("--user", help="Only this user (name or uid).")
 @click.option("--json", "local_json", is_flag=True, help="JSON output (as the global --json).")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Draw GPU-hours per user per day to FILE (.svg; .png with chromium installed).",
+)
 @click.pass_context
-def usage(ctx: click.Context, since: str, user: str | None, local_json: bool) -> None:
+def usage(
+    ctx: click.Context, since: str, user: str | None, local_json: bool, plot: Path | None
+) -> None:
     """GPU-hours, leases and hours waited per user, from the history (like sreport)."""
     start = parse_since(since)
+    if plot is not None:
+        from gpuallocd.cli.usage_plot import write_plot
+
+        with daemon_client(ctx) as client:
+            write_plot(client, plot, start, user)
+        click.echo(f"wrote {plot}")
+        return
     with daemon_client(ctx) as client:
         report = client.usage(since=start, user=user)
     if ctx.obj.json or local_json:
@@ -99,7 +133,12 @@ def usage(ctx: click.Context, since: str, user: str | None, local_json: bool) ->
         time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) for t in (start, report["until"])
     )
     click.echo(f"usage from {span}")
-    click.echo(table(("USER", "GPU-HOURS", "LEASES", "HOURS-WAITED"), _usage_rows(report["users"])))
+    headers = ("USER", "GPU-HOURS", "LEASES", "HOURS-WAITED", "DECAYED")
+    click.echo(table(headers, _usage_rows(report["users"])))
+    reserved = _reservation_rows(report)
+    if reserved:
+        click.echo("reservations")
+        click.echo(table(("ID", "FOR", "GPUS", "GPU-HOURS", "REASON"), reserved))
 
 
 COMMANDS = (limits, usage)

@@ -9,6 +9,7 @@ from typing import IO, Any
 import click
 
 from gpuallocd.cli.output import echo_json, table
+from gpuallocd.cli.sim_text import orders_table
 from gpuallocd.cli.units import ByteSize
 from gpuallocd.errors import InvalidRequest
 from gpuallocd.model import Topology
@@ -22,6 +23,7 @@ from gpuallocd.planning import (
     simulate,
 )
 from gpuallocd.planning.bench import BenchRow, bench_policy, random_topology
+from gpuallocd.planning.queue_sim import is_job_trace, read_jobs, simulate_orders
 from gpuallocd.planning.simulate import Summary
 from gpuallocd.policies import Policy, get_policy
 from gpuallocd.topology import load_topology
@@ -184,7 +186,22 @@ def _print_summary(summary: Summary, seconds: float) -> None:
     "trace_file",
     type=click.File("r", encoding="utf-8"),
     required=True,
-    help="JSON Lines of allocate and free operations ('-' reads stdin).",
+    help="JSON Lines of allocate and free operations, or of timed submits ('-' reads stdin).",
+)
+@click.option(
+    "--half-life",
+    "half_life_hours",
+    type=click.FloatRange(min=0, min_open=True),
+    default=168.0,
+    show_default=True,
+    help="Timed trace: fair_share_half_life_hours.",
+)
+@click.option(
+    "--wait-weight",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Timed trace: fair_share_wait_weight.",
 )
 @_options_option
 @_json_option
@@ -194,14 +211,28 @@ def simulate_command(
     topology_spec: str,
     policy_name: str,
     trace_file: IO[str],
+    half_life_hours: float,
+    wait_weight: float,
     options: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Replay a trace of requests and report grants, refusals, scores and fragmentation."""
+    """Replay a trace of requests and report grants, refusals, scores and fragmentation; a
+    timed trace (submits) runs under fifo and fair-share side by side."""
     topology = _load(topology_spec)
     policy = _policy(policy_name, options)
+    lines = trace_file.readlines()
+    if is_job_trace(lines):
+        fifo, fair = simulate_orders(
+            topology, policy, read_jobs(lines), half_life_hours=half_life_hours,
+            wait_weight=wait_weight,
+        )  # fmt: skip
+        if _wants_json(ctx, as_json):
+            echo_json({"orders": [fifo.to_json(), fair.to_json()]})
+        else:
+            click.echo(orders_table(topology.name, fifo, fair))
+        return
     start = time.perf_counter()
-    result = simulate(topology, policy, read_trace(trace_file))
+    result = simulate(topology, policy, read_trace(lines))
     if _wants_json(ctx, as_json):
         echo_json(result.to_json())
     else:

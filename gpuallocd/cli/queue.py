@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 import click
 
 from gpuallocd.cli.common import daemon_client, user_of
 from gpuallocd.cli.output import echo_json
+from gpuallocd.cli.reservation_text import (
+    reservation_history_rows,
+    reservation_lines,
+    with_priorities,
+)
 from gpuallocd.cli.style import Styled, colour_enabled, render_table
 from gpuallocd.cli.units import format_duration
 
@@ -62,15 +68,23 @@ def queue(ctx: click.Context, verbose: bool) -> None:
     lease ends at its expiry; renewals push it back.
     """
     with daemon_client(ctx) as client:
-        waiters = client.queue()
+        answer = client.request("GET", "/v1/queue")
+    waiters = answer["waiters"]
     if ctx.obj.json:
-        echo_json({"waiters": waiters})
+        echo_json(answer)
         return
     now = time.time()
-    click.echo(render_table(QUEUE_HEADERS, queue_rows(waiters, now), colour=colour_enabled()))
+    headers: tuple[str, ...] = QUEUE_HEADERS
+    rows = queue_rows(waiters, now)
+    if answer.get("order") == "fair-share":
+        headers, rows = with_priorities(headers, waiters, rows)
+    click.echo(render_table(headers, rows, colour=colour_enabled()))
+    click.echo(reservation_lines(answer.get("reservations") or [], now), nl=False)
     if verbose:
         for waiter in waiters:
             click.echo(f"{waiter['position']}: {waiter.get('reason_detail') or '-'}")
+            if waiter.get("priority"):
+                click.echo(f"   priority: {waiter['priority']['why']}")
 
 
 @click.command()
@@ -80,11 +94,12 @@ def queue(ctx: click.Context, verbose: bool) -> None:
 def history(ctx: click.Context, lease_id: str | None, limit: int) -> None:
     """The ledger's record of lease transitions, oldest first, with who did each."""
     with daemon_client(ctx) as client:
-        events = client.history(lease_id, limit)
+        answer = client.request("GET", f"/v1/history?{urlencode(_query(lease_id, limit))}")
+    events = answer["events"]
     if ctx.obj.json:
-        echo_json({"events": events})
+        echo_json(answer)
         return
-    rows = [
+    rows: list[tuple[object, ...]] = [
         (
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["at"])),
             e["lease_id"],
@@ -94,8 +109,14 @@ def history(ctx: click.Context, lease_id: str | None, limit: int) -> None:
         )
         for e in events
     ]
+    rows += reservation_history_rows(answer.get("reservation_events") or [])
+    rows.sort(key=lambda row: str(row[0]))
     headers = ("TIME", "LEASE", "EVENT", "BY", "DETAIL")
     click.echo(render_table(headers, rows, colour=colour_enabled()))
+
+
+def _query(lease_id: str | None, limit: int) -> dict[str, Any]:
+    return {"limit": limit} if lease_id is None else {"lease": lease_id, "limit": limit}
 
 
 COMMANDS = (queue, history)

@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from gpuallocd.cli.common import daemon_client, user_of
-from gpuallocd.cli.output import echo_json
+from gpuallocd.cli.output import echo_json, escape_unprintable
+from gpuallocd.cli.reservation_text import reservation_lines
 from gpuallocd.cli.style import colour_enabled, render_table, short_uuid, state_cell
 from gpuallocd.cli.units import Duration, format_left
 from gpuallocd.cli.watch import watch_frames
@@ -51,7 +52,17 @@ def _foreign(gpu: dict[str, Any]) -> list[str]:
     processes = gpu.get("foreign_processes")
     if processes is None:  # a daemon from before foreign_processes: pids only
         processes = [{"pid": pid, "uid": None} for pid in gpu.get("foreign_pids", [])]
-    return [f"{user_of(p.get('uid'))}({p['pid']})" for p in processes]
+    unleased = {u["pid"]: u for u in gpu.get("unleased", [])}
+    return [_process(p, unleased.get(p["pid"])) for p in processes]
+
+
+def _process(process: dict[str, Any], unleased: dict[str, Any] | None) -> str:
+    """`bob(4242)`; one found using the GPU without a lease: `bob(4242 python) without a lease`."""
+    if unleased is None:
+        return f"{user_of(process.get('uid'))}({process['pid']})"
+    signalled = f", {unleased['signalled']} sent" if unleased.get("signalled") else ""
+    command = escape_unprintable(str(unleased["command"]))
+    return f"{unleased['user']}({process['pid']} {command}) without a lease{signalled}"
 
 
 def _holder(gpu: dict[str, Any], now: float) -> str | None:
@@ -142,21 +153,25 @@ def render_status(
     ]
     table = render_table(HEADERS, rows, colour=colour, width=None if verbose else 100)
     summary = _summary(gpus, waiters)
-    return f"{click.style(summary, dim=True) if colour else summary}\n{table}"
+    notes = [escape_unprintable(u["message"]) for g in gpus for u in g.get("unleased", [])]
+    below = "".join(f"\n{note}" for note in notes)
+    return f"{click.style(summary, dim=True) if colour else summary}\n{table}{below}"
 
 
-def _fetch(ctx: click.Context) -> tuple[list[dict[str, Any]], int]:
+def _fetch(ctx: click.Context) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]]]:
     with daemon_client(ctx) as client:
         gpus: list[dict[str, Any]] = client.request("GET", "/v1/gpus")["gpus"]
-        waiters = len(client.queue())
-    return gpus, waiters
+        queue = client.request("GET", "/v1/queue")
+    return gpus, len(queue["waiters"]), queue.get("reservations") or []
 
 
 def _frame(ctx: click.Context, verbose: bool, colour: bool) -> str:
-    gpus, waiters = _fetch(ctx)
+    gpus, waiters, reservations = _fetch(ctx)
     if ctx.obj.json:
         return json.dumps({"gpus": gpus, "at": time.time()}, sort_keys=True)
-    return render_status(gpus, waiters, now=time.time(), verbose=verbose, colour=colour)
+    now = time.time()
+    frame = render_status(gpus, waiters, now=now, verbose=verbose, colour=colour)
+    return frame + ("\n" + reservation_lines(reservations, now).rstrip() if reservations else "")
 
 
 @click.command()

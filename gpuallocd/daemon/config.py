@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuallocd.daemon.limits_config import check_rule_settings, parse_limits
+from gpuallocd.daemon.scheduling_config import check_scheduling_settings
 from gpuallocd.daemon.settings import DaemonConfig, Setting, settings
 from gpuallocd.errors import ConfigError
 
@@ -153,4 +154,5 @@ def load_config(
     }
     config = replace(config, **given)
     check_rule_settings(config)
+    check_scheduling_settings(config)
     return config

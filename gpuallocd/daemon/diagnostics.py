@@ -43,6 +43,13 @@ def config_warnings(config: DaemonConfig) -> list[str]:
             f"metrics_listen = {config.metrics_listen!r}: the unit's IPAddressAllow=localhost "
             "drops scrapes from other hosts; name the scraper in IPAddressAllow= (a drop-in)"
         )
+    if config.dashboard_listen is not None and not _loopback(config.dashboard_listen):
+        found.append(
+            f"dashboard_listen = {config.dashboard_listen!r} shows every lease to that network "
+            "and has no login: prefer 127.0.0.1 behind an SSH tunnel or a reverse proxy with "
+            "authentication (docs/dashboard.md); the unit's IPAddressAllow=localhost drops "
+            "other hosts unless a drop-in names them"
+        )
     if config.idle_reclaim_minutes is None and config.idle_grace_minutes != 10.0:
         found.append("idle_grace_minutes is set but idle reclaim is off (idle_reclaim_minutes)")
     for key, path in (
@@ -74,10 +81,15 @@ def _shared_directory(path: str | None) -> str | None:
     return None
 
 
+def _tracking(stats: dict[str, Any]) -> dict[str, Any]:
+    """`process_tracking` is the mode (doctor reads it); the rest beside it."""
+    return {"process_tracking": stats["mode"], "process_tracking_detail": stats}
+
+
 def diagnostics(
     config: DaemonConfig,
     needs: Sequence[Need],
-    process_tracking: Callable[[], str],
+    process_tracking: Callable[[], dict[str, Any]],
     started_at: float,
 ) -> dict[str, Any]:
     """The daemon's side of `gpuallocctl doctor`, read fresh at each call."""
@@ -93,7 +105,7 @@ def diagnostics(
             "bounding": sorted(capabilities.bounding),
         },
         "needs": [need.to_json() for need in needs],
-        "process_tracking": process_tracking(),
+        **_tracking(process_tracking()),
         "inventory": config.inventory,
         "socket": config.socket,
         "systemd": {

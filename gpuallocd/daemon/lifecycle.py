@@ -27,19 +27,21 @@ from typing import Any
 from gpuallocd import __version__
 from gpuallocd.allocator import (
     AllocatorFacade,
-    AllocatorSettings,
     IdleRules,
     LeaseLifecycle,
     SiteRules,
 )
 from gpuallocd.allocator.deadlines import boottime
 from gpuallocd.allocator.observer import LeaseObserver, Observers
+from gpuallocd.allocator.reservations import forget_members
 from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.limits import ConnectionLimiter, fit_to_open_files, quiet_accept_errors
 from gpuallocd.api.peercred import forget_identities
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handlers
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
+from gpuallocd.daemon.allocator_setup import allocator_settings
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
+from gpuallocd.daemon.enforcement_setup import unleased_rules
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.integrity import (
     LEDGER_COMPANIONS,
@@ -53,6 +55,9 @@ from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watch
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.socketwatch import SocketWatch
 from gpuallocd.daemon.statelock import StateLock
+from gpuallocd.dashboard import DashboardServer
+from gpuallocd.dashboard.server import Handlers
+from gpuallocd.enforcement.devices import DeviceAccess, unit_files
 from gpuallocd.errors import (
     ConfigError,
     HardwareUnavailable,
@@ -65,6 +70,7 @@ from gpuallocd.integrations.cdi_writer import CdiSpecWriter
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.ledger import Ledger
 from gpuallocd.metrics import DaemonMetrics, MetricsExporter, take_sample
+from gpuallocd.processes import Tracking, choose_tracking
 
 __all__ = ["Daemon"]
 
@@ -131,8 +137,11 @@ class Daemon:
             log.error("reload refused, the rules in force stay: %s", exc.message)
             return
         forget_identities()
+        forget_members()  # reservations' members, by the user database
         if self._facade_in_service is not None:
             self._facade_in_service.set_rules(site_rules(config))
+            self._facade_in_service.unleased.rules = unleased_rules(config)
+            self._facade_in_service.unleased.forget_owners()
         log.info("reloaded the limits and admin groups")
 
     async def run(self) -> None:
@@ -166,20 +175,17 @@ class Daemon:
         except (NvmlError, InventoryError) as exc:
             raise HardwareUnavailable(exc.message) from exc
 
+    def _tracking(self) -> Tracking:
+        tracking = choose_tracking(self.config.process_tracking)
+        log.info("process tracking: %s (%s)", tracking.mode, tracking.reason)
+        return tracking
+
     def _facade(self, inventory: Inventory, ledger: Ledger) -> AllocatorFacade:
-        settings = AllocatorSettings(
-            default_policy=self.config.default_policy,
-            default_ttl_seconds=self.config.default_ttl_seconds,
-            max_ttl_seconds=self.config.max_ttl_seconds,
-            shared_gpus=self.config.shared_gpus,
-            share_memory_reserve_bytes=self.config.share_memory_reserve_bytes,
-            share_enforcement=self.config.share_enforcement,
-        )
         lifecycle = LeaseLifecycle(
             ledger,
             inventory.topology(),
             clock=self._clock,
-            settings=settings,
+            settings=allocator_settings(self.config),
             rules=site_rules(self.config),
             monotonic=self._monotonic,
         )
@@ -190,17 +196,23 @@ class Daemon:
             observer=self._observers(lifecycle),
             idle=idle_rules(self.config),
             revoke_grace_seconds=self.config.revoke_grace_seconds,
+            tracking=self._tracking(),
+            unleased=unleased_rules(self.config),
         )
         self._facade_in_service = facade
         return facade
 
     def _observers(self, lifecycle: LeaseLifecycle) -> LeaseObserver:
-        """The metrics, and the CDI spec where `cdi_spec_path` is set."""
+        """The metrics, the CDI spec where `cdi_spec_path` is set, and the device files'
+        ACLs with `device_access = "acl"`."""
         path = self.config.cdi_spec_path
-        if path is None:
-            return self._metrics
-        active = lifecycle.leases()
-        return Observers(self._metrics, CdiSpecWriter(path, lifecycle.topology.gpus, active))
+        observers: list[LeaseObserver] = [self._metrics]
+        if path is not None:
+            observers.append(CdiSpecWriter(path, lifecycle.topology.gpus, lifecycle.leases()))
+        if self.config.device_access == "acl":
+            files = unit_files(lifecycle.topology.gpus, self.config.device_dir)
+            observers.append(DeviceAccess(files, lifecycle.leases()))
+        return observers[0] if len(observers) == 1 else Observers(*observers)
 
     def _exporter(
         self, facade: AllocatorFacade, inventory: Inventory, limiter: ConnectionLimiter
@@ -212,11 +224,13 @@ class Daemon:
             listen=self.config.metrics_listen,
             textfile=self.config.metrics_textfile,
             interval_seconds=self.config.sample_interval_seconds,
-            handlers=functools.partial(
-                limited_handlers,
-                limiter=limiter,
-                head_timeout=self.config.request_head_timeout_seconds,
-            ),
+            handlers=self._handlers(limiter),
+        )
+
+    def _handlers(self, limiter: ConnectionLimiter) -> Handlers:
+        """Connection handlers of a TCP port (metrics, dashboard) under the API's rules."""
+        return functools.partial(
+            limited_handlers, limiter=limiter, head_timeout=self.config.request_head_timeout_seconds
         )
 
     def _limiter(self) -> ConnectionLimiter:
@@ -235,8 +249,12 @@ class Daemon:
             self.config.sample_interval_seconds,
             retention_seconds=self.config.history_retention_days * 86400.0,
         )
-        limiter = self._limiter()  # the API socket's and the metrics port's connections
+        limiter = self._limiter()  # the API socket's, metrics and dashboard ports' connections
         exporter = self._exporter(facade, inventory, limiter)
+        listen = self.config.dashboard_listen
+        dashboard = DashboardServer(
+            facade, ledger.path, self._clock, listen=listen, handlers=self._handlers(limiter)
+        )
         started_at = self._clock()
         ctx = ApiContext(
             facade,
@@ -244,7 +262,7 @@ class Daemon:
             started_at=started_at,
             body_timeout_seconds=self.config.request_body_timeout_seconds,
             diagnostics=functools.partial(
-                diagnostics, self.config, self._needs, facade.process_tracking, started_at
+                diagnostics, self.config, self._needs, facade.process_tracking_stats, started_at
             ),
         )
         socket_path = Path(self.config.socket)
@@ -269,6 +287,7 @@ class Daemon:
         try:
             await housekeeper.start()
             await exporter.start()
+            await dashboard.start()
             await server.start()
             with _stop_on_signals(self._stop), _reload_on_hangup(self.reload):
                 self._announce(facade, socket_path)
@@ -282,6 +301,7 @@ class Daemon:
             facade.stop_waiting()
             await housekeeper.stop()
             await exporter.stop()
+            await dashboard.stop()
             await server.stop()
             await facade.close()
             if activated is None and watch.problem() is None:

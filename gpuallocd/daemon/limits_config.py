@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuallocd.allocator import Limits, LimitsTable
 from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.enforcement import MODES
 from gpuallocd.errors import ConfigError
 
 __all__ = ["check_rule_settings", "parse_limits"]
@@ -32,6 +33,7 @@ _KEYS: dict[str, tuple[bool, float]] = {
 }
 _TABLES = ("group", "user")
 MAX_LIMIT = 1e15  # past any real use; a larger (or infinite) value is a mistake
+UNLEASED_KEY = "unleased_use"
 
 
 def _number(value: Any, key: str, where: str) -> float:
@@ -52,8 +54,8 @@ def _limits(table: Mapping[str, Any], where: str, nested: bool) -> Limits:
     for key, value in table.items():
         if key in _KEYS:
             values[key] = _number(value, key, where)
-        elif not (nested and key in _TABLES):
-            known = ", ".join([*_KEYS, *(_TABLES if nested else ())])
+        elif key != UNLEASED_KEY and not (nested and key in _TABLES):
+            known = ", ".join([*_KEYS, UNLEASED_KEY, *(_TABLES if nested else ())])
             raise ConfigError(f"{where}: unknown key {key!r} (known: {known})")
     waiting, shares = values.get("max_waiting"), values.get("max_shares")
     return Limits(
@@ -62,7 +64,17 @@ def _limits(table: Mapping[str, Any], where: str, nested: bool) -> Limits:
         max_waiting=None if waiting is None else int(waiting),
         max_gpu_hours_per_day=values.get("max_gpu_hours_per_day"),
         max_shares=None if shares is None else int(shares),
+        unleased_use=_mode(table.get(UNLEASED_KEY), where),
     )
+
+
+def _mode(value: Any, where: str) -> str | None:
+    """A table's `unleased_use` (docs/enforcement.md), checked."""
+    if value is None:
+        return None
+    if value not in MODES:
+        raise ConfigError(f"{where}: {UNLEASED_KEY} must be one of {', '.join(MODES)}")
+    return str(value)
 
 
 def _overrides(data: Mapping[str, Any], kind: str, where: str) -> dict[str, Limits]:

@@ -17,9 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuallocd.daemon.enforcement_setup import device_owners, terminates
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.errors import MissingPrivilege
-from gpuallocd.host import Capabilities, ProcVisibility, proc_visibility, unwritable
+from gpuallocd.host import (
+    Capabilities,
+    ProcVisibility,
+    own_namespaces,
+    proc_visibility,
+    unwritable,
+)
 
 __all__ = ["Host", "Need", "check_needs", "needs_of"]
 
@@ -39,6 +46,7 @@ class Host:
     proc: ProcVisibility = field(default_factory=ProcVisibility)
     unwritable: Callable[[Path], str | None] = unwritable
     socket_activated: bool = False
+    own_namespaces: tuple[str, ...] = ()  # user/pid namespaces of its own (a container)
 
     @classmethod
     def current(cls, socket_activated: bool = False) -> Host:
@@ -48,6 +56,7 @@ class Host:
             groups=frozenset([os.getegid(), *os.getgroups()]),
             proc=proc_visibility(),
             socket_activated=socket_activated,
+            own_namespaces=tuple(own_namespaces()),
         )
 
 
@@ -106,6 +115,18 @@ def _capability_needs(config: DaemonConfig, host: Host) -> Iterator[Need]:
         "(gpuallocctl run still stops its own command)",
         required=False,
     )
+    if config.process_tracking != "proc-scan" and not host.own_namespaces:
+        # In a container the kernel sends no events whatever the daemon holds: the process
+        # tracking line of doctor and the start's log say so instead.
+        yield _capability(
+            host,
+            f'process_tracking = "{config.process_tracking}"',
+            ("CAP_NET_ADMIN",),
+            "kernels before 6.6 refuse the process events, so forks are learnt by scanning "
+            "/proc once a second, and the events' buffer keeps the system's small default "
+            "(more /proc rescans under fork storms)",
+            required=False,
+        )
     if config.share_enforcement != "off":
         yield _capability(
             host,
@@ -139,6 +160,36 @@ def _capability_needs(config: DaemonConfig, host: Host) -> Iterator[Need]:
             "the socket cannot be given its group",
             required=True,
         )
+
+
+def _enforcement_needs(config: DaemonConfig, host: Host) -> Iterator[Need]:
+    if terminates(config):
+        yield _capability(
+            host,
+            'unleased_use = "terminate"',
+            ("CAP_KILL",),
+            "other users' processes that use a GPU without a lease cannot be stopped",
+            required=True,
+        )
+    if config.device_access == "acl":
+        foreign = sorted(device_owners(config.device_dir) - {host.euid})
+        if foreign:
+            yield _capability(
+                host,
+                'device_access = "acl"',
+                ("CAP_FOWNER",),
+                f"device files owned by uid {foreign[0]} cannot get ACLs",
+                required=True,
+            )
+        else:
+            yield Need(
+                feature='device_access = "acl"',
+                requirement=f"owning the device files in {config.device_dir}",
+                consequence="the daemon sets their ACLs as their owner",
+                fix="",
+                required=True,
+                met=True,
+            )
 
 
 def _not_root(host: Host) -> Need:
@@ -193,6 +244,7 @@ def needs_of(config: DaemonConfig, host: Host) -> list[Need]:
     found: list[Need] = []
     if host.euid == 0:
         found += _capability_needs(config, host)
+        found += _enforcement_needs(config, host)
     else:
         found.append(_not_root(host))
     found.append(_proc_need(host))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuallocd.allocator import LimitsTable
+from gpuallocd.enforcement import DEFAULT_EXEMPT_COMMANDS, MODES
 
 __all__ = [
     "DEFAULT_SOCKET",
@@ -106,6 +107,14 @@ class DaemonConfig:
         "kill its processes if it is still over at the next sample",
         choices=("off", "warn", "kill"),
     )
+    process_tracking: str = _setting(
+        "auto",
+        "how the processes a bound lease's holder starts are followed: `connector`, the "
+        "kernel's process events (root with CAP_NET_ADMIN in the initial namespaces; refuses "
+        "to start without them); `proc-scan`, /proc read once a second; `auto`, the events "
+        "where the kernel grants them, else the scan with a warning (docs/security.md)",
+        choices=("auto", "connector", "proc-scan"),
+    )
     metrics_listen: str | None = _setting(
         None,
         "serve Prometheus metrics at `/metrics` on this TCP address (`HOST:PORT`, `[IPv6]:PORT`); "
@@ -117,6 +126,13 @@ class DaemonConfig:
         "write the same metrics to this file on every sample interval, atomically, for "
         "node_exporter's textfile collector (a name ending in `.prom`); unset: no file",
         example='"/var/lib/prometheus/node-exporter/gpuallocd.prom"',
+    )
+    dashboard_listen: str | None = _setting(
+        None,
+        "serve the read-only web dashboard on this TCP address (`HOST:PORT`); a loopback "
+        "address unless another is named (never `0.0.0.0`); unset: no dashboard "
+        "(docs/dashboard.md)",
+        example='"127.0.0.1:8423"',
     )
     cdi_spec_path: str | None = _setting(
         None,
@@ -149,10 +165,66 @@ class DaemonConfig:
             "`[limits.user.NAME]` overrides, re-read on SIGHUP (docs/limits.md)"
         },
     )
+    queue_order: str = _setting(
+        "fifo",
+        "the wait queue's order: `fifo` (first come, first served) or `fair-share` (the "
+        "account that used the fewest decayed GPU-hours first, growing with the wait: "
+        "docs/scheduling.md)",
+        choices=("fifo", "fair-share"),
+    )
+    fair_share_half_life_hours: float = _setting(
+        168.0, "fair-share: a GPU-hour held this long ago counts half (a week)"
+    )
+    fair_share_wait_weight: float = _setting(
+        1.0, "fair-share: the priority, in GPU-hours, a waiter gains per hour it waits"
+    )
+    fair_share_by: str = _setting(
+        "user",
+        "fair-share: whose use sets a waiter's priority, its owner's (`user`) or that of the "
+        "owner's primary group (`group`)",
+        choices=("user", "group"),
+    )
     revoke_grace_seconds: float = _setting(
         30.0,
         "after a revoke, how long the processes of a lease that asked to be terminated "
         '(`gpuallocctl run`, `on_revoke="terminate"`) have between SIGTERM and SIGKILL',
+    )
+    unleased_use: str = _setting(
+        "report",
+        "a process on a GPU (or MIG instance) whose user holds no lease on it: `report` it once "
+        "(history, log, metric, `status`), `terminate` it after `unleased_grace_seconds`, or "
+        "`adopt` it as its owner's lease where the GPU is free; per group and user in `[limits]` "
+        "(docs/enforcement.md)",
+        choices=MODES,
+    )
+    unleased_grace_seconds: float = _setting(
+        60.0,
+        "with `terminate`: how long an unleased process runs before SIGTERM (SIGKILL follows "
+        "`revoke_grace_seconds` later)",
+    )
+    unleased_over_limit: str = _setting(
+        "report",
+        "with `adopt`: what happens to a process that cannot be adopted (its owner is over a "
+        "limit, or someone else holds the GPU): `report`, or `terminate` after the grace",
+        choices=("report", "terminate"),
+    )
+    unleased_exempt_users: tuple[str, ...] = _setting(
+        (), "users whose processes may use GPUs without a lease (never reported)"
+    )
+    unleased_exempt_commands: tuple[str, ...] = _setting(
+        DEFAULT_EXEMPT_COMMANDS,
+        "programs that may use GPUs without a lease (by process name or program file name): "
+        "display servers and GPU services",
+    )
+    device_access: str = _setting(
+        "off",
+        "`acl`: a lease's holder gets read-write on its GPUs' device files (POSIX ACL) until "
+        "it ends; with the driver's device files closed to users, only holders open them "
+        "(docs/enforcement.md)",
+        choices=("off", "acl"),
+    )
+    device_dir: str = _setting(
+        "/dev", "where the GPUs' device files are (`nvidiaN`, `nvidia-caps/`, `dri/`)"
     )
     max_connections_per_user: int = _setting(
         64,

@@ -4,7 +4,8 @@ the clock source. The daemon checks its features' needs with it (`daemon/needs.p
 `gpuallocctl doctor` shows the same facts.
 
     capabilities.py   Linux capabilities by name, read from /proc/PID/status
-    probes.py         /proc visibility, writable directories, cgroups, systemd, clock source
+    probes.py         /proc visibility, writable directories, cgroups, systemd, clock source,
+                      namespaces of its own (a container)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from gpuallocd.host.probes import (
     ProcVisibility,
     cgroup_version,
     clock_source,
+    own_namespaces,
     proc_visibility,
     systemd_is_init,
     unwritable,
@@ -26,6 +28,7 @@ __all__ = [
     "capability_names",
     "cgroup_version",
     "clock_source",
+    "own_namespaces",
     "proc_visibility",
     "systemd_is_init",
     "unwritable",

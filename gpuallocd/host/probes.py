@@ -13,12 +13,16 @@ __all__ = [
     "ProcVisibility",
     "cgroup_version",
     "clock_source",
+    "own_namespaces",
     "proc_visibility",
     "systemd_is_init",
     "unwritable",
 ]
 
 _HIDING = {"1", "2", "invisible", "noaccess", "ptraceable"}
+# The inode numbers of the initial user and pid namespaces, fixed in the kernel
+# (PROC_USER_INIT_INO, PROC_PID_INIT_INO in include/linux/proc_ns.h).
+INITIAL_NAMESPACES = {"user": 0xEFFFFFFD, "pid": 0xEFFFFFFC}
 CGROUP2_SUPER_MAGIC = "cgroup2fs"
 
 
@@ -49,6 +53,19 @@ def proc_visibility(mountinfo: Path = Path("/proc/self/mountinfo")) -> ProcVisib
         gid = options.get("gid")
         return ProcVisibility(options.get("hidepid"), int(gid) if gid else None)
     return ProcVisibility()
+
+
+def own_namespaces(ns: Path = Path("/proc/self/ns")) -> list[str]:
+    """The user and pid namespaces this process is in that are not the machine's initial
+    ones (a container): empty on a host, or where it cannot be told."""
+    found = []
+    for name, inode in INITIAL_NAMESPACES.items():
+        try:
+            if (ns / name).stat().st_ino != inode:
+                found.append(name)
+        except OSError:
+            continue
+    return found
 
 
 def unwritable(directory: Path) -> str | None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
-from sqlalchemy import Connection, case, create_engine, event, func, select
+from sqlalchemy import Connection, case, create_engine, event, func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from gpuallocd.errors import LedgerError
@@ -27,20 +27,39 @@ from gpuallocd.ledger.rows import event_from_row
 from gpuallocd.ledger.usage_records import GPU_COUNT, UsageRecords
 from gpuallocd.model import HistoryEvent, UserUsage
 
-__all__ = ["LedgerReader"]
+__all__ = ["GpuSpan", "LedgerReader"]
 
 _L = schema.leases
 _H = schema.history
+_G = schema.lease_gpus
+
+
+class GpuSpan(NamedTuple):
+    """One lease on one physical GPU (a MIG instance or a share counts on its GPU)."""
+
+    gpu_uuid: str
+    owner_name: str
+    label: str | None
+    created_at: float
+    ended_at: float | None
 
 
 _HISTORY_JSON = """
+WITH names(uid, name) AS ({names})
 SELECT coalesce(json_group_array(json(event)), '[]') FROM (
   SELECT seq, json_object(
-    'seq', seq, 'lease_id', lease_id, 'event', event, 'actor_uid', actor_uid,
+    'seq', seq, 'lease_id', lease_id, 'event', event,
+    'actor', json_object('uid', actor_uid,
+                         'user', coalesce(names.name, CAST(actor_uid AS TEXT))),
+    'actor_uid', actor_uid,
     'at', json(printf('%!.17g', at)), 'detail', detail) AS event
-  FROM (SELECT * FROM history {where} ORDER BY seq DESC LIMIT ?)
+  FROM (SELECT * FROM history {where} ORDER BY seq DESC LIMIT ?) AS last
+  LEFT JOIN names ON names.uid = last.actor_uid
   ORDER BY seq
 )
+"""
+_ACTORS = """
+SELECT DISTINCT actor_uid FROM (SELECT actor_uid FROM history {where} ORDER BY seq DESC LIMIT ?)
 """
 
 
@@ -52,7 +71,8 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
 
 
 class LedgerReader(UsageRecords):
-    """History and accounting reads over a read-only connection (one thread at a time)."""
+    """History, accounting and the dashboard's reads over a read-only connection (one
+    thread at a time: the API's reads and the dashboard each have their own reader)."""
 
     def __init__(self, path: Path) -> None:
         try:
@@ -81,13 +101,24 @@ class LedgerReader(UsageRecords):
             rows = conn.execute(query).mappings().all()
         return [event_from_row(r) for r in reversed(rows)]
 
-    def history_json(self, lease_id: str | None = None, limit: int = 100) -> str:
-        """`history` as a JSON array of `HistoryEvent.to_json()` objects, built by SQLite
-        itself: the thread holds Python's lock only to hand the text over, not for every
-        event (times are printed with 17 digits, so each reads back as the same float)."""
+    def history_json(
+        self,
+        lease_id: str | None = None,
+        limit: int = 100,
+        user_name: Callable[[int], str] = str,
+    ) -> str:
+        """`history` as a JSON array of `HistoryEvent.to_json(user_name(actor_uid))`
+        objects, built by SQLite itself: the thread holds Python's lock only to look up the
+        few actors' names and to hand the text over, not for every event (times are printed
+        with 17 digits, so each reads back as the same float)."""
         where, params = ("WHERE lease_id = ?", (lease_id, limit)) if lease_id else ("", (limit,))
         with self._read() as conn:
-            text = conn.exec_driver_sql(_HISTORY_JSON.format(where=where), params).scalar_one()
+            uids = conn.exec_driver_sql(_ACTORS.format(where=where), params).scalars().all()
+            names = [(uid, user_name(uid)) for uid in uids]
+            rows = " UNION ALL ".join("SELECT ?, ?" for _ in names) or "SELECT NULL, NULL WHERE 0"
+            values = tuple(v for pair in names for v in pair)
+            query = _HISTORY_JSON.format(names=rows, where=where)
+            text = conn.exec_driver_sql(query, values + params).scalar_one()
         return str(text)
 
     def has_lease(self, lease_id: str) -> bool:
@@ -120,6 +151,24 @@ class LedgerReader(UsageRecords):
             for r in rows
         ]
         return sorted(found, key=lambda u: (-u.gpu_hours, u.user))
+
+    def gpu_spans(self, since: float, until: float) -> list[GpuSpan]:
+        """Each lease on each GPU held at some time inside [since, until) (the dashboard's
+        timeline)."""
+        query = (
+            select(
+                func.coalesce(_G.c.gpu_of, _G.c.gpu_uuid),
+                _L.c.owner_name,
+                _L.c.label,
+                _L.c.created_at,
+                _L.c.ended_at,
+            )
+            .select_from(_G.join(_L, _L.c.id == _G.c.lease_id))
+            .where(or_(_L.c.ended_at.is_(None), _L.c.ended_at > since), _L.c.created_at < until)
+            .order_by(_L.c.created_at)
+        )
+        with self._read() as conn:
+            return [GpuSpan(*row) for row in conn.execute(query).all()]
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:

@@ -29,6 +29,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "UNIT_TRIGGERS",
     "admin_actions",
+    "advance_reservations",
     "drains",
     "gpus",
     "history",
@@ -36,6 +37,7 @@ __all__ = [
     "leases",
     "meta",
     "metadata",
+    "reservation_events",
 ]
 
 SCHEMA_VERSION = 4
@@ -168,4 +170,55 @@ admin_actions = Table(
     Column("actor", String, nullable=False),
     Column("reason", Text),
     Index("admin_actions_by_time", "at"),
+)
+
+# Advance reservations (docs/scheduling.md): GPUs held for a user or a group in a window.
+advance_reservations = Table(
+    "advance_reservations",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("gpus", Text, nullable=False),  # UUIDs, comma-separated
+    Column("start_at", Float, nullable=False),
+    Column("end_at", Float, nullable=False),
+    Column("user", String),
+    Column("group", String),
+    Column("reason", Text, nullable=False),
+    Column("by_uid", Integer, nullable=False),
+    Column("by_user", String, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("cancelled_at", Float),
+    Index("advance_reservations_by_end", "end_at"),
+)
+
+# Each reservation's life: created, started, ended, cancelled, with the actor.
+reservation_events = Table(
+    "reservation_events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("reservation_id", String, ForeignKey("advance_reservations.id"), nullable=False),
+    Column("event", String, nullable=False),
+    Column("actor_uid", Integer, nullable=False),
+    Column("at", Float, nullable=False),
+    Column("detail", Text),
+    Index("reservation_events_by_reservation", "reservation_id"),
+)
+
+# Processes found using a GPU (or MIG instance) without a lease, and what was done about
+# each: reported, terminated, killed, adopted (docs/enforcement.md). `lease_id` is the lease
+# an adoption made, or the lease of the unit's holder when someone else holds it.
+unleased_use = Table(
+    "unleased_use",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("action", String, nullable=False),
+    Column("gpu_uuid", String, nullable=False),
+    Column("unit_uuid", String, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("uid", Integer),
+    Column("user", String, nullable=False),
+    Column("command", String, nullable=False),
+    Column("lease_id", String),
+    Column("detail", Text, nullable=False),
+    Index("unleased_use_by_time", "at"),
 )

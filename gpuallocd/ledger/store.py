@@ -42,12 +42,14 @@ from gpuallocd.ledger.admin_records import AdminRecords
 from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.ledger.reader import LedgerReader
+from gpuallocd.ledger.reservation_records import ReservationRecords
 from gpuallocd.ledger.rows import (
     event_from_row,
     lease_from_row,
     leased_gpu_from_row,
     unit_rows,
 )
+from gpuallocd.ledger.unleased_records import UnleasedRecords
 from gpuallocd.ledger.usage_records import UsageRecords
 from gpuallocd.model import Gpu
 from gpuallocd.model.lease import (
@@ -107,9 +109,9 @@ def _make_engine(path: Path, sync: str) -> Engine:
     return engine
 
 
-class Ledger(AdminRecords, UsageRecords):
-    """GPUs, leases and their history, in one SQLite file (drains, admin actions and
-    accounting reads in the base classes)."""
+class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords):
+    """GPUs, leases and their history, in one SQLite file (drains, admin actions,
+    accounting reads, advance reservations and unleased use in the base classes)."""
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -29,6 +29,8 @@ class NodeSample:
     leases: tuple[Lease, ...]
     waiting: int
     xid_counts: Mapping[str, int] | None  # None: the backend does not count Xid events
+    unleased_actions: Mapping[str, int] = field(default_factory=dict)  # by action
+    unleased_now: int = 0  # processes using GPUs without a lease at the last sample
 
 
 async def take_sample(facade: AllocatorFacade, inventory: Inventory) -> NodeSample:
@@ -37,7 +39,9 @@ async def take_sample(facade: AllocatorFacade, inventory: Inventory) -> NodeSamp
     leases = await facade.leases()
     xids = inventory.xid_counts() if isinstance(inventory, XidCounting) else None
     waiters = await facade.waiters()
-    return NodeSample(tuple(gpus), tuple(leases), len(waiters), xids)
+    unleased = facade.unleased
+    actions, now = dict(unleased.counts), len(unleased.offenders())
+    return NodeSample(tuple(gpus), tuple(leases), len(waiters), xids, actions, now)
 
 
 def _gpu_labels(status: GpuStatus) -> list[str]:
@@ -95,6 +99,25 @@ def _xid_family(sample: NodeSample, counts: Mapping[str, int]) -> Metric:
     return family
 
 
+UNLEASED_ACTIONS = ("reported", "terminated", "killed", "adopted")
+
+
+def _unleased_families(sample: NodeSample) -> Iterator[Metric]:
+    actions = CounterMetricFamily(
+        "gpuallocd_unleased_actions",
+        "Actions on processes using a GPU without a lease (docs/enforcement.md).",
+        labels=["action"],
+    )
+    for action in UNLEASED_ACTIONS:
+        actions.add_metric([action], sample.unleased_actions.get(action, 0))
+    yield actions
+    yield GaugeMetricFamily(
+        "gpuallocd_unleased_processes",
+        "Processes using a GPU without a lease at the last sample.",
+        value=sample.unleased_now,
+    )
+
+
 def node_families(sample: NodeSample) -> Iterator[Metric]:
     """The metric families of one sample."""
     yield _gpus_by_state(sample)
@@ -105,3 +128,4 @@ def node_families(sample: NodeSample) -> Iterator[Metric]:
     yield from _live_families(sample)
     if sample.xid_counts is not None:
         yield _xid_family(sample, sample.xid_counts)
+    yield from _unleased_families(sample)

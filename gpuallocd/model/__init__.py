@@ -28,6 +28,12 @@ from gpuallocd.model.node import (
     Topology,
     pair_key,
 )
+from gpuallocd.model.reservation import (
+    AdvanceReservation,
+    ReservationEvent,
+    ReservationRecord,
+    ReservationState,
+)
 from gpuallocd.model.usage import LeaseSpan, UserUsage, gpu_seconds, usage_by_user
 
 __all__ = [
@@ -35,6 +41,7 @@ __all__ = [
     "NO_LINK",
     "AdminAction",
     "AdminActionKind",
+    "AdvanceReservation",
     "Caller",
     "Drain",
     "Gpu",
@@ -49,6 +56,9 @@ __all__ = [
     "LiveState",
     "MigDevice",
     "PcieLevel",
+    "ReservationEvent",
+    "ReservationRecord",
+    "ReservationState",
     "Topology",
     "UnitKind",
     "UserUsage",

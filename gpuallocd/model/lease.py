@@ -35,6 +35,9 @@ class LeaseEvent(str, enum.Enum):
     REVOKED = "revoked"
     WARNED = "warned"  # a memory share's processes used more than its size
     ENFORCED = "enforced"  # ... and were killed for it (share_enforcement = "kill")
+    UNLEASED_USE = "unleased-use"  # someone without a lease uses the lease's GPU
+    ADOPTED = "adopted"  # the lease was made for a process already running on its GPU
+    UNHEALTHY = "unhealthy"  # a health failure (Xid) on the lease's GPU
 
 
 ENDING_EVENT = {
@@ -179,11 +182,14 @@ class HistoryEvent:
     at: float
     detail: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, actor_name: str | None = None) -> dict[str, Any]:
+        """`actor` names who acted as admin actions do (`actor_name`, else the uid as text);
+        `actor_uid` stays for older readers."""
         return {
             "seq": self.seq,
             "lease_id": self.lease_id,
             "event": self.event.value,
+            "actor": {"uid": self.actor_uid, "user": actor_name or str(self.actor_uid)},
             "actor_uid": self.actor_uid,
             "at": self.at,
             "detail": self.detail,

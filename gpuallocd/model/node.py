@@ -144,6 +144,8 @@ class GpuProcess:
     pid: int
     used_memory_bytes: int | None = None
     uid: int | None = None
+    gpu_instance_id: int | None = None  # on a GPU in MIG mode: the instance it runs in
+    compute_instance_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,10 +47,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"{key}: {value}")
 
 
+# The first check builds the cached container (debootstrap, wheels, the README's install):
+# about a minute on an idle machine, several on a loaded one with a cold cache. Each check
+# bounds its own waits; this only keeps the suite's 120 s default from cutting the build.
+BUILD_SECONDS = 1500
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/system/" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.system)
+            item.add_marker(pytest.mark.timeout(BUILD_SECONDS))
 
 
 def readme_service_commands() -> list[str]:

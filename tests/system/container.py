@@ -56,8 +56,9 @@ def build_root() -> Path:
     root = cache_dir() / f"root-{SUITE}-{key}"
     if (root / "usr" / "lib" / "systemd" / "systemd").exists():
         return root
+    for stale in root.parent.glob(f"{root.name}.building-*"):  # a build cut off earlier
+        shutil.rmtree(stale, ignore_errors=True)
     building = root.with_name(root.name + f".building-{os.getpid()}")
-    shutil.rmtree(building, ignore_errors=True)
     building.parent.mkdir(parents=True, exist_ok=True)
     _run(
         [

@@ -32,6 +32,7 @@ ABSENT = frozenset(
 # Room for 1024 CPUs and 256 NUMA nodes, in 64-bit words; NVML fills what the node has.
 CPU_SET_WORDS = 16
 NODE_SET_WORDS = 4
+NO_INSTANCE = 0xFFFFFFFF  # a process not in a MIG instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +179,22 @@ class NvmlApi:
             (int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in found
         )
 
+    def placed_processes(
+        self, handle: object
+    ) -> tuple[tuple[int, int | None, int | None, int | None], ...]:
+        """As `compute_processes`, with each process's MIG GPU and compute instance ids
+        (None off MIG)."""
+        found = self.gate.call("nvmlDeviceGetComputeRunningProcesses", handle)
+        return tuple(
+            (
+                int(p.pid),
+                None if p.usedGpuMemory is None else int(p.usedGpuMemory),
+                _instance_id(getattr(p, "gpuInstanceId", None)),
+                _instance_id(getattr(p, "computeInstanceId", None)),
+            )
+            for p in found
+        )
+
     def event_set(self) -> object:
         events: object = self.gate.call("nvmlEventSetCreate")
         return events
@@ -198,3 +215,8 @@ class NvmlApi:
 
     def free_event_set(self, events: object) -> None:
         self.gate.call("nvmlEventSetFree", events)
+
+
+def _instance_id(value: object) -> int | None:
+    """A MIG instance id as NVML gives it; its "none" (0xFFFFFFFF) and absence as None."""
+    return None if not isinstance(value, int) or value >= NO_INSTANCE else value

@@ -20,9 +20,16 @@ def unreadable(reason: str) -> LiveState:
 
 
 def _processes(api: NvmlApi, handle: object) -> tuple[GpuProcess, ...]:
-    found = optional(api.compute_processes, handle) or ()
+    found = optional(api.placed_processes, handle) or ()
     return tuple(
-        GpuProcess(pid=pid, used_memory_bytes=used, uid=process_uid(pid)) for pid, used in found
+        GpuProcess(
+            pid=pid,
+            used_memory_bytes=used,
+            uid=process_uid(pid),
+            gpu_instance_id=gi,
+            compute_instance_id=ci,
+        )
+        for pid, used, gi, ci in found
     )
 
 

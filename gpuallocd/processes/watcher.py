@@ -16,29 +16,15 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from gpuallocd.model import Lease
+from gpuallocd.processes.proc import process_start_time
 
-__all__ = ["ProcessWatcher", "process_start_time"]
+__all__ = ["POLL_SECONDS", "ProcessWatcher"]
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
-_PROC = Path("/proc")
-
-
-def process_start_time(pid: int, proc: Path = _PROC) -> int | None:
-    """When process `pid` started, in clock ticks since boot; None if it is gone or a zombie."""
-    try:
-        stat = (proc / str(pid) / "stat").read_text()
-    except (OSError, ValueError):
-        return None
-    # Fields after the command name, which may itself hold spaces and parentheses.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if not fields or fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])  # field 22 of stat: starttime
 
 
 @dataclass(eq=False)

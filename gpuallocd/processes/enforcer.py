@@ -5,7 +5,8 @@ A process belongs to a share's lease when its environment carries the lease's id
 children) or it is the lease's own process. When the processes of a lease use more memory
 on a GPU than the lease's share there, the lease is warned: a `warned` event in its history
 and a log line. With `kill`, a lease still over its share at a later sample has those
-processes killed (SIGKILL) and an `enforced` event recorded. Memory is only what the driver
+processes killed (SIGKILL, through a pidfd, each checked to be the lease's still) and an
+`enforced` event recorded. Memory is only what the driver
 reports per process; a share is not a hardware limit (MIG instances are).
 """
 
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuallocd.model import Lease, LeaseEvent, LiveState, UnitKind
+from gpuallocd.processes.proc import process_start_time
+from gpuallocd.processes.signals import signal_checked
 
 __all__ = ["Overrun", "ShareEnforcer", "lease_id_of_process"]
 
@@ -82,9 +84,18 @@ def find_overruns(
     return found
 
 
-def _kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
+def _belongs(pid: int, lease: Lease) -> bool:
+    """Whether the process `pid` names now is one of the lease's."""
+    if pid == lease.pid:
+        return process_start_time(pid) == lease.pid_start_time
+    return lease_id_of_process(pid) == lease.id
+
+
+def _kill(pid: int, lease: Lease) -> None:
+    """SIGKILL to `pid` if it is still the lease's (checked through a pidfd: a pid reused
+    since the sample is never hit)."""
+    with contextlib.suppress(PermissionError):
+        signal_checked(pid, signal.SIGKILL, lambda p: _belongs(p, lease))
 
 
 class ShareEnforcer:
@@ -95,7 +106,7 @@ class ShareEnforcer:
         mode: str,
         note: Note,
         *,
-        kill: Callable[[int], None] = _kill,
+        kill: Callable[[int, Lease], None] = _kill,
         lease_of: Callable[[int], str | None] = lease_id_of_process,
     ) -> None:
         self.mode = mode
@@ -127,6 +138,6 @@ class ShareEnforcer:
             return
         log.warning("lease %s: killing %s", overrun.lease.id, overrun.describe())
         for pid in fresh:
-            self._kill(pid)
+            self._kill(pid, overrun.lease)
         self._killed.update(fresh)
         self._note(overrun.lease.id, LeaseEvent.ENFORCED, f"killed: {overrun.describe()}")

@@ -1,0 +1,171 @@
+"""Adoption: a process already running on a free GPU (or MIG instance) becomes a lease of its
+owner, bound to that process, under the owner's limits like any grant.
+
+Used by `unleased_use = "adopt"` (allocator/unleased.py) and by `gpuallocctl adopt`. The
+lease lives as long as the process (and what it starts), up to the owner's longest TTL.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+
+from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.sharing import UnitHolders
+from gpuallocd.allocator.specs import AllocateSpec
+from gpuallocd.allocator.units import leased_units
+from gpuallocd.enforcement.proc_facts import proc_facts
+from gpuallocd.errors import CallerError, CapacityError, GpuBusy, InvalidRequest, PermissionDenied
+from gpuallocd.model import Caller, Gpu, GpuProcess, Lease, LeaseEvent
+from gpuallocd.policies.rules import request_for
+
+__all__ = ["ADOPTED_POLICY", "adopt", "adopt_own", "unit_of"]
+
+ADOPTED_POLICY = "adopted"  # the `policy` of an adopted lease: no policy chose it
+
+
+def _check_free(lifecycle: LeaseLifecycle, unit_uuid: str, reserved: frozenset[str]) -> None:
+    topology = lifecycle.topology
+    gpu_uuid = topology.instances().get(unit_uuid, (None, None))[0]
+    gpu = gpu_uuid.uuid if gpu_uuid is not None else unit_uuid
+    holders = UnitHolders.of(lifecycle.leases())
+    taken = (
+        holders.instances.get(unit_uuid) is not None
+        if unit_uuid != gpu
+        else bool(holders.owners_on(gpu, (m.uuid for m in topology.by_uuid()[gpu].mig_devices)))
+    )
+    if taken or unit_uuid in reserved or gpu in reserved:
+        why = "leased" if taken else "held for a waiter"
+        raise GpuBusy(f"{unit_uuid} is {why}", gpus=[unit_uuid])
+    if not lifecycle.node.live(gpu).healthy:
+        raise GpuBusy(f"{unit_uuid} is unhealthy", gpus=[unit_uuid])
+    lifecycle.drains.check_not_drained((unit_uuid,), lifecycle.topology)
+
+
+def adopt(
+    lifecycle: LeaseLifecycle,
+    owner: Caller,
+    unit_uuid: str,
+    *,
+    pid: int,
+    started: int,
+    now: float,
+    detail: str,
+    reserved: frozenset[str] = frozenset(),
+) -> Lease:
+    """Record a lease of `owner` on `unit_uuid` bound to `pid` (started at `started`), or
+    raise (GpuBusy, QuotaExceeded) and change nothing."""
+    _check_free(lifecycle, unit_uuid, reserved)
+    topology = lifecycle.topology
+    (unit,) = leased_units(topology, request_for(topology, 1, (unit_uuid,)), [unit_uuid])
+    ttl = lifecycle.quota.checked_ttl(
+        owner, lifecycle.ttl_of(AllocateSpec(ttl_seconds=math.inf)), defaulted=True
+    )
+    lifecycle.quota.check_grant(owner, lifecycle.leases(), gpus=unit.fraction, ttl_seconds=ttl)
+    lease = Lease(
+        id=secrets.token_hex(6),
+        gpus=(unit,),
+        owner_uid=owner.uid,
+        owner_name=owner.user,
+        pid=pid,
+        label="adopted",
+        policy=ADOPTED_POLICY,
+        created_at=now,
+        expires_at=now + ttl,
+        bound=True,
+        pid_start_time=started,
+    )
+    lifecycle.record_grant(lease)
+    lifecycle.note(lease.id, LeaseEvent.ADOPTED, detail)
+    return lease
+
+
+def unit_of(gpu: Gpu, process: GpuProcess) -> str:
+    """The MIG instance a process runs in (by its instance ids), else its GPU."""
+    if gpu.mig_mode and process.gpu_instance_id is not None:
+        for mig in gpu.mig_devices:
+            same_ci = process.compute_instance_id in (None, mig.compute_instance_id)
+            if mig.gpu_instance_id == process.gpu_instance_id and same_ci:
+                return mig.uuid
+    return gpu.uuid
+
+
+def _on_gpus(lifecycle: LeaseLifecycle) -> list[tuple[Gpu, str, GpuProcess]]:
+    """Every process on the node's GPUs at the last sample, with its GPU and unit."""
+    return [
+        (gpu, unit_of(gpu, p), p)
+        for gpu in lifecycle.topology.gpus
+        for p in lifecycle.node.live(gpu.uuid).processes
+    ]
+
+
+def _wanted(
+    lifecycle: LeaseLifecycle, caller: Caller, pid: int | None, gpu: str | int | None
+) -> dict[str, tuple[Gpu, GpuProcess]]:
+    """The caller's processes to adopt, one per unit (the lowest pid, or the one named)."""
+    found = _on_gpus(lifecycle)
+    if pid is not None:
+        found = [f for f in found if f[2].pid == pid]
+        if any(p.uid != caller.uid for _, _, p in found):
+            raise PermissionDenied(f"process {pid} is not yours")
+    if gpu is not None:
+        ref = str(gpu) if str(gpu) in lifecycle.topology.instances() else None
+        uuid = ref or lifecycle.topology.resolve(gpu)
+        found = [f for f in found if uuid in (f[0].uuid, f[1])]
+    units: dict[str, tuple[Gpu, GpuProcess]] = {}
+    for gpu_, unit, process in sorted(found, key=lambda f: f[2].pid):
+        if process.uid == caller.uid:
+            units.setdefault(unit, (gpu_, process))
+    if not units:
+        where = f"GPU {gpu}" if gpu is not None else "any GPU"
+        what = (
+            f"process {pid} is not on {where}" if pid is not None else f"none of yours on {where}"
+        )
+        raise InvalidRequest(f"no process to adopt ({what} at the last sample)")
+    return units
+
+
+def adopt_own(
+    lifecycle: LeaseLifecycle,
+    caller: Caller,
+    *,
+    pid: int | None,
+    gpu: str | int | None,
+    now: float,
+    reserved: frozenset[str] = frozenset(),
+) -> list[Lease]:
+    """`gpuallocctl adopt`: the caller's own processes on units they hold no lease on become
+    their leases, one per unit. Raises the first refusal when none could be adopted."""
+    adopted: list[Lease] = []
+    refused: list[CallerError | CapacityError] = []
+    held = {
+        u.uuid for lease in lifecycle.leases() if lease.owner_uid == caller.uid for u in lease.gpus
+    }
+    for unit, (gpu_, process) in _wanted(lifecycle, caller, pid, gpu).items():
+        facts = proc_facts(process.pid)
+        if unit in held or facts is None or facts.start_time is None:
+            continue
+        detail = (
+            f"adopted by {caller.user}: pid {process.pid} ({facts.command}) on GPU {gpu_.index}"
+        )
+        owner = Caller(caller.uid, caller.gid, process.pid, caller.user, caller.groups)
+        try:
+            adopted.append(
+                adopt(
+                    lifecycle,
+                    owner,
+                    unit,
+                    pid=process.pid,
+                    started=facts.start_time,
+                    now=now,
+                    detail=detail,
+                    reserved=reserved,
+                )
+            )
+        except (CallerError, CapacityError) as exc:
+            refused.append(exc)
+    if not adopted and refused:
+        raise refused[0]
+    if not adopted:
+        raise InvalidRequest("your processes run on GPUs you hold a lease on already")
+    return adopted

@@ -1,0 +1,128 @@
+"""The order the wait queue is served in: first come, first served, or fair share.
+
+Under `fair-share` the order comes from the pure `policies.fair_share` over the waiters and
+each account's decayed GPU-hours, read from the ledger's record of leases. That use changes
+only as time passes (a grant adds nothing at the moment it is made), so it is read again at
+most once a minute of the daemon's clock while the queue is served.
+"""
+
+from __future__ import annotations
+
+import grp
+import pwd
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Protocol, TypeVar
+
+from gpuallocd.allocator.specs import AllocatorSettings
+from gpuallocd.ledger import Ledger
+from gpuallocd.model import Caller
+from gpuallocd.policies.fair_share import (
+    FairShareWaiter,
+    Priority,
+    decayed_gpu_hours,
+    fair_share_order,
+    horizon_seconds,
+)
+
+__all__ = ["FAIR_SHARE", "FIFO", "QueueOrder"]
+
+FIFO = "fifo"
+FAIR_SHARE = "fair-share"
+USAGE_REFRESH_SECONDS = 60.0
+
+
+class _Queued(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def caller(self) -> Caller: ...
+
+    @property
+    def since(self) -> float: ...
+
+
+W = TypeVar("W", bound=_Queued)
+
+
+@lru_cache(maxsize=1024)
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+@lru_cache(maxsize=1024)
+def _primary_group_of(uid: int) -> str:
+    try:
+        return _group_name(pwd.getpwuid(uid).pw_gid)
+    except KeyError:
+        return str(uid)
+
+
+class QueueOrder:
+    """Arranges waiters for serving; gives each one its fair-share priority."""
+
+    def __init__(
+        self, settings: AllocatorSettings, ledger: Ledger, clock: Callable[[], float]
+    ) -> None:
+        self._settings = settings
+        self._ledger = ledger
+        self._clock = clock
+        self._usage: dict[str, float] = {}
+        self._usage_at: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self._settings.queue_order
+
+    @property
+    def fair(self) -> bool:
+        return self._settings.queue_order == FAIR_SHARE
+
+    def account(self, caller: Caller) -> str:
+        """Whose use sets the caller's priority: the user, or the user's primary group."""
+        if self._settings.fair_share_by == "group":
+            return _group_name(caller.gid)
+        return caller.user
+
+    def arrange(self, waiters: Sequence[W]) -> list[tuple[W, Priority | None]]:
+        """The waiters (given in order of arrival) in the order they are served."""
+        if not self.fair or not waiters:
+            return [(w, None) for w in waiters]
+        now = self._clock()
+        entries = [FairShareWaiter(w.id, self.account(w.caller), w.since) for w in waiters]
+        order = fair_share_order(
+            entries,
+            self._cached_usage(now),
+            now=now,
+            wait_weight=self._settings.fair_share_wait_weight,
+        )
+        by_id = {w.id: w for w in waiters}
+        return [(by_id[p.waiter_id], p) for p in order]
+
+    def ahead_of(self, caller: Caller, waiters: Sequence[W]) -> list[W]:
+        """The waiters a new request of `caller` must let go first: all of them under fifo;
+        under fair share those of a priority at least its own (it has waited 0 hours)."""
+        if not self.fair or not waiters:
+            return list(waiters)
+        own = -self._cached_usage(self._clock()).get(self.account(caller), 0.0)
+        return [w for w, p in self.arrange(waiters) if p is None or p.priority >= own]
+
+    def usage(self, now: float | None = None) -> dict[str, float]:
+        """Each account's decayed GPU-hours now (read from the ledger)."""
+        at = self._clock() if now is None else now
+        half_life = self._settings.fair_share_half_life_hours
+        spans = self._ledger.lease_spans(at - horizon_seconds(half_life), at)
+        account_of = None
+        if self._settings.fair_share_by == "group":
+            account_of = {s.owner_uid: _primary_group_of(s.owner_uid) for s in spans}
+        return decayed_gpu_hours(spans, at, half_life, account_of)
+
+    def _cached_usage(self, now: float) -> dict[str, float]:
+        stale = self._usage_at is None or abs(now - self._usage_at) >= USAGE_REFRESH_SECONDS
+        if stale:
+            self._usage, self._usage_at = self.usage(now), now
+        return self._usage

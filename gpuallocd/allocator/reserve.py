@@ -1,0 +1,217 @@
+"""Admins' advance reservations: create (GPUs chosen by the policy, topology in mind), cancel,
+and what each one waits for. Each runs in the serial worker, like any lifecycle call."""
+
+from __future__ import annotations
+
+import grp
+import math
+import pwd
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.node_view import Reservation
+from gpuallocd.allocator.reservations import caller_of_uid
+from gpuallocd.errors import CapacityError, InvalidRequest, ReservationConflict
+from gpuallocd.ledger import Ledger
+from gpuallocd.model import AdvanceReservation, Caller, Lease
+from gpuallocd.policies import get_policy
+from gpuallocd.policies.rules import check_choice, request_for
+
+__all__ = [
+    "ReserveSpec",
+    "cancel",
+    "held_for_status",
+    "listing",
+    "reservation_json",
+    "reserve",
+    "reserved_hours",
+]
+
+MAX_RESERVATION_SECONDS = 31 * 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveSpec:
+    """A reservation as the API read it: `count` GPUs or the `gpus` named, from `start_at`
+    (or `start_in_seconds` from now, by the daemon's clock) for `duration_seconds`, for `user`
+    or for the members of `group`."""
+
+    start_at: float | None
+    duration_seconds: float
+    reason: str
+    count: int | None = None
+    gpus: tuple[str | int, ...] = ()
+    user: str | None = None
+    group: str | None = None
+    policy: str | None = None
+    start_in_seconds: float | None = None
+
+    def start(self, now: float) -> float:
+        if self.start_in_seconds is not None:
+            return now + self.start_in_seconds
+        if self.start_at is None:
+            raise InvalidRequest("give start_at or start_in_seconds", field="start_at")
+        return self.start_at
+
+
+def _check(spec: ReserveSpec, start: float, now: float) -> None:
+    if not math.isfinite(start):
+        raise InvalidRequest("start_at must be a Unix time", field="start_at")
+    if not (0 < spec.duration_seconds <= MAX_RESERVATION_SECONDS):
+        raise InvalidRequest(
+            f"duration_seconds must be above 0 and at most {MAX_RESERVATION_SECONDS:g}",
+            field="duration_seconds",
+            value=spec.duration_seconds,
+        )
+    if start + spec.duration_seconds <= now:
+        raise InvalidRequest("the reservation would end in the past", field="start_at")
+    if (spec.user is None) == (spec.group is None):
+        raise InvalidRequest("name either a user or a group", field="user")
+    if (spec.count is None) == (not spec.gpus):
+        raise InvalidRequest("give either a count or the GPUs", field="count")
+    _check_names(spec)
+
+
+def _check_names(spec: ReserveSpec) -> None:
+    try:
+        if spec.user is not None:
+            pwd.getpwnam(spec.user)
+        if spec.group is not None:
+            grp.getgrnam(spec.group)
+    except KeyError:
+        field = "user" if spec.user is not None else "group"
+        raise InvalidRequest(f"no such {field}", field=field) from None
+
+
+def _choose(
+    lifecycle: LeaseLifecycle, spec: ReserveSpec, taken: frozenset[str], start: float
+) -> tuple[str, ...]:
+    """The policy's choice over the node as it will be at the start: GPUs of overlapping
+    reservations are out; GPUs of leases that run past the start are avoided where possible
+    (the reservation would wait for them)."""
+    request = request_for(lifecycle.topology, spec.count, spec.gpus)
+    name = spec.policy or lifecycle.settings.default_policy
+    policy = get_policy(name)
+    unavailable = taken | frozenset(lifecycle.drains.covered(lifecycle.topology))
+    past_start = [lease for lease in lifecycle.leases() if lease.expires_at > start]
+    refused: CapacityError | None = None
+    for leases in (past_start, []):
+        snapshot = lifecycle.node.snapshot(leases, unavailable)
+        try:
+            choice = policy.choose(snapshot, request)
+            check_choice(name, choice, request, snapshot)
+        except CapacityError as exc:
+            refused = refused or exc
+            continue
+        index = {g.uuid: g.index for g in lifecycle.topology.gpus}
+        return tuple(sorted(choice.gpus, key=index.__getitem__))
+    raise ReservationConflict(
+        f"not enough GPUs outside other reservations in that window ({refused.message})"
+        if refused
+        else "not enough GPUs outside other reservations in that window",
+        gpus=sorted(taken),
+        starts_at=start,
+    )
+
+
+def reserve(
+    lifecycle: LeaseLifecycle, caller: Caller, spec: ReserveSpec, now: float
+) -> AdvanceReservation:
+    """Record a reservation (admins); its GPUs chosen like any request's."""
+    lifecycle.quota.rules.require_admin(caller, "reserve GPUs")
+    start = spec.start(now)
+    _check(spec, start, now)
+    end = start + spec.duration_seconds
+    board = lifecycle.reservations
+    overlapping = [r for r in board.live(now) if r.overlaps(start, end)]
+    taken = frozenset(u for r in overlapping for u in r.gpus)
+    gpus = _choose(lifecycle, spec, taken, start)
+    reservation = AdvanceReservation(
+        id="r" + secrets.token_hex(4),
+        gpus=gpus,
+        start_at=start,
+        end_at=end,
+        user=spec.user,
+        group=spec.group,
+        reason=spec.reason,
+        by_uid=caller.uid,
+        by_user=caller.user,
+        created_at=now,
+    )
+    board.add(reservation)
+    return reservation
+
+
+def cancel(
+    lifecycle: LeaseLifecycle, caller: Caller, reservation_id: str, now: float
+) -> AdvanceReservation:
+    """End a reservation now (admins); its GPUs are free for everyone again."""
+    lifecycle.quota.rules.require_admin(caller, "cancel reservations")
+    return lifecycle.reservations.cancel(reservation_id, caller.uid, now)
+
+
+def waiting_for(reservation: AdvanceReservation, leases: Iterable[Lease]) -> list[dict[str, Any]]:
+    """The leases of others on its GPUs that run past its start: it waits for them."""
+    gpus = set(reservation.gpus)
+    return [
+        {
+            "lease_id": lease.id,
+            "user": lease.owner_name,
+            "gpus": sorted(g.index for g in lease.gpus if g.gpu_uuid in gpus),
+            "until": lease.expires_at,
+        }
+        for lease in leases
+        if lease.expires_at > reservation.start_at
+        and any(g.gpu_uuid in gpus for g in lease.gpus)
+        and not reservation.admits(caller_of_uid(lease.owner_uid))
+    ]
+
+
+def reservation_json(
+    lifecycle: LeaseLifecycle, reservation: AdvanceReservation, now: float
+) -> dict[str, Any]:
+    """A reservation as the API shows it: GPU indices, and the leases it waits for."""
+    index = {g.uuid: g.index for g in lifecycle.topology.gpus}
+    data = reservation.to_json(now)
+    data["gpu_indices"] = [index.get(u) for u in reservation.gpus]
+    live = reservation.live(now)
+    data["waiting_for"] = waiting_for(reservation, lifecycle.leases()) if live else []
+    return data
+
+
+def held_for_status(lifecycle: LeaseLifecycle, now: float) -> dict[str, Reservation]:
+    """The GPUs running reservations hold, as `status` shows them: reserved, position 0
+    (ahead of every waiter)."""
+    return {
+        uuid: Reservation(f"reservation {r.id}", 0, -1, r.holder)
+        for uuid, r in lifecycle.reservations.holding_now(now).items()
+    }
+
+
+def listing(
+    lifecycle: LeaseLifecycle, ledger: Ledger, now: float, ended: bool
+) -> list[dict[str, Any]]:
+    found = ledger.reservations() if ended else lifecycle.reservations.live(now)
+    return [reservation_json(lifecycle, r, now) for r in found]
+
+
+def reserved_hours(ledger: Ledger, since: float, until: float) -> list[dict[str, Any]]:
+    """Each reservation's GPU-hours inside [since, until] (up to its cancel, if any)."""
+    rows = []
+    for r in ledger.reservations(ended_after=since):
+        end = min(r.end_at, until, r.cancelled_at if r.cancelled_at is not None else r.end_at)
+        seconds = max(0.0, end - max(r.start_at, since))
+        if r.start_at < until and seconds > 0:
+            rows.append(
+                {
+                    "id": r.id,
+                    "for": r.holder,
+                    "gpus": len(r.gpus),
+                    "gpu_hours": len(r.gpus) * seconds / 3600.0,
+                    "reason": r.reason,
+                }
+            )
+    return rows

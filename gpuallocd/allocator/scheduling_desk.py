@@ -1,0 +1,92 @@
+"""The façade's part for scheduling: the queue's order and fair-share use, and advance
+reservations (docs/scheduling.md). Each method runs its work through the serial worker."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from gpuallocd.allocator import reserve as advance
+from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.queue_order import QueueOrder
+from gpuallocd.allocator.reserve import ReserveSpec
+from gpuallocd.allocator.waitqueue import WaitQueue
+from gpuallocd.allocator.worker import SerialWorker
+from gpuallocd.ledger import Ledger
+from gpuallocd.model import Caller
+
+__all__ = ["SchedulingDesk"]
+
+log = logging.getLogger(__name__)
+
+
+class SchedulingDesk:
+    """Fair-share use and advance reservations over the façade's lifecycle and queue."""
+
+    def __init__(
+        self,
+        lifecycle: LeaseLifecycle,
+        ledger: Ledger,
+        worker: SerialWorker,
+        queue: WaitQueue,
+        order: QueueOrder,
+        clock: Callable[[], float],
+    ) -> None:
+        self._clock = clock
+        self._lifecycle = lifecycle
+        self._ledger = ledger
+        self._worker = worker
+        self._queue = queue
+        self._order = order
+
+    @property
+    def queue_order(self) -> str:
+        return self._order.name
+
+    async def fair_share_usage(self) -> dict[str, float]:
+        """Each account's decayed GPU-hours now (the figure fair share orders by)."""
+        return await self._worker.run(self._order.usage)
+
+    async def reserve(self, caller: Caller, spec: ReserveSpec) -> dict[str, Any]:
+        return await self._worker.run(self._reserve, caller, spec)
+
+    def _reserve(self, caller: Caller, spec: ReserveSpec) -> dict[str, Any]:
+        now = self._clock()
+        made = advance.reserve(self._lifecycle, caller, spec, now)
+        return advance.reservation_json(self._lifecycle, made, now)
+
+    async def unreserve(self, caller: Caller, reservation_id: str) -> dict[str, Any]:
+        found = await self._worker.run(self._unreserve, caller, reservation_id)
+        self._queue.kick()  # its GPUs are everyone's again
+        return found
+
+    def _unreserve(self, caller: Caller, reservation_id: str) -> dict[str, Any]:
+        now = self._clock()
+        ended = advance.cancel(self._lifecycle, caller, reservation_id, now)
+        return advance.reservation_json(self._lifecycle, ended, now)
+
+    async def reservations(self, *, ended: bool = False) -> list[dict[str, Any]]:
+        """Reservations to come and running (`ended`: every one the ledger keeps)."""
+        return await self._worker.run(
+            advance.listing, self._lifecycle, self._ledger, self._clock(), ended
+        )
+
+    async def reservation_events(self, limit: int) -> list[dict[str, Any]]:
+        records = await self._worker.run(self._ledger.reservation_events, None, limit)
+        return [record.to_json() for record in records]
+
+    async def reserved_hours(self, since: float, until: float) -> list[dict[str, Any]]:
+        """GPU-hours each reservation held inside [since, until] (for `usage`)."""
+        return await self._worker.run(advance.reserved_hours, self._ledger, since, until)
+
+    async def tick(self) -> None:
+        """Record reservations that started or ended; one that ended frees its GPUs."""
+        board = self._lifecycle.reservations
+        if not board.due(self._clock()):
+            return  # nothing to record: no call on the worker
+        changes = await self._worker.run(board.tick, self._clock())
+        for reservation, event in changes:
+            log.info("reservation %s for %s %s", reservation.id, reservation.holder, event.value)
+        if changes:
+            self._queue.kick()

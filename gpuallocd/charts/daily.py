@@ -1,0 +1,87 @@
+"""What the charts show, from the ledger's records: GPU-hours per user per day, each GPU's
+leases over a window, and how long granted requests waited."""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuallocd.charts.bars import BarGroup
+from gpuallocd.model import LeaseSpan
+
+__all__ = ["WAIT_BUCKETS", "Interval", "daily_hours", "gpu_timelines", "waiting_buckets"]
+
+# Upper bounds in seconds, and their labels; the last bucket is everything longer.
+WAIT_BUCKETS = ((1.0, "<1 s"), (60.0, "<1 min"), (600.0, "<10 min"), (3600.0, "<1 h"))
+LAST_BUCKET = ">1 h"
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One lease on one GPU: from `start` to `end` (None: still held), whose, and its label."""
+
+    gpu: str
+    start: float
+    end: float | None
+    user: str
+    label: str | None = None
+
+
+def day_starts(days: int, now: float) -> list[float]:
+    """Local midnights of the last `days` days, today's last, and the next midnight."""
+    today = time.localtime(now)
+    starts = []
+    for back in range(days - 1, -2, -1):
+        start = time.mktime((today.tm_year, today.tm_mon, today.tm_mday - back, 0, 0, 0, 0, 0, -1))
+        starts.append(start)
+    return starts
+
+
+def daily_hours(spans: Iterable[LeaseSpan], days: int, now: float) -> list[BarGroup]:
+    """Each of the last `days` days (today so far included) with each user's GPU-hours.
+
+    Each span is added to the days it touches only (found by bisection): a month of
+    thousands of leases costs one pass, not one pass a day."""
+    bounds = day_starts(days, now)
+    bounds[-1] = min(bounds[-1], now)
+    hours: list[dict[str, float]] = [{} for _ in range(days)]
+    for span in spans:
+        start = max(span.created_at, bounds[0])
+        end = min(now if span.ended_at is None else span.ended_at, bounds[-1])
+        day = max(0, bisect.bisect_right(bounds, start) - 1)
+        while day < days and bounds[day] < end:
+            held = min(end, bounds[day + 1]) - max(start, bounds[day])
+            if held > 0:
+                totals = hours[day]
+                totals[span.owner_name] = totals.get(span.owner_name, 0.0) + span.gpus * held / 3600
+            day += 1
+    return [
+        BarGroup(time.strftime("%m-%d", time.localtime(start)), values)
+        for start, values in zip(bounds, hours, strict=False)
+    ]
+
+
+def gpu_timelines(
+    names: Mapping[str, str], intervals: Iterable[Interval]
+) -> list[tuple[str, Sequence[Interval]]]:
+    """Rows for `timeline`: every GPU of `names` (UUID to shown name) in its order, with its
+    intervals; a lease on a MIG instance or a share shows on its GPU's row when the UUID
+    given is the instance's and `names` maps it to the same name."""
+    rows: dict[str, list[Interval]] = {name: [] for name in names.values()}
+    for interval in intervals:
+        name = names.get(interval.gpu)
+        if name is not None:
+            rows[name].append(interval)
+    return list(rows.items())
+
+
+def waiting_buckets(waits: Iterable[tuple[str, float]]) -> list[BarGroup]:
+    """How many granted requests waited how long, per user: (user, seconds) in."""
+    counts: list[dict[str, float]] = [{} for _ in range(len(WAIT_BUCKETS) + 1)]
+    for user, seconds in waits:
+        index = next((i for i, (bound, _) in enumerate(WAIT_BUCKETS) if seconds < bound), -1)
+        counts[index][user] = counts[index].get(user, 0.0) + 1
+    labels = [label for _, label in WAIT_BUCKETS] + [LAST_BUCKET]
+    return [BarGroup(label, values) for label, values in zip(labels, counts, strict=True)]

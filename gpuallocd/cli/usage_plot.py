@@ -1,0 +1,96 @@
+"""`gpuallocctl usage --plot FILE`: GPU-hours per user per day as the dashboard draws them,
+written as SVG, or as PNG through a headless Chromium where one is installed (no plotting
+library: the chart is the SVG of `gpuallocd.charts`)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from gpuallocd.charts import BarGroup, stacked_bars
+from gpuallocd.charts.daily import day_starts
+
+if TYPE_CHECKING:
+    from gpulease import Client
+
+__all__ = ["MAX_PLOT_DAYS", "write_plot"]
+
+MAX_PLOT_DAYS = 366
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+WIDTH, HEIGHT = 760, 300
+PNG_SECONDS = 60
+
+
+def _days(client: Client, since: float, now: float, user: str | None) -> list[BarGroup]:
+    """One bar a day from the day of `since` to today: each user's GPU-hours that day."""
+    count = min(MAX_PLOT_DAYS, max(1, math.ceil((now - day_starts(1, since)[0]) / 86400)))
+    bounds = day_starts(count, now)
+    groups = []
+    for start, end in itertools.pairwise(bounds):
+        report = client.usage(since=max(start, since), until=min(end, now), user=user)
+        hours = {u["user"]: float(u["gpu_hours"]) for u in report["users"] if u["gpu_hours"]}
+        groups.append(BarGroup(time.strftime("%m-%d", time.localtime(start)), hours))
+    return groups
+
+
+def write_plot(client: Client, path: Path, since: float, user: str | None) -> None:
+    """The chart of the days since `since` to `path` (.svg or .png)."""
+    suffix = path.suffix.lower()
+    if suffix not in (".svg", ".png"):
+        raise click.BadParameter("the file must end in .svg or .png", param_hint="--plot")
+    now = time.time()
+    groups = _days(client, since, now, user)
+    first = time.strftime("%Y-%m-%d", time.localtime(since))
+    title = (
+        f"GPU-hours per user per day, {first} to {time.strftime('%Y-%m-%d', time.localtime(now))}"
+    )
+    svg = stacked_bars(groups, title=title, unit="GPU-hours", width=WIDTH, height=HEIGHT)
+    if suffix == ".svg":
+        path.write_text(svg + "\n")
+    else:
+        _png(svg, path)
+
+
+def _png(svg: str, path: Path) -> None:
+    """Chromium's own screenshot of the SVG, in a fresh profile, nothing fetched."""
+    browser = next((found for name in BROWSERS if (found := shutil.which(name))), None)
+    if browser is None:
+        raise click.ClickException(
+            "a PNG is drawn by a headless Chromium, and none is installed (apt-get install "
+            "chromium); write an .svg instead, which needs nothing"
+        )
+    with tempfile.TemporaryDirectory(prefix="gpuallocctl-plot-") as work:
+        source = Path(work, "chart.svg")
+        source.write_text(svg)
+        argv = [
+            browser,
+            "--headless",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--hide-scrollbars",
+            f"--user-data-dir={Path(work, 'profile')}",
+            f"--window-size={WIDTH},{HEIGHT}",
+            f"--screenshot={path.resolve()}",
+            source.as_uri(),
+        ]
+        if os.geteuid() == 0:  # Chromium refuses root without it; the page is our own SVG
+            argv.insert(1, "--no-sandbox")
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=PNG_SECONDS, check=False
+        )
+    if done.returncode != 0 or not path.exists():
+        raise click.ClickException(
+            f"{browser} could not draw the PNG: {done.stderr.strip()[-300:]}"
+        )

@@ -1,0 +1,52 @@
+"""The charts of the page, from the ledger: read and drawn on the dashboard's thread."""
+
+from __future__ import annotations
+
+from gpuallocd.charts import (
+    Interval,
+    daily_hours,
+    gpu_timelines,
+    stacked_bars,
+    timeline,
+    waiting_buckets,
+)
+from gpuallocd.charts.daily import day_starts
+from gpuallocd.dashboard.source import NodeNow
+from gpuallocd.ledger.reader import LedgerReader
+
+__all__ = ["charts_html"]
+
+DAY = 86400.0
+WAIT_TITLE = "Requests granted by time waited, 7 days"
+
+
+def _figure(name: str, svg: str) -> str:
+    return f'<figure class="chart" id="chart-{name}">{svg}</figure>'
+
+
+def charts_html(reader: LedgerReader, node: NodeNow) -> str:
+    """GPU-hours per user per day (7 and 30 days), leases per GPU (24 h), waiting times."""
+    now = node.now
+    spans = reader.lease_spans(day_starts(30, now)[0], now)
+    month = daily_hours(spans, 30, now)
+    week = month[-7:]
+    held = [
+        Interval(s.gpu_uuid, s.created_at, s.ended_at, s.owner_name, s.label)
+        for s in reader.gpu_spans(now - DAY, now)
+    ]
+    rows = gpu_timelines(node.gpu_names(), held)
+    waits = waiting_buckets(
+        (s.owner_name, s.waited_seconds) for s in spans if s.created_at >= now - 7 * DAY
+    )
+    unit = "GPU-hours"
+    return "".join(
+        (
+            _figure("usage-7d", stacked_bars(week, title=f"{unit} per user, 7 days", unit=unit)),
+            _figure("usage-30d", stacked_bars(month, title=f"{unit} per user, 30 days", unit=unit)),
+            _figure("timeline", timeline(rows, now - DAY, now, title="Leases per GPU, 24 hours")),
+            _figure(
+                "waiting",
+                stacked_bars(waits, title=WAIT_TITLE, unit="requests", counts=True),
+            ),
+        )
+    )

@@ -1,0 +1,178 @@
+"""The live parts of the page as HTML: the GPUs (with MIG instances and shares), the queue,
+the recent history. Every value from the node is escaped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpuallocd.dashboard.source import NodeNow
+from gpuallocd.dashboard.text import clock_time, duration, esc, gib, user_of
+from gpuallocd.model import HistoryEvent
+
+__all__ = ["gpus_html", "history_html", "queue_html", "reservations_html"]
+
+GPU_HEAD = (
+    "GPU",
+    "state",
+    "memory used",
+    "load",
+    "holder",
+    "label",
+    "time left",
+    "lease",
+    "unleased processes",
+)
+
+
+def _table(css: str, head: Sequence[str], rows: list[str], empty: str) -> str:
+    if not rows:
+        return f'<p class="empty">{esc(empty)}</p>'
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
+    return (
+        f'<table class="{css}"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )
+
+
+def _row(cells: Sequence[str], attrs: str) -> str:
+    return f"<tr {attrs}>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
+
+
+def _time_left(expires_at: float | None, now: float) -> str:
+    return "-" if expires_at is None else duration(expires_at - now)
+
+
+def _memory(gpu: dict[str, Any]) -> str:
+    used, total = gpu["memory_used_bytes"], gpu["memory_total_bytes"]
+    return f"{gib(used)} / {gib(total)}" if used is not None else gib(total)
+
+
+def _load(gpu: dict[str, Any]) -> str:
+    load = gpu["utilization_percent"]
+    if load is None:
+        return "-"
+    return f'<meter min="0" max="100" value="{load:.0f}"></meter> {load:.0f} %'
+
+
+def _unleased(gpu: dict[str, Any], user_name: Callable[[int], str]) -> str:
+    return ", ".join(
+        f"{p['pid']} ({esc(user_name(p['uid']) if p['uid'] is not None else '?')})"
+        for p in gpu["foreign_processes"]
+    )
+
+
+def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]) -> str:
+    state = gpu["state"]
+    if gpu["drain"]:
+        state += f" ({gpu['drain']['reason']})"
+    elif gpu["reserved_for"] and state == "reserved":
+        state += f" for {gpu['reserved_for']['user']}"
+    cells = [
+        f"{gpu['index']} <small>{esc(gpu['name'])}</small>",
+        esc(state),
+        _memory(gpu),
+        _load(gpu),
+        f'<span class="holder">{esc(user_of(gpu["holder"]))}</span>',
+        f'<span class="label">{esc(gpu["label"])}</span>',
+        _time_left(gpu["expires_at"], node.now),
+        f"<code>{esc(gpu['lease_id'] or '')}</code>",
+        _unleased(gpu, user_name),
+    ]
+    return _row(cells, f'class="gpu state-{esc(gpu["state"])}" data-gpu="{esc(gpu["uuid"])}"')
+
+
+def _part_rows(gpu: dict[str, Any], node: NodeNow) -> list[str]:
+    """A row for each MIG instance and each memory share, under its GPU."""
+    rows = []
+    for mig in gpu["instances"]:
+        label = node.labels.get(mig["lease_id"]) if mig["lease_id"] else None
+        rows.append(_part(f"MIG {mig['mig_profile']}", mig["state"], mig, label, node.now))
+    for share in gpu["shares"]:
+        name = f"share {gib(share['memory_bytes'])}"
+        rows.append(_part(name, "leased", share, node.labels.get(share["lease_id"]), node.now))
+    return rows
+
+
+def _part(name: str, state: str, part: dict[str, Any], label: str | None, now: float) -> str:
+    cells = [
+        f"&#x2514; {esc(name)}",
+        esc(state),
+        gib(part.get("memory_total_bytes")) if "memory_total_bytes" in part else "",
+        "",
+        f'<span class="holder">{esc(user_of(part["holder"]))}</span>',
+        f'<span class="label">{esc(label)}</span>',
+        _time_left(part["expires_at"], now),
+        f"<code>{esc(part['lease_id'] or '')}</code>",
+        "",
+    ]
+    return _row(cells, f'class="part state-{esc(state)}"')
+
+
+def gpus_html(node: NodeNow, user_name: Callable[[int], str]) -> str:
+    rows = []
+    for gpu in node.gpus:
+        rows.append(_gpu_row(gpu, node, user_name))
+        rows.extend(_part_rows(gpu, node))
+    return _table("gpus", GPU_HEAD, rows, "no GPU on this node")
+
+
+def queue_html(node: NodeNow) -> str:
+    rows = []
+    for waiter in node.queue:
+        wants = f"GPU {', '.join(map(str, waiter['gpus']))}" if waiter["gpus"] else ""
+        wants = wants or f"{waiter['count']} GPU(s)"
+        start = waiter["estimated_start_at"]
+        cells = [
+            str(waiter["position"]),
+            esc(waiter["owner"]["user"]),
+            f'<span class="label">{esc(waiter["label"])}</span>',
+            esc(wants),
+            duration(waiter["waited_seconds"]),
+            f"{esc(waiter['reason'])}: {esc(waiter['reason_detail'])}",
+            "unknown" if start is None else f"in {duration(start - node.now)}",
+        ]
+        rows.append(_row(cells, f'class="waiter" data-waiter="{esc(waiter["id"])}"'))
+    head = ("#", "user", "label", "wants", "waiting", "why", "estimated start")
+    return _table("queue", head, rows, "nobody is waiting")
+
+
+def _reservation_row(reservation: dict[str, Any], node: NodeNow) -> str:
+    indices = reservation.get("gpu_indices") or []
+    if reservation["state"] == "scheduled":
+        when = f"starts in {duration(reservation['start_at'] - node.now)}"
+    else:
+        when = f"running, ends in {duration(reservation['end_at'] - node.now)}"
+    waits = ", ".join(w["user"] for w in reservation.get("waiting_for") or [])
+    cells = [
+        f"<code>{esc(reservation['id'])}</code>",
+        esc(f"GPU {', '.join(map(str, indices))}"),
+        esc(reservation["for"]),
+        f"{clock_time(reservation['start_at'])} to {clock_time(reservation['end_at'])}",
+        esc(when + (f"; waits for leases of {waits}" if waits else "")),
+        esc(reservation["reason"]),
+    ]
+    return _row(cells, f'class="reservation" data-reservation="{esc(reservation["id"])}"')
+
+
+def reservations_html(node: NodeNow) -> str:
+    """Advance reservations to come or running: they go ahead of every waiter."""
+    rows = [_reservation_row(r, node) for r in node.reservations]
+    head = ("reservation", "GPUs", "for", "window", "state", "reason")
+    return _table("reservations", head, rows, "no advance reservation")
+
+
+def history_html(events: Sequence[HistoryEvent], user_name: Callable[[int], str]) -> str:
+    rows = [
+        _row(
+            [
+                clock_time(e.at),
+                esc(e.event.value),
+                f"<code>{esc(e.lease_id)}</code>",
+                esc(user_name(e.actor_uid)),
+                esc(e.detail),
+            ],
+            f'class="event event-{esc(e.event.value)}"',
+        )
+        for e in reversed(events)
+    ]
+    return _table("history", ("when", "event", "lease", "by", "detail"), rows, "no history yet")

@@ -1,0 +1,175 @@
+"""The dashboard's HTTP server: a read-only aiohttp site on `dashboard_listen`.
+
+Nothing runs for the dashboard while nobody looks: no task, no cache, no sampling. A request
+reads the node through the façade (the allocator's in-memory view, as `status` does), then
+reads the ledger and renders on one thread of the dashboard's own, on a connection of its own,
+so a page load never holds the event loop or the allocator's ledger connection for longer than
+the in-memory read. Loads beyond a few at a time are answered 503 rather than queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+from typing import TypeVar
+
+from aiohttp import hdrs, web
+
+from gpuallocd.allocator import AllocatorFacade
+from gpuallocd.api.peercred import user_name
+from gpuallocd.dashboard.address import parse_dashboard_address
+from gpuallocd.dashboard.admission import TokenBucket
+from gpuallocd.dashboard.render import Renderer
+from gpuallocd.dashboard.source import NodeNow, read_node
+from gpuallocd.errors import GpuallocError, StateUnusable
+from gpuallocd.ledger.reader import LedgerReader
+
+__all__ = ["DashboardServer"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+READ_METHODS = frozenset({hdrs.METH_GET, hdrs.METH_HEAD})
+MAX_IN_FLIGHT = 4
+# Pages and parts served per second, all clients together (a browser polls one every 2 s):
+# a script loading the page in a loop gets 429 past this, so the dashboard never takes more
+# than a small, fixed share of the daemon's time.
+MAX_PER_SECOND = 20.0
+STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+@web.middleware
+async def _read_only(
+    request: web.Request, handler: Callable[..., Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Every method but GET and HEAD is refused before routing: the dashboard takes no writes."""
+    if request.method not in READ_METHODS:
+        raise web.HTTPMethodNotAllowed(request.method, sorted(READ_METHODS), headers=HEADERS)
+    response = await handler(request)
+    response.headers.update(HEADERS)
+    return response
+
+
+Handlers = Callable[[web.Server], Callable[[], asyncio.Protocol]]
+
+
+class DashboardServer:
+    """`/` (the page), `/api/live` and `/api/charts` (its parts as JSON), `/static/*`."""
+
+    def __init__(
+        self,
+        facade: AllocatorFacade,
+        ledger_path: Path,
+        clock: Callable[[], float],
+        *,
+        listen: str | None,
+        handlers: Handlers | None = None,
+    ) -> None:
+        """ConfigError at once when `listen` is not a HOST:PORT the dashboard may use; with
+        no `listen`, start and stop do nothing. `handlers` makes the port's connection
+        handlers (the daemon gives the API's: counted per peer and in the descriptor budget,
+        closed when idle); aiohttp's own by default."""
+        self._handlers = handlers
+        self._server: asyncio.AbstractServer | None = None
+        self._address = parse_dashboard_address(listen) if listen else None
+        self._facade = facade
+        self._clock = clock
+        self._reader = LedgerReader(ledger_path)
+        self._renderer = Renderer(self._reader, user_name)
+        # One thread, started at the first page load; its reads never meet the allocator's.
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard")
+        self._in_flight = 0
+        self._bucket = TokenBucket(MAX_PER_SECOND, time.monotonic)
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Listen; StateUnusable when the address cannot be bound."""
+        if self._address is None:
+            return
+        host, port = self._address
+        app = web.Application(middlewares=[_read_only])
+        app.router.add_get("/", self._page)
+        app.router.add_get("/api/live", self._live)
+        app.router.add_get("/api/charts", self._charts)
+        app.router.add_get("/static/{name}", self._static)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        try:
+            await self._bind(self._runner, host, port)
+        except OSError as exc:
+            await self._runner.cleanup()
+            self._runner = None
+            raise StateUnusable(
+                f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}"
+            ) from exc
+        shown = f"[{host}]" if ":" in host else host
+        log.info("dashboard on http://%s:%d/", shown, port)
+
+    async def _bind(self, runner: web.AppRunner, host: str, port: int) -> None:
+        if self._handlers is None:
+            await web.TCPSite(runner, host, port).start()
+            return
+        assert runner.server is not None
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._handlers(runner.server), host, port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._reader.close()
+
+    async def _page(self, request: web.Request) -> web.Response:
+        page = await self._render(self._renderer.page)
+        return web.Response(text=page, content_type="text/html", charset="utf-8")
+
+    async def _live(self, request: web.Request) -> web.Response:
+        return web.json_response(await self._render(self._renderer.live))
+
+    async def _charts(self, request: web.Request) -> web.Response:
+        return web.json_response(await self._render(self._renderer.charts))
+
+    def _admit(self) -> None:
+        """503 past MAX_IN_FLIGHT at once, 429 past MAX_PER_SECOND requests a second."""
+        if self._in_flight >= MAX_IN_FLIGHT:
+            raise web.HTTPServiceUnavailable(text="the dashboard is busy; try again\n")
+        if not self._bucket.admit():
+            raise web.HTTPTooManyRequests(
+                text="the dashboard answers a few pages a second; try again\n",
+                headers={"Retry-After": "1"},
+            )
+
+    async def _render(self, render: Callable[[NodeNow], T]) -> T:
+        self._admit()
+        self._in_flight += 1
+        try:
+            node = await read_node(self._facade, self._clock)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._pool, render, node)
+        except GpuallocError as exc:
+            raise web.HTTPServiceUnavailable(text=f"cannot read the node: {exc.message}\n") from exc
+        finally:
+            self._in_flight -= 1
+
+    async def _static(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in STATIC:
+            raise web.HTTPNotFound()
+        body = resources.files(__package__).joinpath("static").joinpath(name).read_bytes()
+        return web.Response(body=body, content_type=STATIC[name], charset="utf-8")

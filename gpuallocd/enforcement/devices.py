@@ -1,0 +1,143 @@
+"""Device access for leaseholders (`device_access = "acl"`): while a lease is active its
+owner has read-write on the device files of what it holds, through a POSIX ACL entry; when
+it ends the entry goes. With the driver's files closed to users (docs/enforcement.md), only
+holders can open a GPU.
+
+Which files a unit has:
+- an NVIDIA GPU: `nvidiaN` (N its minor number, from the driver's table; else its index);
+- a MIG instance: its GPU's `nvidiaN` and the instance's capability files
+  `nvidia-caps/nvidia-capM` (GPU instance and compute instance, M from the driver's
+  `/proc/driver/nvidia-caps/mig-minors`);
+- an AMD GPU: its render node `dri/renderD*` (from sysfs by PCI address; else 128 + index).
+Files every process needs (`nvidiactl`, `nvidia-uvm`, AMD's `kfd`) are left as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from gpuallocd.enforcement.acl import RW, read_acl, write_acl
+from gpuallocd.integrations.devices import nvidia_device_nodes
+from gpuallocd.model import Gpu, Lease
+
+__all__ = ["DeviceAccess", "unit_files"]
+
+log = logging.getLogger(__name__)
+
+MIG_MINORS = Path("/proc/driver/nvidia-caps/mig-minors")
+_MIG_LINE = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)$")
+
+
+def mig_minors(path: Path = MIG_MINORS) -> dict[tuple[int, int, int | None], int]:
+    """(GPU minor, GPU instance, compute instance or None) → the capability file's minor."""
+    found: dict[tuple[int, int, int | None], int] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        match = _MIG_LINE.match(line.strip())
+        if match:
+            gpu, gi, ci, minor = match.groups()
+            found[(int(gpu), int(gi), None if ci is None else int(ci))] = int(minor)
+    return found
+
+
+def _render_node(gpu: Gpu, directory: str, sys_root: Path) -> str:
+    bus = (gpu.pci_bus_id or "").lower()
+    try:
+        names = sorted(p.name for p in (sys_root / bus / "drm").iterdir())
+    except OSError:
+        names = []
+    render = next((n for n in names if n.startswith("renderD")), f"renderD{128 + gpu.index}")
+    return os.path.join(directory, "dri", render)
+
+
+def unit_files(
+    gpus: Iterable[Gpu],
+    directory: str,
+    *,
+    nodes: dict[str, str] | None = None,
+    minors: dict[tuple[int, int, int | None], int] | None = None,
+    sys_root: Path = Path("/sys/bus/pci/devices"),
+) -> dict[str, tuple[str, ...]]:
+    """Each unit's (GPU's or MIG instance's UUID) device files under `directory`."""
+    nodes = nvidia_device_nodes() if nodes is None else nodes
+    minors = mig_minors() if minors is None else minors
+    files: dict[str, tuple[str, ...]] = {}
+    for gpu in gpus:
+        if gpu.vendor == "amd":
+            files[gpu.uuid] = (_render_node(gpu, directory, sys_root),)
+            continue
+        name = os.path.basename(nodes.get(gpu.uuid, f"/dev/nvidia{gpu.index}"))
+        own = os.path.join(directory, name)
+        files[gpu.uuid] = (own,)
+        minor = int(name.removeprefix("nvidia"))
+        for mig in gpu.mig_devices:
+            caps = [
+                minors.get((minor, mig.gpu_instance_id or 0, ci))
+                for ci in (None, mig.compute_instance_id or 0)
+            ]
+            paths = [os.path.join(directory, "nvidia-caps", f"nvidia-cap{m}") for m in caps if m]
+            files[mig.uuid] = (own, *paths)
+    return files
+
+
+class DeviceAccess:
+    """Keeps each device file's named user entries equal to the owners of the active leases
+    that hold it (a lease observer: told of every grant and end after its commit)."""
+
+    def __init__(self, files: dict[str, tuple[str, ...]], active: Iterable[Lease]) -> None:
+        self._files = files
+        self._active = {lease.id: lease for lease in active}
+        self._apply({path for paths in files.values() for path in paths})
+
+    def lease_granted(self, lease: Lease) -> None:
+        self._active[lease.id] = lease
+        self._apply(self._paths(lease))
+
+    def lease_ended(self, lease: Lease) -> None:
+        self._active.pop(lease.id, None)
+        self._apply(self._paths(lease))
+
+    def commit_published(self) -> None:
+        return None
+
+    def allocation_finished(self, seconds: float, *, waited: bool, outcome: str) -> None:
+        return None
+
+    def _paths(self, lease: Lease) -> set[str]:
+        return {path for unit in lease.gpus for path in self._files.get(unit.uuid, ())}
+
+    def holders(self, path: str) -> set[int]:
+        """The uids that should have `path` now."""
+        return {
+            lease.owner_uid
+            for lease in self._active.values()
+            for unit in lease.gpus
+            if path in self._files.get(unit.uuid, ())
+        }
+
+    def _apply(self, paths: Iterable[str]) -> None:
+        for path in sorted(paths):
+            try:
+                self._set(path, self.holders(path))
+            except OSError as exc:
+                log.error("device access: cannot set the ACL of %s: %s", path, exc.strerror)
+
+    @staticmethod
+    def _set(path: str, uids: set[int]) -> None:
+        if not os.path.exists(path):
+            return  # a GPU without its file here (another node's layout): nothing to open
+        acl = read_acl(path)
+        if set(acl.users()) == uids and all(p == RW for p in acl.users().values()):
+            return
+        for uid in set(acl.users()) - uids:
+            acl = acl.with_user(uid, None)
+        for uid in uids:
+            acl = acl.with_user(uid, RW)
+        write_acl(path, acl)

@@ -1,0 +1,36 @@
+"""Processes tied to leases: who holds a bound lease, which processes it covers, how they
+are stopped. Below the allocator, which asks it; it decides nothing about leases.
+
+    proc.py             /proc: a process's parent and start time, the process table, children
+    connector.py        the kernel's process events (netlink connector): subscribe, parse
+    events.py           FamilyEvents: families kept current by those events, on the loop
+    families.py         ProcessFamilies: each bound lease's processes (pid + start time)
+    tracking.py         the mode in force: `connector` or `proc-scan` (setting process_tracking)
+    watcher.py          ProcessWatcher: leases that end with their holder (pidfd, /proc fallback)
+    lease_processes.py  LeaseProcesses: holders, families, and a revoke's termination together
+    signals.py          signals through a pidfd checked against the recorded start time
+    terminate.py        SIGTERM, then SIGKILL after the grace, for a revoked lease's processes
+    enforcer.py         ShareEnforcer: memory shares over their size, warned then killed
+
+docs/architecture.md ("How a process is tied to a lease") tells the whole story.
+"""
+
+from __future__ import annotations
+
+from gpuallocd.processes.families import Member, ProcessFamilies
+from gpuallocd.processes.lease_processes import LeaseProcesses
+from gpuallocd.processes.proc import process_start_time
+from gpuallocd.processes.signals import send_signal, signal_checked
+from gpuallocd.processes.tracking import SETTINGS, Tracking, choose_tracking
+
+__all__ = [
+    "SETTINGS",
+    "LeaseProcesses",
+    "Member",
+    "ProcessFamilies",
+    "Tracking",
+    "choose_tracking",
+    "process_start_time",
+    "send_signal",
+    "signal_checked",
+]

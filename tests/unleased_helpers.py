@@ -1,0 +1,108 @@
+"""Helpers for the tests of GPU use without a lease: real processes of real users, and the
+recorded NVML machine told (through its live file) that they run on its GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpulease import Client
+
+from tests.harness import DaemonPaths, wait_for
+from tests.system_users import SystemUsers, open_to_everyone
+
+GIB = 2**30
+MACHINE = "dgx-a100-mig"
+# GPUs 0-6 whole, GPU 7 in MIG mode (instances gi 2, 3, 9); GPU 0 carries the sample marks
+FIRST_GPU = "GPU-838b9f62-4862-589c-b545-4ae61c92f8ff"
+AS_XORG = "import os; print('ready', flush=True); os.execv('/bin/sleep', ['Xorg', '600'])"
+SLEEPER = "import time; print('ready', flush=True); time.sleep(600)"
+STUBBORN = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ready', flush=True); time.sleep(600)"
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+class Node:
+    """The live file of a recorded machine, and the user processes a test starts."""
+
+    def __init__(self, users: SystemUsers, paths: DaemonPaths) -> None:
+        self.users = users
+        self.paths = paths
+        self.live = paths.root / "live.json"
+        self.live.write_text("{}")
+        self.pids: list[int] = []
+        self._processes: list[subprocess.Popen[str]] = []
+        self._on: dict[str, list[dict[str, Any]]] = {}
+        self._mark = 0
+
+    @property
+    def inventory(self) -> str:
+        return f"nvml-recording:{MACHINE}?live={self.live}"
+
+    def start(self, user: str, code: str = SLEEPER) -> int:
+        """A process of `user` (python -c CODE), once it printed `ready`; its pid."""
+        log = self.paths.root / f"proc-{len(self.pids)}.log"
+        process = self.users.start(user, ["-c", code], log)
+        self._processes.append(process)
+        self.pids.append(process.pid)
+        wait_for(lambda: "ready" in log.read_text(), timeout=30, what="the process")
+        return process.pid
+
+    def put(self, uuid: str, pid: int, **placement: int) -> None:
+        """Tell the machine that `pid` now runs on `uuid` (1 GiB), where `placement` gives a
+        MIG process its gpu_instance_id and compute_instance_id."""
+        self._on.setdefault(uuid, []).append({"pid": pid, "used_memory_bytes": GIB, **placement})
+        self._write()
+
+    def clear(self) -> None:
+        self._on.clear()
+        self._write()
+
+    def sampled(self, client: Client) -> None:
+        """Return once the daemon has adopted two samples taken after this call (so what
+        follows the first of them, the check of unleased use, has run)."""
+        for _ in range(2):
+            self._mark = self._mark % 99 + 1
+            self._write()
+            mark = self._mark
+
+            def seen(mark: int = mark) -> bool:
+                return client.status()[0].raw["utilization_percent"] == mark
+
+            wait_for(seen, timeout=30, what="a sample")
+
+    def _write(self) -> None:
+        content: dict[str, Any] = {uuid: {"processes": p} for uuid, p in self._on.items()}
+        first = content.setdefault(FIRST_GPU, {})
+        first["utilization_gpu_percent"] = self._mark
+        tmp = self.live.with_suffix(".tmp")
+        tmp.write_text(json.dumps(content))
+        os.replace(tmp, self.live)
+
+    def stop_all(self) -> None:
+        for process in self._processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait(10)
+
+
+@pytest.fixture
+def node(system_users: SystemUsers, paths: DaemonPaths) -> Iterator[Node]:
+    open_to_everyone(paths.root)
+    found = Node(system_users, paths)
+    yield found
+    found.stop_all()
