@@ -89,7 +89,7 @@ async def list_gpus(request: web.Request) -> web.Response:
     caller_of(request)
     statuses = await facade_of(request).gpu_status()
     gpus = [s.to_json() | {"unleased": unleased_on(request, {s.gpu.uuid})} for s in statuses]
-    return _json({"gpus": gpus})
+    return _json({"gpus": gpus, "process_tracking": facade_of(request).process_tracking()})
 
 
 async def list_leases(request: web.Request) -> web.Response:

@@ -4,7 +4,6 @@ host it sees (init system, cgroups, clock), and the config's warnings."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -15,19 +14,14 @@ from gpuallocd import __version__
 from gpuallocd.daemon.needs import Need
 from gpuallocd.daemon.sdnotify import watchdog_interval
 from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.dashboard import is_loopback
 from gpuallocd.host import Capabilities, cgroup_version, clock_source, systemd_is_init
 
 __all__ = ["config_warnings", "diagnostics"]
 
 
 def _loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(address.rsplit(":", 1)[0].strip("[]"))
 
 
 def config_warnings(config: DaemonConfig) -> list[str]:
