@@ -24,6 +24,7 @@ from benchmarks.genv import genv_python, measure_genv
 from benchmarks.http_floor import capture_answers, serving_http_floor
 from benchmarks.policies import policy_rows
 from benchmarks.process_tracking import process_tracking_rows
+from benchmarks.reads import read_rows
 from benchmarks.startup import cli_run_ms, compile_bytecode, python_pass_ms
 from gpuallocd.cli.floor import measure_floor
 from gpuallocd.cli.load import BenchResult, run_bench
@@ -210,6 +211,7 @@ def main() -> None:
             rows += _http_floor_rows(root, daemon, found)
             rows += _genv_rows(root, daemon.socket, found)
             rows += _cli_rows(daemon.socket)
+        rows += read_rows(seconds=SECONDS)
         rows += dashboard_rows(root / "dashboard", REPEATS, SECONDS, WARMUP_SECONDS)
         rows += _policy_rows()
     rows += process_tracking_rows()

@@ -79,7 +79,8 @@ def _one_day(scene_daemon: ThreadDaemon, clock: HandClock, ana: LocalUser, ben: 
 
 @contextmanager
 def busy_node(ana: LocalUser, ben: LocalUser, days: int = 3) -> Iterator[Scene]:
-    """The node after `days` such days: ana holds GPUs 0 and 1 now, ben waits for GPU 0."""
+    """The node after `days` such days: ana holds GPUs 0 and 1 now, ben waits for GPU 0,
+    and GPU 3 is reserved for ben tomorrow."""
     root_dir = Path(tempfile.mkdtemp(prefix="gd-", dir="/tmp"))
     root_dir.chmod(0o755)
     clock = HandClock(time.time() - days * DAY)
@@ -98,6 +99,14 @@ def busy_node(ana: LocalUser, ben: LocalUser, days: int = 3) -> Iterator[Scene]:
         _lease_id(_start_as(ana, daemon, "0,1", "llm-pretrain"))
         waiting = _start_as(ben, daemon, "0", "eval-sweep")
         _queued(daemon, 1)
+        with daemon.client() as admin:  # a demo tomorrow: GPU 3 held for ben for two hours
+            admin.reserve(
+                gpus=[3],
+                start_in=20 * HOUR,
+                duration=2 * HOUR,
+                user=ben.name,
+                reason="demo for the review",
+            )
         clock.step(20 * 60)
         yield Scene(daemon, clock, f"http://127.0.0.1:{port}", ana, ben, waiting)
     finally:

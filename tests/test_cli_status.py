@@ -182,3 +182,15 @@ def test_a_drained_gpu_shows_who_drained_it_and_why(daemon: ThreadDaemon) -> Non
     assert "drained" in row and "drained by root: fan noise" in row
     assert ctl(daemon, "undrain", "2").exit_code == 0
     assert "free" in rows_by_index(ctl(daemon, "status").output)[2]
+
+
+def test_status_names_the_process_tracking_mode(a100: ThreadDaemon) -> None:
+    """`status -v` and `status --json` say how processes are tied to leases, as the daemon's
+    health does (the mode in force: the kernel's events here, as root)."""
+    with a100.client() as client:
+        mode = client.health()["process_tracking"]
+    assert mode in ("connector", "scope", "proc-scan")
+    verbose = ctl(a100, "status", "-v")
+    assert f"process tracking: {mode}" in verbose.output
+    assert "process tracking" not in ctl(a100, "status").output
+    assert json.loads(ctl(a100, "status", "--json").output)["process_tracking"] == mode

@@ -79,6 +79,10 @@ def test_page_shows_gpus_holders_labels_queue_and_charts(scene: Scene, browser: 
     assert "eval-sweep" in waiter.inner_text()
     assert "Resources" in waiter.inner_text() or "Reserved" in waiter.inner_text()
     assert waiter.locator("td").nth(6).inner_text().startswith("in ")  # the estimated start
+    reservation = page.locator("#reservations tr.reservation")
+    assert reservation.count() == 1
+    assert scene.ben.name in reservation.inner_text()
+    assert "demo for the review" in reservation.inner_text()
     assert page.locator("#history tr.event-revoked").count() >= 1
     for chart in ("usage-7d", "usage-30d", "timeline", "waiting"):
         assert page.locator(f"#chart-{chart} svg rect").count() > 1, chart

@@ -97,10 +97,11 @@ def test_light_users_one_job_is_served_before_heavy_users_fifty(
             shown = users.ctl("carol", socket, "queue", "-v").stdout
             assert "PRIO" in shown and "priority: " in shown
 
+            bob_log = short_dir / "bob.log"  # bob's waiting line, then his lease
+            wait_for(lambda: "queued 1 of 51" in bob_log.read_text(), 30, what="bob's line")
             assert users.ctl("carol", socket, "free", str(held[0]["id"])).returncode == 0
             assert bob.wait(30) == 0
-            log = (short_dir / "bob.log").read_text()  # the progress line, then the lease
-            assert "queued 1 of 51" in log
+            log = bob_log.read_text()
             granted = json.loads(log[log.index("{") :])
             assert granted["owner"]["user"] == users.name("bob")
             waiting = root.queue()

@@ -7,7 +7,12 @@ by the job's user: the prolog starts this program again as that user (`grant`), 
 sees the user's uid through SO_PEERCRED; no request ever claims an identity. The epilog frees
 as root, which may free any lease.
 
-Both are idempotent (a lease labelled `slurm:JOBID` is found and reused or freed), bounded
+A label is anyone's to write, so a lease stands for the job only when it is the job user's,
+labelled `slurm:JOBID` and on the job's GPUs; any other lease with that label is named in the
+log and never taken for the job's record (where it sits on the job's GPUs it is revoked like
+any stale Slurm lease: Slurm gave those GPUs to the job).
+
+Both are idempotent (the job's lease is found and reused or freed), bounded
 in time (GPUALLOCD_SLURM_TIMEOUT seconds, 15 by default) and fail open: whatever goes wrong
 is logged to syslog and stderr and the exit status is 0, because a failing prolog or epilog
 drains the node. Standard library and the `gpulease` client only.
@@ -30,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from gpulease import Client, GpuRef, GpuStatus, LeaseNotActive, UnknownLease
+from gpulease import Client, GpuRef, GpuStatus, Lease, LeaseNotActive, UnknownLease
 
 LOG = logging.getLogger("gpuallocd-slurm")
 DEFAULT_TTL_SECONDS = 7 * 24 * 3600.0  # the daemon's default max_ttl_seconds
@@ -136,20 +141,44 @@ def _grant_as_user(job: Job, uuids: Sequence[str], ttl: float, timeout: float) -
     return done.stdout
 
 
+def _is_the_jobs(lease: Lease, job: Job, uuids: set[str]) -> bool:
+    """A lease stands for the job only if it is the job user's, labelled for the job, and
+    on the job's GPUs: a label alone is anyone's to write."""
+    return lease.label == job.label and lease.owner_uid == job.uid and set(lease.uuids) <= uuids
+
+
+def _name_forgeries(job: Job, leases: Sequence[Lease]) -> None:
+    for lease in leases:
+        LOG.warning(
+            "job %s: lease %s is labelled %s but is %s's (uid %d), not the job's (uid %d); "
+            "it does not stand for the job",
+            job.id,
+            lease.id,
+            lease.label,
+            lease.user,
+            lease.owner_uid,
+            job.uid,
+        )
+
+
 def prolog(client: Client, job: Job, ttl: float, timeout: float) -> None:
-    """Lease the job's GPUs for its user, unless a lease labelled slurm:JOBID exists."""
+    """Lease the job's GPUs for its user, unless that user holds a lease labelled
+    slurm:JOBID on the job's GPUs already. A lease of anyone else with that label is named
+    in the log, and revoked where it is on the job's GPUs (Slurm gave them to the job)."""
     if not job.gpu_ids:
         LOG.info("job %s: no GPUs", job.id)
-        return
-    existing = [lease for lease in client.leases() if lease.label == job.label]
-    if existing:
-        LOG.info("job %s: already recorded as lease %s", job.id, existing[0].id)
         return
     refs = gpu_refs(job.gpu_ids, driver_minor_to_uuid())
     statuses = client.status()
     wanted = [s for s in statuses if any(_matches(s, r) for r in refs)]
     if len(wanted) != len(refs):
         LOG.error("job %s: Slurm GPUs %s are not all known to gpuallocd", job.id, job.gpu_ids)
+    labelled = [lease for lease in client.leases() if lease.label == job.label]
+    existing = [lease for lease in labelled if _is_the_jobs(lease, job, {s.uuid for s in wanted})]
+    if existing:
+        LOG.info("job %s: already recorded as lease %s", job.id, existing[0].id)
+        return
+    _name_forgeries(job, labelled)
     conflicts = {s.uuid for s in _clear_stale(client, job, wanted)}
     uuids = [s.uuid for s in wanted if s.uuid not in conflicts]
     if not uuids:
@@ -159,9 +188,12 @@ def prolog(client: Client, job: Job, ttl: float, timeout: float) -> None:
 
 
 def epilog(client: Client, job: Job) -> None:
-    """Free every active lease labelled slurm:JOBID (none is fine)."""
+    """Free every active lease of the job's user labelled slurm:JOBID (none is fine); one
+    of anyone else's with that label is left alone, and named."""
     for lease in client.leases():
-        if lease.label == job.label:
+        if lease.label == job.label and lease.owner_uid != job.uid:
+            _name_forgeries(job, [lease])
+        elif lease.label == job.label:
             with contextlib.suppress(LeaseNotActive, UnknownLease):
                 client.free(lease.id)
             LOG.info("job %s: lease %s freed", job.id, lease.id)

@@ -39,7 +39,7 @@ def _check_free(lifecycle: LeaseLifecycle, unit_uuid: str, reserved: frozenset[s
         raise GpuBusy(f"{unit_uuid} is {why}", gpus=[unit_uuid])
     if not lifecycle.node.live(gpu).healthy:
         raise GpuBusy(f"{unit_uuid} is unhealthy", gpus=[unit_uuid])
-    lifecycle.drains.check_not_drained((gpu,))
+    lifecycle.drains.check_not_drained((unit_uuid,), lifecycle.topology)
 
 
 def adopt(

@@ -12,6 +12,9 @@ it had left by the wall clock when the daemon started. A wall-clock step while t
 down therefore shortens or lengthens what is left of the leases of that moment (never beyond
 `max_ttl_seconds`); after start, steps change nothing, and each renewal counts from then on
 the monotonic clock.
+
+An expiry is recorded at the time it was due (`due_at`), however late the daemon notices it
+(it was down, or nothing asked): the lease is charged its TTL, not the time until then.
 """
 
 from __future__ import annotations
@@ -51,6 +54,16 @@ class Deadlines:
     def start(self, lease_id: str, ttl_seconds: float) -> None:
         """A lease granted or renewed now for `ttl_seconds`."""
         self._at[lease_id] = self._monotonic() + ttl_seconds
+
+    def due_at(self, lease: Lease) -> float:
+        """The wall-clock time at which `lease` was due, however late this is asked: an
+        expiry is recorded (and charged) at that time, not when it was noticed. Never before
+        the lease began, never after now."""
+        now_wall, now = self._wall(), self._monotonic()
+        if lease.id not in self._at:
+            self.adopt(lease)
+        due = now_wall - max(0.0, now - self._at[lease.id])
+        return max(lease.created_at, min(due, now_wall))
 
     def passed(self, lease: Lease) -> bool:
         return bool(self.due((lease,)))

@@ -20,6 +20,7 @@ from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.health_notice import HealthNotices
 from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.long_reads import LongReads
 from gpuallocd.allocator.node_view import GpuStatus
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
 from gpuallocd.allocator.publish import publish
@@ -44,7 +45,6 @@ from gpuallocd.model import (
     LiveState,
     Topology,
     UserUsage,
-    usage_by_user,
 )
 from gpuallocd.processes.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.processes.tracking import Tracking
@@ -91,6 +91,9 @@ class AllocatorFacade:
         self.health = HealthNotices(lifecycle)
         self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
         self.revoke_grace_seconds = revoke_grace_seconds
+        # Long reads (history, accounting): a read-only connection in a thread of their own,
+        # so no read of one user holds another's request on the event loop.
+        self._reads = LongReads(ledger)
 
     @property
     def topology(self) -> Topology:
@@ -208,7 +211,12 @@ class AllocatorFacade:
         return self._lifecycle.gpu_status({**self._queue.reservations(), **held})
 
     async def history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
-        return await self._worker.run(self._lifecycle.history, lease_id, limit)
+        return await self._reads.history(lease_id, limit)  # off the event loop: long_reads.py
+
+    async def history_json(
+        self, lease_id: str | None, limit: int, user_name: Callable[[int], str]
+    ) -> bytes:
+        return await self._reads.history_json(lease_id, limit, user_name)
 
     async def waiters(self) -> list[dict[str, Any]]:
         return await self._worker.run(self._queue.waiters)
@@ -250,9 +258,9 @@ class AllocatorFacade:
     ) -> tuple[float, list[UserUsage]]:
         """The window's end (now by default), and each user's GPU-hours, leases and waiting
         time inside [since, end]; only `user` (a name or a uid) where given."""
+        await self.expire_due()  # a lease past its TTL is charged up to its expiry, no more
         end = self._clock() if until is None else until
-        spans = await self._worker.run(self._ledger.lease_spans, since, end)
-        found = usage_by_user(spans, since, end)
+        found = await self._reads.usage(since, end)
         if user is not None:
             found = [u for u in found if user in (u.user, str(u.uid))]
         return end, found
@@ -356,6 +364,7 @@ class AllocatorFacade:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._processes.close()
         await self._worker.close()
+        self._reads.close()
         await asyncio.sleep(0)  # the last transitions' log lines (written after the answers)
 
     def _process_exited(self, lease_ids: list[str]) -> None:

@@ -37,7 +37,6 @@ from gpuallocd.errors import (
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
     Caller,
-    HistoryEvent,
     Lease,
     LeasedGpu,
     LeaseEvent,
@@ -168,12 +167,6 @@ class LeaseLifecycle:
         self.expire_due()
         return self.node.statuses(self._active.values(), reservations, self.drains.drains)
 
-    def history(self, lease_id: str | None = None, limit: int = 100) -> list[HistoryEvent]:
-        events = self._ledger.history(lease_id, limit)
-        if lease_id is not None and not events and self._ledger.lease(lease_id) is None:
-            raise UnknownLease(f"no lease {lease_id!r}", lease=lease_id)
-        return events
-
     def ttl_of(self, spec: AllocateSpec) -> float:
         """The lifetime a grant of `spec` would get (clamped to the maximum)."""
         ttl = spec.ttl_seconds or self._settings.default_ttl_seconds
@@ -217,10 +210,10 @@ class LeaseLifecycle:
             mig_profile=spec.mig_profile,
         )
         ttl = self._ttl(caller, spec.ttl_seconds)
-        if request.kind == "whole":  # shares and slices count by their fraction, once placed
+        if request.kind == "whole":  # shares and slices are counted once placed
             self._check_quota(caller, request.count, ttl)
-        self.drains.check_not_drained(request.required)
-        unavailable = reserved | self.drains.uuids()
+        self.drains.check_not_drained(request.required, self.topology)
+        unavailable = reserved | frozenset(self.drains.covered(self.topology))
         ttl, (policy_name, choice) = self.reservations.fit(
             caller,
             self._clock(),
@@ -237,7 +230,7 @@ class LeaseLifecycle:
             )
         units = leased_units(self.topology, request, choice.gpus)
         if request.kind != "whole":
-            self._check_quota(caller, sum(unit.fraction for unit in units), ttl)
+            self.quota.check_units(caller, self._active.values(), units, ttl_seconds=ttl)
         lease = self._new_lease(caller, spec, policy_name, units, ttl, waited_since)
         self.record_grant(lease)
         self._request_ids.remember(caller.uid, spec.request_id, lease.id)
@@ -320,7 +313,10 @@ class LeaseLifecycle:
     def expire_due(self) -> list[Lease]:
         """End every lease whose TTL ran out; their GPUs are free again."""
         due = self._deadlines.due(self._active.values())
-        return self._end(due, LeaseState.EXPIRED, actor_uid=0)
+        if not due:
+            return []
+        at = {lease.id: self._deadlines.due_at(lease) for lease in due}
+        return self._end(due, LeaseState.EXPIRED, actor_uid=0, at=at)
 
     # Internals ------------------------------------------------------------------------------
 
@@ -353,10 +349,17 @@ class LeaseLifecycle:
         )
 
     def _end(
-        self, leases: Sequence[Lease], state: LeaseState, actor_uid: int, detail: str | None = None
+        self,
+        leases: Sequence[Lease],
+        state: LeaseState,
+        actor_uid: int,
+        detail: str | None = None,
+        *,
+        at: Mapping[str, float] | None = None,
     ) -> list[Lease]:
+        """End `leases` now, or each at its time in `at` (an expiry: when it was due)."""
         now = self._clock()
-        ended = [lease.ended(state, now) for lease in leases]
+        ended = [lease.ended(state, at[lease.id] if at else now) for lease in leases]
         self._ledger.end(ended, actor_uid, detail)
         for lease in ended:
             self._active.pop(lease.id, None)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuallocd.errors import QuotaExceeded
-from gpuallocd.model import Lease, lease_gpu_weight
+from gpuallocd.model import Lease, LeasedGpu, UnitKind
 
 __all__ = [
     "LIMIT_NAMES",
@@ -24,9 +24,17 @@ __all__ = [
     "check_grant",
     "check_waiting",
     "gpus_held",
+    "shares_held",
+    "units_weight",
 ]
 
-LIMIT_NAMES = ("max_gpus", "max_ttl_seconds", "max_waiting", "max_gpu_hours_per_day")
+LIMIT_NAMES = (
+    "max_gpus",
+    "max_ttl_seconds",
+    "max_waiting",
+    "max_gpu_hours_per_day",
+    "max_shares",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +45,7 @@ class Limits:
     max_ttl_seconds: float | None = None
     max_waiting: int | None = None
     max_gpu_hours_per_day: float | None = None
+    max_shares: int | None = None
     unleased_use: str | None = None  # not a limit: the mode for GPU use without a lease
 
     def value(self, name: str) -> float | None:
@@ -105,6 +114,7 @@ class Usage:
     gpus: float = 0.0
     waiting: int = 0
     gpu_hours_per_day: float = 0.0
+    shares: int = 0
 
     def current(self, name: str) -> float | None:
         """The use that `name` limits; None for `max_ttl_seconds`, which limits a request."""
@@ -112,15 +122,44 @@ class Usage:
             "max_gpus": self.gpus,
             "max_waiting": float(self.waiting),
             "max_gpu_hours_per_day": self.gpu_hours_per_day,
+            "max_shares": float(self.shares),
         }.get(name)
 
     def to_json(self) -> dict[str, Any]:
         return {name: self.current(name) for name in LIMIT_NAMES}
 
 
+def units_weight(units: Iterable[LeasedGpu], shared_already: Iterable[str] = ()) -> float:
+    """What `units` take from everyone else, in GPUs, against `max_gpus`.
+
+    A whole GPU counts 1, a MIG instance or a partition its fraction. A share counts as the
+    whole GPU it is on: a GPU holding a share is never leased whole, so one byte of it takes
+    the GPU from every whole-GPU request. Shares on one GPU count it once, and a GPU in
+    `shared_already` (the holder's shares elsewhere) is not counted again.
+    """
+    counted = set(shared_already)
+    weight = 0.0
+    for unit in units:
+        if unit.kind is not UnitKind.SHARE:
+            weight += unit.fraction
+        elif unit.gpu_uuid not in counted:
+            counted.add(unit.gpu_uuid)
+            weight += 1.0
+    return weight
+
+
+def _units_of(leases: Iterable[Lease], uid: int) -> list[LeasedGpu]:
+    return [unit for lease in leases if lease.owner_uid == uid for unit in lease.gpus]
+
+
 def gpus_held(leases: Iterable[Lease], uid: int) -> float:
-    """The GPUs the user `uid` holds in these leases, by weight."""
-    return sum(lease_gpu_weight(lease) for lease in leases if lease.owner_uid == uid)
+    """The GPUs the user `uid` holds in these leases, as `units_weight` counts them."""
+    return units_weight(_units_of(leases, uid))
+
+
+def shares_held(leases: Iterable[Lease], uid: int) -> list[LeasedGpu]:
+    """The memory shares the user `uid` holds in these leases."""
+    return [unit for unit in _units_of(leases, uid) if unit.kind is UnitKind.SHARE]
 
 
 def _refuse(limits: AppliedLimits, name: str, current: float, message: str) -> QuotaExceeded:
@@ -134,8 +173,11 @@ def _refuse(limits: AppliedLimits, name: str, current: float, message: str) -> Q
     )
 
 
-def check_grant(limits: AppliedLimits, usage: Usage, *, gpus: float, ttl_seconds: float) -> None:
-    """Refuse (QuotaExceeded) a grant of `gpus` for `ttl_seconds` that would pass a limit."""
+def check_grant(
+    limits: AppliedLimits, usage: Usage, *, gpus: float, ttl_seconds: float, shares: int = 0
+) -> None:
+    """Refuse (QuotaExceeded) a grant of `gpus` (`shares` of them memory shares) for
+    `ttl_seconds` that would pass a limit."""
     max_ttl = limits.value("max_ttl_seconds")
     if max_ttl is not None and ttl_seconds > max_ttl:
         raise _refuse(limits, "max_ttl_seconds", ttl_seconds, f"a TTL of {ttl_seconds:g} s")
@@ -143,6 +185,10 @@ def check_grant(limits: AppliedLimits, usage: Usage, *, gpus: float, ttl_seconds
     if max_gpus is not None and usage.gpus + gpus > max_gpus:
         message = f"{limits.user} holds {usage.gpus:g} GPU(s) and asks for {gpus:g} more"
         raise _refuse(limits, "max_gpus", usage.gpus, message)
+    max_shares = limits.value("max_shares")
+    if shares and max_shares is not None and usage.shares + shares > max_shares:
+        message = f"{limits.user} holds {usage.shares} share(s) and asks for {shares} more"
+        raise _refuse(limits, "max_shares", usage.shares, message)
     max_hours = limits.value("max_gpu_hours_per_day")
     if max_hours is not None and usage.gpu_hours_per_day >= max_hours:
         used = usage.gpu_hours_per_day

@@ -17,11 +17,13 @@ from gpuallocd.allocator.limits import (
     check_grant,
     check_waiting,
     gpus_held,
+    shares_held,
+    units_weight,
 )
 from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.errors import QuotaExceeded
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import Caller, Lease, gpu_seconds
+from gpuallocd.model import Caller, Lease, LeasedGpu, UnitKind, gpu_seconds
 
 __all__ = ["DAY_SECONDS", "Quota"]
 
@@ -49,7 +51,13 @@ class Quota:
         self, uid: int, active: Iterable[Lease], waiting: int = 0, *, with_hours: bool = True
     ) -> Usage:
         hours = self.gpu_hours_per_day(uid) if with_hours else 0.0
-        return Usage(gpus=gpus_held(active, uid), waiting=waiting, gpu_hours_per_day=hours)
+        active = list(active)
+        return Usage(
+            gpus=gpus_held(active, uid),
+            waiting=waiting,
+            gpu_hours_per_day=hours,
+            shares=len(shares_held(active, uid)),
+        )
 
     def checked_ttl(self, caller: Caller, ttl: float, *, defaulted: bool) -> float:
         """The TTL to grant: a default above the caller's `max_ttl_seconds` is cut down to it."""
@@ -77,6 +85,31 @@ class Quota:
         with_hours = applied.value("max_gpu_hours_per_day") is not None
         usage = self.usage(caller.uid, active, with_hours=with_hours)
         check_grant(applied, usage, gpus=gpus, ttl_seconds=ttl_seconds)
+
+    def check_units(
+        self,
+        caller: Caller,
+        active: Iterable[Lease],
+        units: Iterable[LeasedGpu],
+        *,
+        ttl_seconds: float,
+    ) -> None:
+        """`check_grant` for placed units (instances, partitions, shares): a share counts as
+        its whole GPU (once per GPU the caller shares) and against `max_shares`."""
+        applied = self.applied(caller)
+        if all(value is None for value in applied.values.values()):
+            return
+        active = list(active)
+        units = list(units)
+        shared_already = {u.gpu_uuid for u in shares_held(active, caller.uid)}
+        with_hours = applied.value("max_gpu_hours_per_day") is not None
+        check_grant(
+            applied,
+            self.usage(caller.uid, active, with_hours=with_hours),
+            gpus=units_weight(units, shared_already),
+            ttl_seconds=ttl_seconds,
+            shares=sum(unit.kind is UnitKind.SHARE for unit in units),
+        )
 
     def check_waiting(self, caller: Caller, waiting: int) -> None:
         check_waiting(self.applied(caller), waiting)

@@ -95,7 +95,7 @@ def _choose(
     request = request_for(lifecycle.topology, spec.count, spec.gpus)
     name = spec.policy or lifecycle.settings.default_policy
     policy = get_policy(name)
-    unavailable = taken | lifecycle.drains.uuids()
+    unavailable = taken | frozenset(lifecycle.drains.covered(lifecycle.topology))
     past_start = [lease for lease in lifecycle.leases() if lease.expires_at > start]
     refused: CapacityError | None = None
     for leases in (past_start, []):

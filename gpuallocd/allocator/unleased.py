@@ -54,7 +54,7 @@ def unit_uses(lifecycle: LeaseLifecycle, reserved: frozenset[str]) -> dict[str, 
     """Who may use each GPU and MIG instance now, and which could be adopted."""
     node = lifecycle.node
     holders = UnitHolders.of(lifecycle.leases())
-    drained = lifecycle.drains.uuids()
+    drained = frozenset(lifecycle.drains.covered(node.topology))
     uses: dict[str, UnitUse] = {}
     for gpu in node.topology.gpus:
         healthy = node.live(gpu.uuid).healthy and gpu.uuid not in drained

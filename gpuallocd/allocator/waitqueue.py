@@ -180,7 +180,6 @@ class WaitQueue:
         except CapacityError:
             if not wait:
                 raise
-        self._lifecycle.quota.check_waiting(caller, self.waiting_of(caller.uid))
         await self._worker.run(self._lifecycle.check_servable, caller, spec)
         return await self._wait(caller, spec, timeout, on_grant)
 
@@ -205,6 +204,9 @@ class WaitQueue:
             future=loop.create_future(),
             on_grant=on_grant,
         )
+        # The waiting limit is checked and the waiter queued in one step (no await between):
+        # parallel requests of one user cannot all pass the check before any of them queues.
+        self._lifecycle.quota.check_waiting(caller, self.waiting_of(caller.uid))
         self._waiters.append(waiter)
         log.info("%s (pid %d) waits for GPUs", caller.user, caller.pid)
         if self._order is not None and self._order.fair:

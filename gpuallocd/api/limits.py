@@ -1,8 +1,10 @@
 """Connection limits: no local user can take the daemon's file descriptors from the others.
 
-Each connection is counted against the uid the kernel names for it (SO_PEERCRED). A user
-may hold `per_user` connections at once; all users together `total - root_reserve`, so the
-last `root_reserve` slots are root's alone (root can always look and revoke). `total` is
+Each connection is counted against the uid the kernel names for it (SO_PEERCRED), or, on
+the metrics port (TCP), against its peer's address (`tcp_peer`). A user or a peer may hold
+`per_user` connections at once; all of them together, API and metrics, `total -
+root_reserve`, so the last `root_reserve` slots are root's alone (root can always look and
+revoke). `total` is
 kept below the process's open-file limit, so accepting never fails for want of a
 descriptor. A connection over its limit is closed at once, before any HTTP is read.
 Refusals and accept errors are logged at most once per `LOG_INTERVAL_SECONDS`, with a count.
@@ -18,7 +20,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ConnectionLimiter", "RateLimitedLog", "fit_to_open_files", "quiet_accept_errors"]
+__all__ = [
+    "ConnectionLimiter",
+    "Peer",
+    "RateLimitedLog",
+    "fit_to_open_files",
+    "quiet_accept_errors",
+    "tcp_peer",
+]
 
 log = logging.getLogger("gpuallocd.api")
 
@@ -56,6 +65,14 @@ def fit_to_open_files(wanted: int) -> int:
     return max(1, min(wanted, soft - FILES_KEPT_FOR_THE_DAEMON))
 
 
+Peer = int | str  # a uid (Unix socket; -1 when unknown), or "tcp ADDRESS"
+
+
+def tcp_peer(address: str) -> Peer:
+    """The key a TCP connection from `address` is counted under."""
+    return f"tcp {address}"
+
+
 class ConnectionLimiter:
     """Counts open connections per uid and admits a new one only within the limits."""
 
@@ -63,10 +80,10 @@ class ConnectionLimiter:
         self.per_user = per_user
         self.total = total
         self.root_reserve = min(root_reserve, total - 1)
-        self._open: Counter[int] = Counter()
+        self._open: Counter[Peer] = Counter()
         self._refusals = RateLimitedLog()
 
-    def admit(self, uid: int) -> bool:
+    def admit(self, uid: Peer) -> bool:
         """Count a new connection of `uid`, or refuse it (and say so in the log, sometimes)."""
         in_use = sum(self._open.values())
         if uid == 0:
@@ -77,8 +94,8 @@ class ConnectionLimiter:
             self._open[uid] += 1
             return True
         self._refusals.warning(
-            "refused a connection of uid %d: it holds %d of %d, %d open in all (limit %d)",
-            uid,
+            "refused a connection of %s: it holds %d of %d, %d open in all (limit %d)",
+            uid if isinstance(uid, str) else f"uid {uid}",
             self._open[uid],
             self.per_user,
             in_use,
@@ -86,12 +103,12 @@ class ConnectionLimiter:
         )
         return False
 
-    def release(self, uid: int) -> None:
+    def release(self, uid: Peer) -> None:
         self._open[uid] -= 1
         if self._open[uid] <= 0:
             del self._open[uid]
 
-    def open_connections(self, uid: int) -> int:
+    def open_connections(self, uid: Peer) -> int:
         return self._open[uid]
 
 

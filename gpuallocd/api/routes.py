@@ -4,6 +4,7 @@ allocator's façade and answers with JSON. Errors leave through the envelope mid
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -88,7 +89,7 @@ async def list_gpus(request: web.Request) -> web.Response:
     caller_of(request)
     statuses = await facade_of(request).gpu_status()
     gpus = [s.to_json() | {"unleased": unleased_on(request, {s.gpu.uuid})} for s in statuses]
-    return _json({"gpus": gpus})
+    return _json({"gpus": gpus, "process_tracking": facade_of(request).process_tracking()})
 
 
 async def list_leases(request: web.Request) -> web.Response:
@@ -206,9 +207,12 @@ async def history(request: web.Request) -> web.Response:
     caller_of(request)
     limit = query_limit(request, MAX_HISTORY_LIMIT)
     lease_id = request.query.get("lease")
-    events = await facade_of(request).history(lease_id, limit)
-    reservations = [] if lease_id else await facade_of(request).scheduling.reservation_events(limit)
-    return _json({"events": [_event_json(e) for e in events], "reservation_events": reservations})
+    facade = facade_of(request)
+    events = await facade.history_json(lease_id, limit, user_name)
+    reservations = [] if lease_id else await facade.scheduling.reservation_events(limit)
+    tail = json.dumps(reservations).encode()
+    body = b'{"events": %s, "reservation_events": %s}' % (events, tail)
+    return web.Response(body=body, content_type="application/json")
 
 
 async def get_topology(request: web.Request) -> web.Response:

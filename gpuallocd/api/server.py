@@ -8,14 +8,15 @@ import grp
 import os
 import socket
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from gpuallocd.api.limits import ConnectionLimiter
-from gpuallocd.api.peercred import peer_caller
+from gpuallocd.api.limits import ConnectionLimiter, Peer, tcp_peer
+from gpuallocd.api.peercred import identity_generation, peer_caller
 from gpuallocd.errors import (
     AlreadyRunning,
     ConfigError,
@@ -26,12 +27,15 @@ from gpuallocd.errors import (
 )
 from gpuallocd.model import Caller
 
-__all__ = ["UnixApiServer", "bind_unix_socket"]
+__all__ = ["UnixApiServer", "bind_unix_socket", "limited_handlers"]
 
 # Idle keep-alive connections stay open long enough for a client's renew interval; a client
 # that hangs up cancels its request, so a disconnected waiter leaves the queue at once.
 _HANDLER_OPTIONS: dict[str, Any] = {"access_log": None, "keepalive_timeout": 300.0}
 _RUNNER_OPTIONS: dict[str, Any] = {**_HANDLER_OPTIONS, "handler_cancellation": True}
+# A scraper asks again within a minute or so; a connection idle longer is closed.
+_TCP_HANDLER_OPTIONS: dict[str, Any] = {"access_log": None, "keepalive_timeout": 60.0}
+_TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
 def _refuse_if_served(path: Path) -> None:
@@ -83,24 +87,21 @@ class _EnvelopeRequestHandler(RequestHandler):
     closed when its first request's head does not arrive in time. `peer` keeps the caller of
     the connection, read from the kernel once."""
 
-    __slots__ = ("_head_timeout", "_head_timer", "_limiter", "_uid", "peer")
+    __slots__ = ("_head_timeout", "_head_timer", "_limiter", "_uid", "peer", "peer_generation")
 
     def __init__(
         self, *args: Any, limiter: ConnectionLimiter, head_timeout: float, **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
         self._limiter = limiter
-        self._uid: int | None = None
+        self._uid: Peer | None = None
         self.peer: Caller | None = None
+        self.peer_generation: int | None = None
         self._head_timeout = head_timeout
         self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        try:
-            self.peer = peer_caller(transport.get_extra_info("socket"))
-            uid = self.peer.uid
-        except (GpuallocError, OSError):
-            uid = -1  # unknown callers share one count
+        uid = self._peer_of(transport)
         if not self._limiter.admit(uid):
             transport.close()  # nothing was written: it closes at once
             return
@@ -109,6 +110,19 @@ class _EnvelopeRequestHandler(RequestHandler):
         self._head_timer = asyncio.get_running_loop().call_later(
             self._head_timeout, self._head_too_slow
         )
+
+    def _peer_of(self, transport: asyncio.BaseTransport) -> Peer:
+        """What the connection counts against: its uid, or its TCP peer's address."""
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in _TCP_FAMILIES:
+            peername = transport.get_extra_info("peername")
+            return tcp_peer(str(peername[0]) if peername else "unknown")
+        try:
+            self.peer_generation = identity_generation()
+            self.peer = peer_caller(sock)
+            return self.peer.uid
+        except (GpuallocError, OSError):
+            return -1  # unknown callers share one count
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -146,6 +160,25 @@ class _EnvelopeRequestHandler(RequestHandler):
         response = web.json_response(error.to_envelope(), status=status)
         response.force_close()
         return response
+
+
+def limited_handlers(
+    server: web.Server, *, limiter: ConnectionLimiter, head_timeout: float
+) -> Callable[[], asyncio.Protocol]:
+    """Connection handlers for another listener of `server` (the metrics port) under the
+    API's rules: counted per peer and in all with `limiter`, closed when their first
+    request's head is late or when idle past a minute."""
+
+    def handler() -> asyncio.Protocol:
+        return _EnvelopeRequestHandler(
+            server,
+            loop=asyncio.get_running_loop(),
+            limiter=limiter,
+            head_timeout=head_timeout,
+            **_TCP_HANDLER_OPTIONS,
+        )
+
+    return handler
 
 
 class UnixApiServer:

@@ -158,20 +158,29 @@ def render_status(
     return f"{click.style(summary, dim=True) if colour else summary}\n{table}{below}"
 
 
-def _fetch(ctx: click.Context) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]]]:
+def _fetch(ctx: click.Context) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
+    """`/v1/gpus` (the GPUs and the process-tracking mode), the number of waiters and the
+    advance reservations."""
     with daemon_client(ctx) as client:
-        gpus: list[dict[str, Any]] = client.request("GET", "/v1/gpus")["gpus"]
+        node: dict[str, Any] = client.request("GET", "/v1/gpus")
         queue = client.request("GET", "/v1/queue")
-    return gpus, len(queue["waiters"]), queue.get("reservations") or []
+    return node, len(queue["waiters"]), queue.get("reservations") or []
 
 
 def _frame(ctx: click.Context, verbose: bool, colour: bool) -> str:
-    gpus, waiters, reservations = _fetch(ctx)
+    node, waiters, reservations = _fetch(ctx)
+    gpus = node["gpus"]
     if ctx.obj.json:
-        return json.dumps({"gpus": gpus, "at": time.time()}, sort_keys=True)
+        return json.dumps(_json_view(node) | {"at": time.time()}, sort_keys=True)
     now = time.time()
     frame = render_status(gpus, waiters, now=now, verbose=verbose, colour=colour)
+    if verbose and node.get("process_tracking"):
+        frame += f"\nprocess tracking: {node['process_tracking']} (docs/security.md)"
     return frame + ("\n" + reservation_lines(reservations, now).rstrip() if reservations else "")
+
+
+def _json_view(node: dict[str, Any]) -> dict[str, Any]:
+    return {"gpus": node["gpus"], "process_tracking": node.get("process_tracking")}
 
 
 @click.command()
@@ -197,7 +206,7 @@ def status(ctx: click.Context, verbose: bool, watch: float | None) -> None:
     colour = colour_enabled()
     if watch is None:
         if ctx.obj.json:
-            echo_json({"gpus": _fetch(ctx)[0]})
+            echo_json(_json_view(_fetch(ctx)[0]))
             return
         click.echo(_frame(ctx, verbose, colour))
         return

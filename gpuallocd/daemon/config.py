@@ -1,7 +1,9 @@
 """Reading the settings: defaults < config file (TOML) < environment < command-line options.
 
 Every key, type and allowed value comes from the settings table (`settings.py`). A wrong
-key, type or value is a ConfigError that names where it came from.
+key, type or value is a ConfigError that names where it came from, in one line: whatever a
+file holds (bytes that are not UTF-8, an integer of thousands of digits, an infinite float)
+is refused here, before anything uses it (tests/test_hostile_config.py fuzzes this).
 """
 
 from __future__ import annotations
@@ -26,6 +28,20 @@ else:  # pragma: no cover - Python 3.10
 __all__ = ["load_config", "parse_text"]
 
 _BOOL_WORDS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+# The largest magnitude a number setting may have: an integer fits 64 bits, a float is
+# finite and counts whole units exactly (2**53 seconds is 285 million years).
+MAX_INTEGER = 2**63 - 1
+MAX_FLOAT = float(2**53)
+MAX_MODE = 0o7777
+
+
+def _check_magnitude(setting: Setting, value: int | float, where: str) -> None:
+    if setting.octal and not 0 <= value <= MAX_MODE:
+        raise ConfigError(f"{where}: {setting.name} must be a file mode from 0o0 to 0o7777")
+    if isinstance(value, int) and abs(value) > MAX_INTEGER:
+        raise ConfigError(f"{where}: {setting.name} is too large")
+    if isinstance(value, float) and not abs(value) <= MAX_FLOAT:  # inf and nan fail too
+        raise ConfigError(f"{where}: {setting.name} must be a finite number below 2**53")
 
 
 def _checked_list(setting: Setting, value: Any, where: str) -> tuple[str, ...]:
@@ -44,6 +60,8 @@ def _checked(setting: Setting, value: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {setting.name} must be {setting.type.__name__}")
     if setting.choices and value not in setting.choices:
         raise ConfigError(f"{where}: {setting.name} must be one of {', '.join(setting.choices)}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        _check_magnitude(setting, value, where)
     return float(value) if isinstance(value, int) and setting.type is float else value
 
 
@@ -59,22 +77,41 @@ def parse_text(setting: Setting, text: str, where: str) -> Any:
             return _checked(setting, float(text), where)
         if setting.type is tuple:  # comma-separated
             return _checked(setting, [v.strip() for v in text.split(",") if v.strip()], where)
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, OverflowError):
         raise ConfigError(
             f"{where}: {setting.name} must be {setting.type.__name__}, not {text!r}"
         ) from None
     return _checked(setting, text, where)
 
 
-def _from_file(path: Path, table: Mapping[str, Setting]) -> dict[str, Any]:
-    where = f"config file {path}"
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _read_toml(path: Path, where: str) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not UTF-8 (byte {exc.start + 1})") from None
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
+        raise ConfigError(f"{where}: {_one_line(exc)}") from None
+    except (ValueError, RecursionError) as exc:  # an integer past the digits Python reads
+        raise ConfigError(f"{where}: {_one_line(exc)}") from None
+    return data
+
+
+def _from_file(path: Path, table: Mapping[str, Setting]) -> dict[str, Any]:
+    where = f"config file {path}"
+    data = _read_toml(path, where)
     section = data.get("gpuallocd", data)
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{where}: gpuallocd must be a table ([gpuallocd])")
     values: dict[str, Any] = {}
     if "limits" in section or "limits" in data:
         values["limits"] = parse_limits(section.get("limits", data.get("limits")), where)

@@ -4,28 +4,24 @@ host it sees (init system, cgroups, clock), and the config's warnings."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
+import stat
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from gpuallocd import __version__
 from gpuallocd.daemon.needs import Need
 from gpuallocd.daemon.sdnotify import watchdog_interval
 from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.dashboard import is_loopback
 from gpuallocd.host import Capabilities, cgroup_version, clock_source, systemd_is_init
 
 __all__ = ["config_warnings", "diagnostics"]
 
 
 def _loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(address.rsplit(":", 1)[0].strip("[]"))
 
 
 def config_warnings(config: DaemonConfig) -> list[str]:
@@ -50,7 +46,33 @@ def config_warnings(config: DaemonConfig) -> list[str]:
         )
     if config.idle_reclaim_minutes is None and config.idle_grace_minutes != 10.0:
         found.append("idle_grace_minutes is set but idle reclaim is off (idle_reclaim_minutes)")
+    for key, path in (
+        ("metrics_textfile", config.metrics_textfile),
+        ("cdi_spec_path", config.cdi_spec_path),
+    ):
+        problem = _shared_directory(path)
+        if problem is not None:
+            found.append(
+                f"{key} = {path!r}: its directory {problem}; the daemon never writes through a "
+                "link there, but others can replace what it writes: give it a directory only "
+                "root may write"
+            )
     return found
+
+
+def _shared_directory(path: str | None) -> str | None:
+    """Why another user could change the directory of `path`, or None."""
+    if path is None:
+        return None
+    try:
+        found = os.stat(Path(path).parent)
+    except OSError:
+        return None  # a missing directory is the start-up check's (needs.py)
+    if found.st_uid not in (0, os.geteuid()):
+        return f"belongs to uid {found.st_uid}"
+    if found.st_mode & 0o022 and not found.st_mode & stat.S_ISVTX:
+        return f"may be written by others (mode {stat.S_IMODE(found.st_mode):#o})"
+    return None
 
 
 def _tracking(stats: dict[str, Any]) -> dict[str, Any]:

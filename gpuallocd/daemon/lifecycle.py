@@ -27,7 +27,6 @@ from typing import Any
 from gpuallocd import __version__
 from gpuallocd.allocator import (
     AllocatorFacade,
-    AllocatorSettings,
     IdleRules,
     LeaseLifecycle,
     SiteRules,
@@ -38,8 +37,9 @@ from gpuallocd.allocator.reservations import forget_members
 from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.limits import ConnectionLimiter, fit_to_open_files, quiet_accept_errors
 from gpuallocd.api.peercred import forget_identities
-from gpuallocd.api.server import UnixApiServer, bind_unix_socket
+from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handlers
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
+from gpuallocd.daemon.allocator_setup import allocator_settings
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
 from gpuallocd.daemon.enforcement_setup import unleased_rules
 from gpuallocd.daemon.housekeeping import Housekeeper
@@ -56,6 +56,7 @@ from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.socketwatch import SocketWatch
 from gpuallocd.daemon.statelock import StateLock
 from gpuallocd.dashboard import DashboardServer
+from gpuallocd.dashboard.server import Handlers
 from gpuallocd.enforcement.devices import DeviceAccess, unit_files
 from gpuallocd.errors import (
     ConfigError,
@@ -180,23 +181,11 @@ class Daemon:
         return tracking
 
     def _facade(self, inventory: Inventory, ledger: Ledger) -> AllocatorFacade:
-        settings = AllocatorSettings(
-            default_policy=self.config.default_policy,
-            default_ttl_seconds=self.config.default_ttl_seconds,
-            max_ttl_seconds=self.config.max_ttl_seconds,
-            shared_gpus=self.config.shared_gpus,
-            share_memory_reserve_bytes=self.config.share_memory_reserve_bytes,
-            share_enforcement=self.config.share_enforcement,
-            queue_order=self.config.queue_order,
-            fair_share_half_life_hours=self.config.fair_share_half_life_hours,
-            fair_share_wait_weight=self.config.fair_share_wait_weight,
-            fair_share_by=self.config.fair_share_by,
-        )
         lifecycle = LeaseLifecycle(
             ledger,
             inventory.topology(),
             clock=self._clock,
-            settings=settings,
+            settings=allocator_settings(self.config),
             rules=site_rules(self.config),
             monotonic=self._monotonic,
         )
@@ -225,13 +214,23 @@ class Daemon:
             observers.append(DeviceAccess(files, lifecycle.leases()))
         return observers[0] if len(observers) == 1 else Observers(*observers)
 
-    def _exporter(self, facade: AllocatorFacade, inventory: Inventory) -> MetricsExporter:
+    def _exporter(
+        self, facade: AllocatorFacade, inventory: Inventory, limiter: ConnectionLimiter
+    ) -> MetricsExporter:
+        """The metrics; its port's connections under the API's limits (`limiter`)."""
         return MetricsExporter(
             self._metrics,
             lambda: take_sample(facade, inventory),
             listen=self.config.metrics_listen,
             textfile=self.config.metrics_textfile,
             interval_seconds=self.config.sample_interval_seconds,
+            handlers=self._handlers(limiter),
+        )
+
+    def _handlers(self, limiter: ConnectionLimiter) -> Handlers:
+        """Connection handlers of a TCP port (metrics, dashboard) under the API's rules."""
+        return functools.partial(
+            limited_handlers, limiter=limiter, head_timeout=self.config.request_head_timeout_seconds
         )
 
     def _limiter(self) -> ConnectionLimiter:
@@ -250,9 +249,12 @@ class Daemon:
             self.config.sample_interval_seconds,
             retention_seconds=self.config.history_retention_days * 86400.0,
         )
-        exporter = self._exporter(facade, inventory)
+        limiter = self._limiter()  # the API socket's, metrics and dashboard ports' connections
+        exporter = self._exporter(facade, inventory, limiter)
         listen = self.config.dashboard_listen
-        dashboard = DashboardServer(facade, ledger.path, self._clock, listen=listen)
+        dashboard = DashboardServer(
+            facade, ledger.path, self._clock, listen=listen, handlers=self._handlers(limiter)
+        )
         started_at = self._clock()
         ctx = ApiContext(
             facade,
@@ -276,7 +278,7 @@ class Daemon:
             app,
             sock,
             grace_seconds=self.config.shutdown_grace_seconds,
-            limiter=self._limiter(),
+            limiter=limiter,
             head_timeout=self.config.request_head_timeout_seconds,
         )
         quiet_accept_errors(asyncio.get_running_loop())

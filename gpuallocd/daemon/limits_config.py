@@ -13,7 +13,6 @@ the key, so a limit never silently fails to apply.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,16 +29,21 @@ _KEYS: dict[str, tuple[bool, float]] = {
     "max_ttl_seconds": (False, 1e-9),
     "max_waiting": (True, 0.0),
     "max_gpu_hours_per_day": (False, 0.0),
+    "max_shares": (True, 0.0),
 }
 _TABLES = ("group", "user")
+MAX_LIMIT = 1e15  # past any real use; a larger (or infinite) value is a mistake
 UNLEASED_KEY = "unleased_use"
 
 
 def _number(value: Any, key: str, where: str) -> float:
     whole, minimum = _KEYS[key]
     number = isinstance(value, int) or (not whole and isinstance(value, float))
-    if isinstance(value, bool) or not number or not math.isfinite(value):
-        raise ConfigError(f"{where}: {key} must be {'an integer' if whole else 'a number'}")
+    if isinstance(value, bool) or not number or not abs(value) <= MAX_LIMIT:
+        raise ConfigError(
+            f"{where}: {key} must be {'an integer' if whole else 'a number'} "
+            f"from 0 to {MAX_LIMIT:.0e}"
+        )
     if value < minimum:
         raise ConfigError(f"{where}: {key} must be {'positive' if minimum else 'at least 0'}")
     return float(value)
@@ -53,12 +57,13 @@ def _limits(table: Mapping[str, Any], where: str, nested: bool) -> Limits:
         elif key != UNLEASED_KEY and not (nested and key in _TABLES):
             known = ", ".join([*_KEYS, UNLEASED_KEY, *(_TABLES if nested else ())])
             raise ConfigError(f"{where}: unknown key {key!r} (known: {known})")
-    waiting = values.get("max_waiting")
+    waiting, shares = values.get("max_waiting"), values.get("max_shares")
     return Limits(
         max_gpus=values.get("max_gpus"),
         max_ttl_seconds=values.get("max_ttl_seconds"),
         max_waiting=None if waiting is None else int(waiting),
         max_gpu_hours_per_day=values.get("max_gpu_hours_per_day"),
+        max_shares=None if shares is None else int(shares),
         unleased_use=_mode(table.get(UNLEASED_KEY), where),
     )
 

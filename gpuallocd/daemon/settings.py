@@ -229,10 +229,14 @@ class DaemonConfig:
         "/dev", "where the GPUs' device files are (`nvidiaN`, `nvidia-caps/`, `dri/`)"
     )
     max_connections_per_user: int = _setting(
-        64, "open connections one uid may hold at once; more are closed at once"
+        64,
+        "open connections one uid (or, on the metrics port, one peer address) may hold at "
+        "once; more are closed at once",
     )
     max_connections: int = _setting(
-        4096, "open connections in all (kept below the open-file limit, `LimitNOFILE=`)"
+        4096,
+        "open connections in all, API socket and metrics port together (kept below the "
+        "open-file limit, `LimitNOFILE=`)",
     )
     root_reserved_connections: int = _setting(
         16, "of `max_connections`, the slots only root may use"

@@ -43,7 +43,7 @@ class Renderer:
         return parts
 
     def _render_live(self, node: NodeNow) -> dict[str, str]:
-        events = self._reader.history(HISTORY_SHOWN)
+        events = self._reader.history(limit=HISTORY_SHOWN)
         return {
             "now": clock_time(node.now),
             "gpus": gpus_html(node, self._user_name),

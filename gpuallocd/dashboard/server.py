@@ -64,6 +64,9 @@ async def _read_only(
     return response
 
 
+Handlers = Callable[[web.Server], Callable[[], asyncio.Protocol]]
+
+
 class DashboardServer:
     """`/` (the page), `/api/live` and `/api/charts` (its parts as JSON), `/static/*`."""
 
@@ -74,9 +77,14 @@ class DashboardServer:
         clock: Callable[[], float],
         *,
         listen: str | None,
+        handlers: Handlers | None = None,
     ) -> None:
         """ConfigError at once when `listen` is not a HOST:PORT the dashboard may use; with
-        no `listen`, start and stop do nothing."""
+        no `listen`, start and stop do nothing. `handlers` makes the port's connection
+        handlers (the daemon gives the API's: counted per peer and in the descriptor budget,
+        closed when idle); aiohttp's own by default."""
+        self._handlers = handlers
+        self._server: asyncio.AbstractServer | None = None
         self._address = parse_dashboard_address(listen) if listen else None
         self._facade = facade
         self._clock = clock
@@ -101,7 +109,7 @@ class DashboardServer:
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         try:
-            await web.TCPSite(self._runner, host, port).start()
+            await self._bind(self._runner, host, port)
         except OSError as exc:
             await self._runner.cleanup()
             self._runner = None
@@ -111,7 +119,17 @@ class DashboardServer:
         shown = f"[{host}]" if ":" in host else host
         log.info("dashboard on http://%s:%d/", shown, port)
 
+    async def _bind(self, runner: web.AppRunner, host: str, port: int) -> None:
+        if self._handlers is None:
+            await web.TCPSite(runner, host, port).start()
+            return
+        assert runner.server is not None
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._handlers(runner.server), host, port)
+
     async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
         if self._runner is not None:
             await self._runner.cleanup()
         self._pool.shutdown(wait=True, cancel_futures=True)

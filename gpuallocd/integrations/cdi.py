@@ -96,8 +96,8 @@ def _replace_atomically(path: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
+            os.fchmod(handle.fileno(), 0o644)  # the file opened, never a name swapped in
             os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuallocd.ledger.reader import LedgerReader
 from gpuallocd.ledger.store import Ledger
 
-__all__ = ["Ledger"]
+__all__ = ["Ledger", "LedgerReader"]

@@ -1,31 +1,37 @@
-"""Reads of the ledger on a connection of their own, for callers on other threads.
+"""A read-only connection of its own for the long reads: history and accounting.
 
-The `Ledger` keeps one connection, used by the allocator on the event loop. A reader that
-must not wait for the loop, nor make the loop wait for it (a page of the dashboard reading
-thirty days of leases), opens its own connection to the same file: WAL lets it read the last
-committed state while the allocator writes. It never writes (`PRAGMA query_only`).
+The writer's connection belongs to the serial worker on the event loop; a read of thousands
+of rows there would hold every other request behind it. These reads go through a second
+connection, opened read-only (`mode=ro`: it can change nothing), from one thread of their
+own. SQLite's write-ahead log lets it read a consistent snapshot while the writer commits,
+and SQLite runs each query without holding Python's GIL; accounting adds up in SQL, so the
+thread hands back a handful of rows, not one per lease.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
+import functools
+import sqlite3
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
+from urllib.parse import quote
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, or_, select
+from sqlalchemy import Connection, case, create_engine, event, func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from gpuallocd.errors import LedgerError
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.rows import event_from_row
-from gpuallocd.ledger.usage_records import UsageRecords
-from gpuallocd.model import HistoryEvent
+from gpuallocd.ledger.usage_records import GPU_COUNT, UsageRecords
+from gpuallocd.model import HistoryEvent, UserUsage
 
 __all__ = ["GpuSpan", "LedgerReader"]
 
-_L, _G = schema.leases, schema.lease_gpus
+_L = schema.leases
+_H = schema.history
+_G = schema.lease_gpus
 
 
 class GpuSpan(NamedTuple):
@@ -38,27 +44,117 @@ class GpuSpan(NamedTuple):
     ended_at: float | None
 
 
+_HISTORY_JSON = """
+WITH names(uid, name) AS ({names})
+SELECT coalesce(json_group_array(json(event)), '[]') FROM (
+  SELECT seq, json_object(
+    'seq', seq, 'lease_id', lease_id, 'event', event,
+    'actor', json_object('uid', actor_uid,
+                         'user', coalesce(names.name, CAST(actor_uid AS TEXT))),
+    'actor_uid', actor_uid,
+    'at', json(printf('%!.17g', at)), 'detail', detail) AS event
+  FROM (SELECT * FROM history {where} ORDER BY seq DESC LIMIT ?) AS last
+  LEFT JOIN names ON names.uid = last.actor_uid
+  ORDER BY seq
+)
+"""
+_ACTORS = """
+SELECT DISTINCT actor_uid FROM (SELECT actor_uid FROM history {where} ORDER BY seq DESC LIMIT ?)
+"""
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """`path` opened read-only (a URI, its path quoted: no character of it is taken for a
+    URI's query or fragment)."""
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    return sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+
+
 class LedgerReader(UsageRecords):
-    """Read-only queries for any thread; the connection is opened at the first read."""
+    """History, accounting and the dashboard's reads over a read-only connection (one
+    thread at a time: the API's reads and the dashboard each have their own reader)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self._engine: Engine | None = None
-        self._lock = threading.Lock()
+        try:
+            self._engine = create_engine(
+                "sqlite://", creator=functools.partial(_connect_read_only, path)
+            )
+
+            @event.listens_for(self._engine, "connect")
+            def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+                dbapi_connection.execute("PRAGMA busy_timeout=5000")
+
+            self._conn = self._engine.connect()
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"cannot open the ledger {path} for reading: {exc}") from exc
 
     def close(self) -> None:
-        if self._engine is not None:
-            self._engine.dispose()
+        self._conn.close()
+        self._engine.dispose()
 
-    def history(self, limit: int) -> list[HistoryEvent]:
-        """The last `limit` history events, oldest first."""
-        query = select(schema.history).order_by(schema.history.c.seq.desc()).limit(limit)
+    def history(self, lease_id: str | None = None, limit: int = 100) -> list[HistoryEvent]:
+        """The last `limit` events (of one lease where given), oldest first."""
+        query = select(_H).order_by(_H.c.seq.desc()).limit(limit)
+        if lease_id is not None:
+            query = query.where(_H.c.lease_id == lease_id)
         with self._read() as conn:
             rows = conn.execute(query).mappings().all()
         return [event_from_row(r) for r in reversed(rows)]
 
+    def history_json(
+        self,
+        lease_id: str | None = None,
+        limit: int = 100,
+        user_name: Callable[[int], str] = str,
+    ) -> str:
+        """`history` as a JSON array of `HistoryEvent.to_json(user_name(actor_uid))`
+        objects, built by SQLite itself: the thread holds Python's lock only to look up the
+        few actors' names and to hand the text over, not for every event (times are printed
+        with 17 digits, so each reads back as the same float)."""
+        where, params = ("WHERE lease_id = ?", (lease_id, limit)) if lease_id else ("", (limit,))
+        with self._read() as conn:
+            uids = conn.exec_driver_sql(_ACTORS.format(where=where), params).scalars().all()
+            names = [(uid, user_name(uid)) for uid in uids]
+            rows = " UNION ALL ".join("SELECT ?, ?" for _ in names) or "SELECT NULL, NULL WHERE 0"
+            values = tuple(v for pair in names for v in pair)
+            query = _HISTORY_JSON.format(names=rows, where=where)
+            text = conn.exec_driver_sql(query, values + params).scalar_one()
+        return str(text)
+
+    def has_lease(self, lease_id: str) -> bool:
+        with self._read() as conn:
+            return conn.execute(select(_L.c.id).where(_L.c.id == lease_id)).first() is not None
+
+    def usage(self, since: float, until: float) -> list[UserUsage]:
+        """Each user's GPU-hours, leases and waiting inside [since, until], added up in SQL
+        as `model.usage_by_user` adds up spans; most GPU-hours first."""
+        end = func.min(func.coalesce(_L.c.ended_at, until), until)
+        held = func.max(end - func.max(_L.c.created_at, since), 0.0)
+        created_inside = (_L.c.created_at >= since) & (_L.c.created_at < until)
+        query = (
+            select(
+                _L.c.owner_uid,
+                func.max(_L.c.owner_name).label("name"),
+                func.total(GPU_COUNT * held).label("seconds"),
+                func.total(case((created_inside, 1), else_=0)).label("leases"),
+                func.total(case((created_inside, _L.c.waited_seconds), else_=0.0)).label("waited"),
+            )
+            .where((_L.c.ended_at.is_(None)) | (_L.c.ended_at > since), _L.c.created_at < until)
+            .group_by(_L.c.owner_uid)
+        )
+        with self._read() as conn:
+            rows = conn.execute(query).mappings().all()
+        found = [
+            UserUsage(
+                r["owner_uid"], r["name"], r["seconds"] / 3600.0, int(r["leases"]), r["waited"]
+            )
+            for r in rows
+        ]
+        return sorted(found, key=lambda u: (-u.gpu_hours, u.user))
+
     def gpu_spans(self, since: float, until: float) -> list[GpuSpan]:
-        """Each lease on each GPU held at some time inside [since, until)."""
+        """Each lease on each GPU held at some time inside [since, until) (the dashboard's
+        timeline)."""
         query = (
             select(
                 func.coalesce(_G.c.gpu_of, _G.c.gpu_uuid),
@@ -77,27 +173,14 @@ class LedgerReader(UsageRecords):
     @contextmanager
     def _read(self) -> Iterator[Connection]:
         try:
-            with self._connect() as conn:
-                yield conn
+            yield self._conn
         except SQLAlchemyError as exc:
             raise LedgerError(f"the ledger read failed: {exc}") from exc
-
-    def _connect(self) -> Connection:
-        with self._lock:
-            if self._engine is None:
-                self._engine = _read_engine(self.path)
-        return self._engine.connect()
+        finally:
+            if self._conn.in_transaction():
+                self._conn.rollback()  # end the read's snapshot
 
 
-def _read_engine(path: Path) -> Engine:
-    engine = create_engine(
-        f"sqlite:///{path}", connect_args={"check_same_thread": False, "timeout": 5.0}
-    )
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA query_only=ON")
-        cursor.close()
-
-    return engine
+def _user_usage(row: Any) -> UserUsage:
+    hours = float(row["seconds"]) / 3600.0
+    return UserUsage(row["owner_uid"], row["name"], hours, int(row["leases"]), float(row["waited"]))

@@ -41,6 +41,7 @@ from gpuallocd.ledger import schema
 from gpuallocd.ledger.admin_records import AdminRecords
 from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
+from gpuallocd.ledger.reader import LedgerReader
 from gpuallocd.ledger.reservation_records import ReservationRecords
 from gpuallocd.ledger.rows import (
     event_from_row,
@@ -141,6 +142,11 @@ class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords):
         self._hot.close()
         self._conn.close()
         self._engine.dispose()
+
+    def reader(self) -> LedgerReader:
+        """A read-only connection of its own to this ledger, for long reads off the writer's
+        path (history, accounting)."""
+        return LedgerReader(self.path)
 
     def schema_version(self) -> int:
         with self._read() as conn:

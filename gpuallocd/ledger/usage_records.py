@@ -8,11 +8,11 @@ from gpuallocd.ledger import schema
 from gpuallocd.ledger.access import LedgerAccess
 from gpuallocd.model import LeaseSpan
 
-__all__ = ["UsageRecords"]
+__all__ = ["GPU_COUNT", "UsageRecords"]
 
 _L = schema.leases
 # A lease counts for the GPUs it holds, a share or a MIG instance by its fraction of one.
-_GPU_COUNT = (
+GPU_COUNT = (
     select(func.coalesce(func.sum(schema.lease_gpus.c.fraction), 0.0))
     .select_from(schema.lease_gpus)
     .where(schema.lease_gpus.c.lease_id == _L.c.id)
@@ -31,7 +31,7 @@ class UsageRecords(LedgerAccess):
             _L.c.created_at,
             _L.c.ended_at,
             _L.c.waited_seconds,
-            _GPU_COUNT.label("gpus"),
+            GPU_COUNT.label("gpus"),
         ).where(or_(_L.c.ended_at.is_(None), _L.c.ended_at > since), _L.c.created_at < until)
         if uid is not None:
             query = query.where(_L.c.owner_uid == uid)

@@ -4,6 +4,11 @@ The endpoint is an aiohttp site on the daemon's own event loop, not prometheus-c
 HTTP server: that server answers from a thread of its own, and the node's state (GPU status,
 leases, the queue) is read through the allocator's façade, which runs on the event loop and
 takes no locks. A scrape here awaits that read like any API request, then renders.
+
+The port's connections are made by `handlers` (the daemon gives the API's: each connection
+counted per peer address and, with the API socket's, against the daemon's descriptor
+budget; closed when its first request is late or it idles), so a flood of idle connections
+to the metrics port takes nothing from the API's users.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ __all__ = ["MetricsExporter"]
 log = logging.getLogger(__name__)
 
 Sampler = Callable[[], Awaitable[NodeSample]]
+Handlers = Callable[[web.Server], Callable[[], asyncio.Protocol]]
 
 
 class MetricsExporter:
@@ -40,14 +46,18 @@ class MetricsExporter:
         listen: str | None,
         textfile: str | None,
         interval_seconds: float,
+        handlers: Handlers | None = None,
     ) -> None:
-        """ConfigError at once when `listen` is not HOST:PORT."""
+        """ConfigError at once when `listen` is not HOST:PORT. `handlers` makes the port's
+        connection handlers from the application's server (aiohttp's own by default)."""
         self._metrics = metrics
         self._sampler = sampler
         self._address = parse_listen_address(listen) if listen else None
         self._textfile = Path(textfile) if textfile else None
         self._interval = interval_seconds
+        self._handlers = handlers
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.AbstractServer | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -61,6 +71,8 @@ class MetricsExporter:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._server is not None:
+            self._server.close()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -70,7 +82,7 @@ class MetricsExporter:
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         try:
-            await web.TCPSite(self._runner, host, port).start()
+            await self._bind(self._runner, host, port)
         except OSError as exc:
             await self._runner.cleanup()
             self._runner = None
@@ -78,6 +90,14 @@ class MetricsExporter:
                 f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
             ) from exc
         log.info("metrics on http://%s/metrics", _url_host(host, port))
+
+    async def _bind(self, runner: web.AppRunner, host: str, port: int) -> None:
+        if self._handlers is None:
+            await web.TCPSite(runner, host, port).start()
+            return
+        assert runner.server is not None
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._handlers(runner.server), host, port)
 
     async def _scrape(self, request: web.Request) -> web.Response:
         try:

@@ -50,6 +50,20 @@ def _run(argv: Sequence[str], timeout: float, **options: object) -> None:
         raise RuntimeError(f"{argv[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
 
 
+def _remove_tree(tree: Path) -> None:
+    """Remove a cut-off debootstrap's tree: first what it left mounted inside (its /proc),
+    deepest first, so that nothing is deleted through a mount."""
+    inside = str(tree.resolve()) + "/"
+    mounts = [
+        line.split(" ")[1]
+        for line in Path("/proc/self/mounts").read_text().splitlines()
+        if line.split(" ")[1].startswith(inside)
+    ]
+    for point in sorted(mounts, key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], check=False)
+    shutil.rmtree(tree, ignore_errors=True)
+
+
 def build_root() -> Path:
     """The cached root file system, built by debootstrap on first use (about a minute)."""
     key = hashlib.sha256(f"{SUITE} {' '.join(PACKAGES)}".encode()).hexdigest()[:12]
@@ -57,7 +71,7 @@ def build_root() -> Path:
     if (root / "usr" / "lib" / "systemd" / "systemd").exists():
         return root
     for stale in root.parent.glob(f"{root.name}.building-*"):  # a build cut off earlier
-        shutil.rmtree(stale, ignore_errors=True)
+        _remove_tree(stale)
     building = root.with_name(root.name + f".building-{os.getpid()}")
     building.parent.mkdir(parents=True, exist_ok=True)
     _run(
