@@ -137,3 +137,44 @@ def test_idle_metrics_connections_leave_the_api_to_users_and_root(
         timeout=30,
     )
     assert scrape.returncode == 0, scrape.stderr
+
+
+@pytest.fixture
+def dashboarded(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> Iterator[tuple[ProcessDaemon, int]]:
+    """A daemon with the dashboard on a local port and 256 open files."""
+    open_to_everyone(short_dir)
+    port = free_port()
+    daemon = LowFileLimitDaemon(
+        paths, default_policy="simple", dashboard_listen=f"127.0.0.1:{port}"
+    )
+    daemon.start()
+    yield daemon, port
+    daemon.kill()
+
+
+def test_idle_dashboard_connections_leave_the_api_to_users_and_root(
+    dashboarded: tuple[ProcessDaemon, int], system_users: SystemUsers
+) -> None:
+    """The dashboard's port is under the same rules: 1,100 idle connections to it leave the
+    API to alice and root, and an idle one is closed once its first request is late."""
+    daemon, port = dashboarded
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(1100):
+            conn = socket.socket()
+            conn.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                conn.connect(("127.0.0.1", port))
+            idle.append(conn)
+        with daemon.client(timeout=10) as root:
+            assert len(root.status()) == 4
+        done = system_users.run("alice", ["-c", STATUS, str(daemon.paths.socket)], timeout=30)
+        assert (done.returncode, done.stdout.strip()) == (0, "4"), done.stderr
+    finally:
+        for conn in idle:
+            conn.close()
+    with socket.create_connection(("127.0.0.1", port)) as one:
+        one.setblocking(False)
+        wait_for(lambda: closed_by_daemon(one), 30, what="an idle connection closed")
