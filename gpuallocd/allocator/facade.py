@@ -79,7 +79,10 @@ class AllocatorFacade:
         )
         order = QueueOrder(lifecycle.settings, ledger, clock)
         self._queue = WaitQueue(lifecycle, self._worker, clock, order)
-        self.scheduling = SchedulingDesk(lifecycle, ledger, self._worker, self._queue, order, clock)
+        self._reads = LongReads(ledger)  # history, accounting: off the loop (long_reads.py)
+        self.scheduling = SchedulingDesk(
+            lifecycle, ledger, self._worker, self._queue, order, clock, self._reads
+        )
         self._reclaimer = IdleReclaimer(
             lifecycle, self._worker, self._queue, idle or IdleRules(), clock
         )
@@ -91,9 +94,6 @@ class AllocatorFacade:
         self.health = HealthNotices(lifecycle)
         self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
         self.revoke_grace_seconds = revoke_grace_seconds
-        # Long reads (history, accounting): a read-only connection in a thread of their own,
-        # so no read of one user holds another's request on the event loop.
-        self._reads = LongReads(ledger)
 
     @property
     def topology(self) -> Topology:

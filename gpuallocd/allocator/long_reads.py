@@ -16,11 +16,12 @@ from typing import Any, TypeVar
 
 from gpuallocd.errors import UnknownLease
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import HistoryEvent, UserUsage
+from gpuallocd.model import HistoryEvent, LeaseSpan, UserUsage
 
-__all__ = ["LongReads"]
+__all__ = ["LeaseSpans", "LongReads"]
 
 T = TypeVar("T")
+LeaseSpans = Callable[[float, float], list[LeaseSpan]]
 
 
 class LongReads:
@@ -45,6 +46,11 @@ class LongReads:
 
     async def usage(self, since: float, until: float) -> list[UserUsage]:
         return await self._off_loop(self._reader.usage, since, until)
+
+    async def lease_spans_of(self, use: Callable[[LeaseSpans], T]) -> T:
+        """`use(lease_spans)` in the reads thread, where `lease_spans(since, until)` reads
+        the read-only connection (fair share's decayed use of a week of leases)."""
+        return await self._off_loop(use, self._reader.lease_spans)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Protocol, TypeVar
 
+from gpuallocd.allocator.long_reads import LeaseSpans
 from gpuallocd.allocator.specs import AllocatorSettings
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller
@@ -111,11 +112,15 @@ class QueueOrder:
         own = -self._cached_usage(self._clock()).get(self.account(caller), 0.0)
         return [w for w, p in self.arrange(waiters) if p is None or p.priority >= own]
 
-    def usage(self, now: float | None = None) -> dict[str, float]:
-        """Each account's decayed GPU-hours now (read from the ledger)."""
+    def usage(
+        self, now: float | None = None, lease_spans: LeaseSpans | None = None
+    ) -> dict[str, float]:
+        """Each account's decayed GPU-hours now, from `lease_spans` (the ledger's own
+        connection by default; a reader's off the event loop for `usage`)."""
         at = self._clock() if now is None else now
         half_life = self._settings.fair_share_half_life_hours
-        spans = self._ledger.lease_spans(at - horizon_seconds(half_life), at)
+        read = self._ledger.lease_spans if lease_spans is None else lease_spans
+        spans = read(at - horizon_seconds(half_life), at)
         account_of = None
         if self._settings.fair_share_by == "group":
             account_of = {s.owner_uid: _primary_group_of(s.owner_uid) for s in spans}

@@ -3,12 +3,14 @@ reservations (docs/scheduling.md). Each method runs its work through the serial 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from gpuallocd.allocator import reserve as advance
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.long_reads import LongReads
 from gpuallocd.allocator.queue_order import QueueOrder
 from gpuallocd.allocator.reserve import ReserveSpec
 from gpuallocd.allocator.waitqueue import WaitQueue
@@ -32,7 +34,9 @@ class SchedulingDesk:
         queue: WaitQueue,
         order: QueueOrder,
         clock: Callable[[], float],
+        reads: LongReads,
     ) -> None:
+        self._reads = reads
         self._clock = clock
         self._lifecycle = lifecycle
         self._ledger = ledger
@@ -45,8 +49,10 @@ class SchedulingDesk:
         return self._order.name
 
     async def fair_share_usage(self) -> dict[str, float]:
-        """Each account's decayed GPU-hours now (the figure fair share orders by)."""
-        return await self._worker.run(self._order.usage)
+        """Each account's decayed GPU-hours now (the figure fair share orders by), read off
+        the event loop: a week of leases is no short read."""
+        now = self._clock()
+        return await self._reads.lease_spans_of(functools.partial(self._order.usage, now))
 
     async def reserve(self, caller: Caller, spec: ReserveSpec) -> dict[str, Any]:
         return await self._worker.run(self._reserve, caller, spec)
