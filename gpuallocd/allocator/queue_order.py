@@ -126,8 +126,18 @@ class QueueOrder:
             account_of = {s.owner_uid: _primary_group_of(s.owner_uid) for s in spans}
         return decayed_gpu_hours(spans, at, half_life, account_of)
 
+    def stale(self, now: float) -> bool:
+        """Whether the decayed figures are older than USAGE_REFRESH_SECONDS (a fair queue)."""
+        at = self._usage_at
+        return self.fair and (at is None or abs(now - at) >= USAGE_REFRESH_SECONDS)
+
+    def refresh(self, usage: dict[str, float], at: float) -> None:
+        """Figures read off the event loop (`SchedulingDesk.tick`) as of `at`."""
+        self._usage, self._usage_at = usage, at
+
     def _cached_usage(self, now: float) -> dict[str, float]:
-        stale = self._usage_at is None or abs(now - self._usage_at) >= USAGE_REFRESH_SECONDS
-        if stale:
-            self._usage, self._usage_at = self.usage(now), now
+        """The figures of the last refresh; read here, on the loop, only the first time
+        (the reads thread refreshes them once a minute after)."""
+        if self._usage_at is None:
+            self.refresh(self.usage(now), now)
         return self._usage

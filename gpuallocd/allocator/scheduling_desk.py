@@ -51,8 +51,8 @@ class SchedulingDesk:
     async def fair_share_usage(self) -> dict[str, float]:
         """Each account's decayed GPU-hours now (the figure fair share orders by), read off
         the event loop: a week of leases is no short read."""
-        now = self._clock()
-        return await self._reads.lease_spans_of(functools.partial(self._order.usage, now))
+        use = functools.partial(self._order.usage, self._clock())
+        return await self._reads.lease_spans_of(use)
 
     async def reserve(self, caller: Caller, spec: ReserveSpec) -> dict[str, Any]:
         return await self._worker.run(self._reserve, caller, spec)
@@ -87,7 +87,11 @@ class SchedulingDesk:
         return await self._worker.run(advance.reserved_hours, self._ledger, since, until)
 
     async def tick(self) -> None:
-        """Record reservations that started or ended; one that ended frees its GPUs."""
+        """Record reservations that started or ended; one that ended frees its GPUs. Fair
+        share's figures are read again off the event loop once a minute."""
+        now = self._clock()
+        if self._order.stale(now):
+            self._order.refresh(await self.fair_share_usage(), now)
         board = self._lifecycle.reservations
         if not board.due(self._clock()):
             return  # nothing to record: no call on the worker
