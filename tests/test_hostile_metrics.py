@@ -104,13 +104,9 @@ def metered(
     daemon.kill()
 
 
-def test_idle_metrics_connections_leave_the_api_to_users_and_root(
-    metered: tuple[ProcessDaemon, int], system_users: SystemUsers
-) -> None:
-    """1,100 idle connections to the metrics port: the API still answers alice and root at
-    once; an idle connection is closed once its first request is late; a scrape is
-    answered after."""
-    daemon, port = metered
+def flood_then_check_the_api(daemon: ProcessDaemon, port: int, users: SystemUsers) -> None:
+    """1,100 idle connections to `port`: the API still answers root and alice at once; an
+    idle connection is closed once its first request is late."""
     idle: list[socket.socket] = []
     try:
         for _ in range(1100):
@@ -121,7 +117,7 @@ def test_idle_metrics_connections_leave_the_api_to_users_and_root(
             idle.append(conn)
         with daemon.client(timeout=10) as root:
             assert len(root.status()) == 4
-        done = system_users.run("alice", ["-c", STATUS, str(daemon.paths.socket)], timeout=30)
+        done = users.run("alice", ["-c", STATUS, str(daemon.paths.socket)], timeout=30)
         assert (done.returncode, done.stdout.strip()) == (0, "4"), done.stderr
     finally:
         for conn in idle:
@@ -129,6 +125,15 @@ def test_idle_metrics_connections_leave_the_api_to_users_and_root(
     with socket.create_connection(("127.0.0.1", port)) as one:
         one.setblocking(False)
         wait_for(lambda: closed_by_daemon(one), 30, what="an idle connection closed")
+
+
+def test_idle_metrics_connections_leave_the_api_to_users_and_root(
+    metered: tuple[ProcessDaemon, int], system_users: SystemUsers
+) -> None:
+    """1,100 idle connections to the metrics port leave the API to alice and root; a scrape
+    is answered after."""
+    daemon, port = metered
+    flood_then_check_the_api(daemon, port, system_users)
     url = f"http://127.0.0.1:{port}/metrics"
     scrape = subprocess.run(
         [sys.executable, "-c", f"import urllib.request as u; u.urlopen({url!r}, timeout=10)"],
@@ -157,24 +162,6 @@ def dashboarded(
 def test_idle_dashboard_connections_leave_the_api_to_users_and_root(
     dashboarded: tuple[ProcessDaemon, int], system_users: SystemUsers
 ) -> None:
-    """The dashboard's port is under the same rules: 1,100 idle connections to it leave the
-    API to alice and root, and an idle one is closed once its first request is late."""
+    """The dashboard's port is under the same rules as the metrics port."""
     daemon, port = dashboarded
-    idle: list[socket.socket] = []
-    try:
-        for _ in range(1100):
-            conn = socket.socket()
-            conn.setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                conn.connect(("127.0.0.1", port))
-            idle.append(conn)
-        with daemon.client(timeout=10) as root:
-            assert len(root.status()) == 4
-        done = system_users.run("alice", ["-c", STATUS, str(daemon.paths.socket)], timeout=30)
-        assert (done.returncode, done.stdout.strip()) == (0, "4"), done.stderr
-    finally:
-        for conn in idle:
-            conn.close()
-    with socket.create_connection(("127.0.0.1", port)) as one:
-        one.setblocking(False)
-        wait_for(lambda: closed_by_daemon(one), 30, what="an idle connection closed")
+    flood_then_check_the_api(daemon, port, system_users)
