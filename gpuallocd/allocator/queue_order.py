@@ -126,18 +126,24 @@ class QueueOrder:
             account_of = {s.owner_uid: _primary_group_of(s.owner_uid) for s in spans}
         return decayed_gpu_hours(spans, at, half_life, account_of)
 
-    def stale(self, now: float) -> bool:
-        """Whether the decayed figures are older than USAGE_REFRESH_SECONDS (a fair queue)."""
-        at = self._usage_at
-        return self.fair and (at is None or abs(now - at) >= USAGE_REFRESH_SECONDS)
+    def due(self, now: float) -> bool:
+        """Whether the decayed figures should be read again ahead of need (a fair queue whose
+        figures are half their life old): the reads thread does it, so arranging the queue
+        on the loop seldom has to."""
+        return self.fair and self._age(now) >= USAGE_REFRESH_SECONDS / 2
 
     def refresh(self, usage: dict[str, float], at: float) -> None:
-        """Figures read off the event loop (`SchedulingDesk.tick`) as of `at`."""
-        self._usage, self._usage_at = usage, at
+        """Figures as of `at` (read off the event loop by `SchedulingDesk.tick`); older ones
+        than those held are dropped."""
+        if self._usage_at is None or at >= self._usage_at:
+            self._usage, self._usage_at = usage, at
+
+    def _age(self, now: float) -> float:
+        return float("inf") if self._usage_at is None else abs(now - self._usage_at)
 
     def _cached_usage(self, now: float) -> dict[str, float]:
-        """The figures of the last refresh; read here, on the loop, only the first time
-        (the reads thread refreshes them once a minute after)."""
-        if self._usage_at is None:
+        """Figures of less than USAGE_REFRESH_SECONDS ago; read here, on the loop, only where
+        the refresh ahead of need has not come (the first time, or the clock jumped)."""
+        if self._age(now) >= USAGE_REFRESH_SECONDS:
             self.refresh(self.usage(now), now)
         return self._usage

@@ -88,9 +88,9 @@ class SchedulingDesk:
 
     async def tick(self) -> None:
         """Record reservations that started or ended; one that ended frees its GPUs. Fair
-        share's figures are read again off the event loop once a minute."""
+        share's figures are read again off the event loop before they go stale."""
         now = self._clock()
-        if self._order.stale(now):
+        if self._order.due(now):
             self._order.refresh(await self.fair_share_usage(), now)
         board = self._lifecycle.reservations
         if not board.due(self._clock()):
