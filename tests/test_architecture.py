@@ -29,7 +29,7 @@ ALLOWED = {
     "allocator": {"model", "policies", "ledger", "processes", "enforcement"},
     "enforcement": {"model", "integrations", "processes"},
     "api": {"model", "allocator", "policies", "topology"},
-    "metrics": {"model", "allocator", "inventory"},
+    "metrics": {"model", "allocator", "api", "inventory"},
     "charts": {"model"},
     "dashboard": {"model", "allocator", "api", "charts", "ledger"},
     "host": set(),

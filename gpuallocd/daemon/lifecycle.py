@@ -38,6 +38,7 @@ from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.limits import ConnectionLimiter, fit_to_open_files, quiet_accept_errors
 from gpuallocd.api.peercred import forget_identities
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handlers
+from gpuallocd.api.tcp_site import Handlers
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.allocator_setup import allocator_settings
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
@@ -56,7 +57,6 @@ from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.socketwatch import SocketWatch
 from gpuallocd.daemon.statelock import StateLock
 from gpuallocd.dashboard import DashboardServer
-from gpuallocd.dashboard.server import Handlers
 from gpuallocd.enforcement.devices import DeviceAccess, unit_files
 from gpuallocd.errors import (
     ConfigError,

@@ -22,11 +22,12 @@ from aiohttp import hdrs, web
 
 from gpuallocd.allocator import AllocatorFacade
 from gpuallocd.api.peercred import user_name
+from gpuallocd.api.tcp_site import Handlers, TcpSite
 from gpuallocd.dashboard.address import parse_dashboard_address
 from gpuallocd.dashboard.admission import TokenBucket
 from gpuallocd.dashboard.render import Renderer
 from gpuallocd.dashboard.source import NodeNow, read_node
-from gpuallocd.errors import GpuallocError, StateUnusable
+from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger.reader import LedgerReader
 
 __all__ = ["DashboardServer"]
@@ -64,9 +65,6 @@ async def _read_only(
     return response
 
 
-Handlers = Callable[[web.Server], Callable[[], asyncio.Protocol]]
-
-
 class DashboardServer:
     """`/` (the page), `/api/live` and `/api/charts` (its parts as JSON), `/static/*`."""
 
@@ -84,7 +82,6 @@ class DashboardServer:
         handlers (the daemon gives the API's: counted per peer and in the descriptor budget,
         closed when idle); aiohttp's own by default."""
         self._handlers = handlers
-        self._server: asyncio.AbstractServer | None = None
         self._address = parse_dashboard_address(listen) if listen else None
         self._facade = facade
         self._clock = clock
@@ -94,7 +91,7 @@ class DashboardServer:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard")
         self._in_flight = 0
         self._bucket = TokenBucket(MAX_PER_SECOND, time.monotonic)
-        self._runner: web.AppRunner | None = None
+        self._site: TcpSite | None = None
 
     async def start(self) -> None:
         """Listen; StateUnusable when the address cannot be bound."""
@@ -106,32 +103,14 @@ class DashboardServer:
         app.router.add_get("/api/live", self._live)
         app.router.add_get("/api/charts", self._charts)
         app.router.add_get("/static/{name}", self._static)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        try:
-            await self._bind(self._runner, host, port)
-        except OSError as exc:
-            await self._runner.cleanup()
-            self._runner = None
-            raise StateUnusable(
-                f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}"
-            ) from exc
+        self._site = TcpSite(app, self._handlers)
+        await self._site.start(host, port, "the dashboard")
         shown = f"[{host}]" if ":" in host else host
         log.info("dashboard on http://%s:%d/", shown, port)
 
-    async def _bind(self, runner: web.AppRunner, host: str, port: int) -> None:
-        if self._handlers is None:
-            await web.TCPSite(runner, host, port).start()
-            return
-        assert runner.server is not None
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._handlers(runner.server), host, port)
-
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._site is not None:
+            await self._site.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._reader.close()
 

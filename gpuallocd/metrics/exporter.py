@@ -20,7 +20,8 @@ from pathlib import Path
 
 from aiohttp import hdrs, web
 
-from gpuallocd.errors import GpuallocError, StateUnusable
+from gpuallocd.api.tcp_site import Handlers, TcpSite
+from gpuallocd.errors import GpuallocError
 from gpuallocd.metrics.address import parse_listen_address
 from gpuallocd.metrics.instruments import DaemonMetrics
 from gpuallocd.metrics.node import NodeSample
@@ -32,7 +33,6 @@ __all__ = ["MetricsExporter"]
 log = logging.getLogger(__name__)
 
 Sampler = Callable[[], Awaitable[NodeSample]]
-Handlers = Callable[[web.Server], Callable[[], asyncio.Protocol]]
 
 
 class MetricsExporter:
@@ -55,9 +55,8 @@ class MetricsExporter:
         self._address = parse_listen_address(listen) if listen else None
         self._textfile = Path(textfile) if textfile else None
         self._interval = interval_seconds
+        self._site: TcpSite | None = None
         self._handlers = handlers
-        self._runner: web.AppRunner | None = None
-        self._server: asyncio.AbstractServer | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -71,33 +70,15 @@ class MetricsExporter:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self._server is not None:
-            self._server.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._site is not None:
+            await self._site.stop()
 
     async def _listen(self, host: str, port: int) -> None:
         app = web.Application()
         app.router.add_get("/metrics", self._scrape)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        try:
-            await self._bind(self._runner, host, port)
-        except OSError as exc:
-            await self._runner.cleanup()
-            self._runner = None
-            raise StateUnusable(
-                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
-            ) from exc
+        self._site = TcpSite(app, self._handlers)
+        await self._site.start(host, port, "metrics")
         log.info("metrics on http://%s/metrics", _url_host(host, port))
-
-    async def _bind(self, runner: web.AppRunner, host: str, port: int) -> None:
-        if self._handlers is None:
-            await web.TCPSite(runner, host, port).start()
-            return
-        assert runner.server is not None
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._handlers(runner.server), host, port)
 
     async def _scrape(self, request: web.Request) -> web.Response:
         try:
