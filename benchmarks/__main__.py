@@ -20,14 +20,14 @@ from pathlib import Path
 
 from benchmarks.daemon import INVENTORY, RunningDaemon, running_daemon
 from benchmarks.dashboard import dashboard_rows
+from benchmarks.floor import measure_floor
 from benchmarks.genv import genv_python, measure_genv
 from benchmarks.http_floor import capture_answers, serving_http_floor
+from benchmarks.load import BenchResult, run_bench
 from benchmarks.policies import policy_rows
 from benchmarks.process_tracking import process_tracking_rows
 from benchmarks.reads import read_rows
 from benchmarks.startup import cli_run_ms, compile_bytecode, python_pass_ms
-from gpuallocd.cli.floor import measure_floor
-from gpuallocd.cli.load import BenchResult, run_bench
 
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks.daemon import RunningDaemon, running_daemon
-from gpuallocd.cli.load import BenchResult, run_bench
+from benchmarks.load import BenchResult, run_bench
 
 Row = tuple[str, str, str, str]
 

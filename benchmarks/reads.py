@@ -15,7 +15,7 @@ from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 
 from benchmarks.daemon import INVENTORY, running_daemon
-from gpuallocd.cli.load import run_bench
+from benchmarks.load import run_bench
 from gpuallocd.inventory import open_inventory
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Lease, LeasedGpu, LeaseState

@@ -20,7 +20,7 @@ from typing import Any
 
 from gpulease import Client, DaemonUnavailable
 
-from gpuallocd.allocator.deadlines import boottime
+from gpuallocd.allocator.leases.deadlines import boottime
 from gpuallocd.daemon import Daemon
 from gpuallocd.daemon.config import load_config
 from gpuallocd.inventory import Inventory, open_inventory

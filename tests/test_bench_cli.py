@@ -1,22 +1,31 @@
-"""`gpuallocctl bench`: the bare socket client and the floor measured in the same run."""
+"""`python -m benchmarks.bench`: the bare socket client and the floor measured in the same run."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.harness import ThreadDaemon
-from tests.test_cli import ctl_process
+
+
+def bench_process(daemon: ThreadDaemon, *args: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "benchmarks.bench", "--socket", str(daemon.paths.socket), *args]
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root
+    )
 
 
 @pytest.mark.parametrize("raw", [False, True])
 def test_bench_drives_the_daemon_through_either_client(daemon: ThreadDaemon, raw: bool) -> None:
     """gpulease or the bare HTTP client: pairs are granted and freed, none refused or failed,
     and no lease is left behind."""
-    args = ["bench", "--clients", "2", "--seconds", "0.3", "--json", *(["--raw"] if raw else [])]
-    out, err = ctl_process(daemon, *args).communicate(timeout=60)
+    args = ["--clients", "2", "--seconds", "0.3", "--json", *(["--raw"] if raw else [])]
+    out, err = bench_process(daemon, *args).communicate(timeout=60)
     result = json.loads(out)
     assert result["pairs"] > 0 and result["errors"] == 0 and result["refused"] == 0, err
     assert "floor" not in result
@@ -31,8 +40,8 @@ def test_bench_floor_measures_the_socket_and_a_durable_commit(
     the scratch database is removed afterwards."""
     state = short_dir / "disk"
     state.mkdir()
-    args = ["bench", "--raw", "--seconds", "0.2", "--floor", "--state-dir", str(state), "--json"]
-    out, err = ctl_process(daemon, *args).communicate(timeout=120)
+    args = ["--raw", "--seconds", "0.2", "--floor", "--state-dir", str(state), "--json"]
+    out, err = bench_process(daemon, *args).communicate(timeout=120)
     floor = json.loads(out)["floor"]
     assert floor["round_trip_us"] > 0 and floor["commit_us"] > 0, err
     assert floor["pair_ms"] == pytest.approx(
@@ -43,6 +52,6 @@ def test_bench_floor_measures_the_socket_and_a_durable_commit(
 
 def test_bench_floor_in_text_gives_the_ratio(daemon: ThreadDaemon, short_dir: Path) -> None:
     """The text output names the floor and the daemon's multiple of it."""
-    args = ["bench", "--raw", "--seconds", "0.2", "--floor", "--state-dir", str(short_dir)]
-    out, err = ctl_process(daemon, *args).communicate(timeout=120)
+    args = ["--raw", "--seconds", "0.2", "--floor", "--state-dir", str(short_dir)]
+    out, err = bench_process(daemon, *args).communicate(timeout=120)
     assert "floor: socket round trip p50" in out and "x the floor" in out, err

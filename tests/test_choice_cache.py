@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuallocd.allocator.choices import ChoiceCache
-from gpuallocd.allocator.node_view import NodeView
+from gpuallocd.allocator.leases.choices import ChoiceCache
+from gpuallocd.allocator.leases.node_view import NodeView
 from gpuallocd.model import GpuProcess, Lease, LeasedGpu, LiveState
 from gpuallocd.policies import NodeSnapshot, get_policy
 from gpuallocd.policies.base import AllocationRequest, Choice

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from gpulease import parse_size
 
 from gpuallocd.cli import cli
-from gpuallocd.cli.units import format_duration, parse_duration
+from gpuallocd.cli.quantities import format_duration, parse_duration
 from tests.harness import ThreadDaemon
 
 

@@ -47,7 +47,7 @@ def test_a_command_loads_only_its_own_module() -> None:
         "ctx = cli.make_context('gpuallocctl', ['run'], resilient_parsing=True)\n"
         "cli.get_command(ctx, 'run')\n"
         "heavy = ('gpuallocd.planning', 'gpuallocd.policies', 'gpuallocd.topology',"
-        " 'gpuallocd.cli.plan', 'gpuallocd.cli.status')\n"
+        " 'gpuallocd.cli.offline.plan', 'gpuallocd.cli.looking.status')\n"
         "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
     )
     assert loaded == "[]"
@@ -61,7 +61,7 @@ def test_run_loads_neither_the_local_errors_nor_the_waiting_line_nor_http_client
         "ctx = cli.make_context('gpuallocctl', ['run', '--', 'true'])\n"
         "cli.get_command(ctx, 'run')\n"
         "import gpulease, gpulease.renewer\n"
-        "unwanted = ('gpuallocd.errors', 'gpuallocd.cli.waiting', 'gpuallocd.cli.output',"
+        "unwanted = ('gpuallocd.errors', 'gpuallocd.cli.leasing.waiting', 'gpuallocd.cli.output',"
         " 'gpuallocd.cli.style', 'http.client', 'email', 'secrets')\n"
         "print(sorted(m for m in sys.modules if m.startswith(unwanted)))"
     )

@@ -128,7 +128,7 @@ def test_json_and_socket_go_before_or_after_the_command(daemon: ThreadDaemon) ->
 
 def test_colour_on_a_terminal_only_and_never_with_no_color() -> None:
     """States are coloured when asked, and the alignment is the same with and without colour."""
-    from gpuallocd.cli.status import render_status
+    from gpuallocd.cli.looking.status import render_status
 
     gpus = [
         {"index": 0, "uuid": "GPU-0123456789", "name": "X", "state": "free"},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuallocd.allocator.deadlines import Deadlines
+from gpuallocd.allocator.leases.deadlines import Deadlines
 from gpuallocd.model import Lease, LeasedGpu
 from tests.harness import HandClock
 

@@ -101,7 +101,7 @@ def test_every_check_is_documented() -> None:
 def test_an_amd_daemon_is_checked_with_amdsmi_not_nvml(paths: DaemonPaths) -> None:
     """For a daemon on `inventory = amdsmi`, amdsmi is what must load; without ROCm here it
     fails and says what to install."""
-    from gpuallocd.cli.doctor_checks import FAIL, host_checks
+    from gpuallocd.cli.administering.doctor_checks import FAIL, host_checks
 
     checks = {c.name: c for c in host_checks(str(paths.socket), {"inventory": "amdsmi"}, [])}
     assert "nvml" not in checks

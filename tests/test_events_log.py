@@ -7,7 +7,7 @@ import shlex
 import time
 from collections.abc import Callable
 
-from gpuallocd.allocator.events_log import Transition, format_transition
+from gpuallocd.allocator.leases.events_log import Transition, format_transition
 from gpuallocd.model import Lease, LeasedGpu, LeaseEvent
 from tests.harness import ProcessDaemon, wait_for
 

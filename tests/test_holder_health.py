@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from gpulease import GpuBusy, GpuUnhealthy, gpu_lease
 
-from gpuallocd.cli.revoke_watch import descendants
+from gpuallocd.cli.leasing.revoke_watch import descendants
 from tests.harness import DaemonPaths, ThreadDaemon, wait_for
 from tests.rules_harness import daemon_with_config
 from tests.system_users import SystemUsers

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuallocd.allocator.idle import IdleRules, IdleTracker
-from gpuallocd.allocator.limits import Limits, LimitsTable, Usage, check_grant, check_waiting
-from gpuallocd.cli.limits import parse_since
+from gpuallocd.allocator.site.idle import IdleRules, IdleTracker
+from gpuallocd.allocator.site.limits import Limits, LimitsTable, Usage, check_grant, check_waiting
+from gpuallocd.cli.looking.limits import parse_since
 from gpuallocd.daemon.config import load_config
 from gpuallocd.errors import ConfigError, QuotaExceeded
 from gpuallocd.model import GpuProcess, Lease, LeasedGpu, LeaseSpan, LiveState, usage_by_user

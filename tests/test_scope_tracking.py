@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuallocd.cli.doctor_checks import OK, process_tracking
+from gpuallocd.cli.administering.doctor_checks import OK, process_tracking
 from gpuallocd.errors import MissingPrivilege
 from gpuallocd.processes.cgroups import (
     in_slice,

@@ -8,7 +8,7 @@ import os
 import signal
 from typing import Any
 
-from gpuallocd.cli.revoke_watch import descendants
+from gpuallocd.cli.leasing.revoke_watch import descendants
 from tests.harness import DaemonPaths, ThreadDaemon, wait_for
 from tests.rules_harness import daemon_with_config
 from tests.system_users import SystemUsers

@@ -1,36 +1,41 @@
 """The allocator: the only place that decides or writes leases.
 
-    facade.py      AllocatorFacade, what the API and the daemon call (one method, one operation)
-    waitqueue.py   first come, first served waiting with reservations
-    queue_view.py  the queue seen from outside: reservations, reasons, estimated starts
-    events_log.py  one key=value INFO line per grant, free, expiry, revoke (after the commit)
-    worker.py      SerialWorker: one call at a time on the event loop, group commit off it
-    lifecycle.py   LeaseLifecycle: grant, renew, free, revoke, expire, record in the ledger
-    node_view.py   NodeView: topology, live state, snapshots for policies, GPU status
-    specs.py       AllocateSpec, AllocatorSettings
-    observer.py    LeaseObserver: who is told of each lease transition (metrics)
-    site_rules.py  SiteRules: the limits table and the admin groups (reloaded on SIGHUP)
-    limits.py      limits: which value applies to whom, the check of a request (pure)
-    quota.py       Quota: a caller's use measured and held against their limits
-    drain.py       DrainBoard: GPUs an admin took out of service
-    idle.py        IdleTracker: which leases are idle, which to reclaim (pure)
-    reclaim.py     IdleReclaimer: runs the tracker after each sample, revokes for waiters
+The door, which the API and the daemon call:
 
-The processes a bound lease covers, and stopping them, are `gpuallocd.processes`, below.
-The rules a request and a policy's answer obey live in `gpuallocd.policies.rules`, where
-`plan` and `simulate` use them too.
+    facade.py           AllocatorFacade: one method, one whole operation
+    scheduling_desk.py  the façade's part for the queue's order and advance reservations
+    gpu_admin.py        drain, undrain and root's release of a GPU
+    adoption.py         a process already on a GPU becomes its owner's lease
+    unleased.py         GPU use without a lease, acted on at each live sample
+    publish.py          what a commit made durable, told to the observer and the log
+    observer.py         LeaseObserver: who is told of each lease transition (metrics)
+    bells.py            waking those who long-poll a lease's events
+    worker.py           SerialWorker: one call at a time on the loop, group commit off it
+    long_reads.py       history and accounting read off the event loop
+
+Its rooms, each with a map of its own (floors guarded by tests/test_architecture.py):
+
+    leases/   granting a lease: lifecycle, specs, node view, choosing, TTLs, shares, ids
+    queue/    waiting: the queue, its order and view, advance reservations, idle reclaim
+    site/     the rules of a shared box: limits, quota, drain, reservations board, idle, purge
+
+`site/` imports nothing of `leases/` or `queue/`; `leases/` nothing of `queue/`; no room
+imports the door except `worker.py` and `long_reads.py`, which import nothing of the
+allocator. The processes a bound lease covers, and stopping them, are `gpuallocd.processes`,
+below. The rules a request and a policy's answer obey live in `gpuallocd.policies.rules`,
+where `plan` and `simulate` use them too.
 """
 
 from __future__ import annotations
 
 from gpuallocd.allocator.facade import AllocatorFacade
-from gpuallocd.allocator.idle import IdleRules
-from gpuallocd.allocator.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.limits import Limits, LimitsTable
-from gpuallocd.allocator.node_view import GPU_STATES, GpuStatus, NodeView
+from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.node_view import GPU_STATES, GpuStatus, NodeView
+from gpuallocd.allocator.leases.specs import AllocateSpec, AllocatorSettings
 from gpuallocd.allocator.observer import LeaseObserver
-from gpuallocd.allocator.site_rules import SiteRules
-from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings
+from gpuallocd.allocator.site.idle import IdleRules
+from gpuallocd.allocator.site.limits import Limits, LimitsTable
+from gpuallocd.allocator.site.rules import SiteRules
 
 __all__ = [
     "GPU_STATES",

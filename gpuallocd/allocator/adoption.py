@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 import secrets
 
-from gpuallocd.allocator.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.sharing import UnitHolders
-from gpuallocd.allocator.specs import AllocateSpec
-from gpuallocd.allocator.units import leased_units
+from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.sharing import UnitHolders
+from gpuallocd.allocator.leases.slices import leased_units
+from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.enforcement.proc_facts import proc_facts
 from gpuallocd.errors import CallerError, CapacityError, GpuBusy, InvalidRequest, PermissionDenied
 from gpuallocd.model import Caller, Gpu, GpuProcess, Lease, LeaseEvent

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuallocd.allocator.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.node_view import GpuStatus
+from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.node_view import GpuStatus
 from gpuallocd.errors import PermissionDenied
 from gpuallocd.model import Caller
 

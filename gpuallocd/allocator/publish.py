@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gpuallocd.allocator.bells import LeaseBells
-from gpuallocd.allocator.events_log import Transition, write_log
+from gpuallocd.allocator.leases.events_log import Transition, write_log
 from gpuallocd.allocator.observer import LeaseObserver
 from gpuallocd.model import LeaseEvent
 

@@ -8,12 +8,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from gpuallocd.allocator import reserve as advance
-from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.long_reads import LongReads
-from gpuallocd.allocator.queue_order import QueueOrder
-from gpuallocd.allocator.reserve import ReserveSpec
-from gpuallocd.allocator.waitqueue import WaitQueue
+from gpuallocd.allocator.queue import advance
+from gpuallocd.allocator.queue.advance import ReserveSpec
+from gpuallocd.allocator.queue.order import QueueOrder
+from gpuallocd.allocator.queue.waiting import WaitQueue
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpuallocd.allocator.adoption import adopt, unit_of
-from gpuallocd.allocator.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.sharing import UnitHolders
+from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.sharing import UnitHolders
 from gpuallocd.enforcement import Action, Seen, Step, Track, UnitUse, UnleasedRules, decide
 from gpuallocd.enforcement.proc_facts import Owner, owner_of, proc_facts
 from gpuallocd.enforcement.signals import send_signal

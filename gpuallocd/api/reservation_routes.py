@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gpuallocd.allocator.reserve import ReserveSpec
+from gpuallocd.allocator.queue.advance import ReserveSpec
 from gpuallocd.api.requests import caller_of, facade_of, read_body
 from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest

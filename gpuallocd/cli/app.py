@@ -18,20 +18,19 @@ __all__ = ["COMMAND_MODULES", "CliContext", "cli", "main"]
 
 # Every command by name, and the module that defines it (with a `COMMANDS` tuple).
 _MODULES = {
-    "gpuallocd.cli.status": ("status",),
-    "gpuallocd.cli.leases": ("leases", "allocate", "renew", "free", "revoke"),
-    "gpuallocd.cli.queue": ("queue", "history"),
-    "gpuallocd.cli.run": ("run", "shell"),
-    "gpuallocd.cli.meta": ("completion", "policies"),
-    "gpuallocd.cli.bench": ("bench",),
-    "gpuallocd.cli.hardware": ("topology", "rescan"),
-    "gpuallocd.cli.plan": ("plan", "simulate", "policy-bench"),
-    "gpuallocd.cli.integrations": ("slurm-gres",),
-    "gpuallocd.cli.limits": ("limits", "usage"),
-    "gpuallocd.cli.admin": ("drain", "undrain", "admin-log", "release"),
-    "gpuallocd.cli.doctor": ("doctor",),
-    "gpuallocd.cli.reserve": ("reserve", "reservations", "unreserve"),
-    "gpuallocd.cli.adopt": ("adopt", "unleased"),
+    "gpuallocd.cli.looking.status": ("status",),
+    "gpuallocd.cli.leasing.leases": ("leases", "allocate", "renew", "free", "revoke"),
+    "gpuallocd.cli.looking.queue": ("queue", "history"),
+    "gpuallocd.cli.leasing.run": ("run", "shell"),
+    "gpuallocd.cli.offline.meta": ("completion", "policies"),
+    "gpuallocd.cli.administering.hardware": ("topology", "rescan"),
+    "gpuallocd.cli.offline.plan": ("plan", "simulate", "policy-bench"),
+    "gpuallocd.cli.administering.integrations": ("slurm-gres",),
+    "gpuallocd.cli.looking.limits": ("limits", "usage"),
+    "gpuallocd.cli.administering.admin": ("drain", "undrain", "admin-log", "release"),
+    "gpuallocd.cli.administering.doctor": ("doctor",),
+    "gpuallocd.cli.administering.reserve": ("reserve", "reservations", "unreserve"),
+    "gpuallocd.cli.leasing.adopt": ("adopt", "unleased"),
 }
 COMMAND_MODULES = {name: module for module, names in _MODULES.items() for name in names}
 

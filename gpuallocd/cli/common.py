@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gpuallocd.cli.units import ByteSize, Duration
+from gpuallocd.cli.quantities import ByteSize, Duration
 
 if TYPE_CHECKING:
     from gpulease import Client

@@ -31,9 +31,9 @@ from gpuallocd.allocator import (
     LeaseLifecycle,
     SiteRules,
 )
-from gpuallocd.allocator.deadlines import boottime
+from gpuallocd.allocator.leases.deadlines import boottime
 from gpuallocd.allocator.observer import LeaseObserver, Observers
-from gpuallocd.allocator.reservations import forget_members
+from gpuallocd.allocator.site.reservation_board import forget_members
 from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.limits import ConnectionLimiter, fit_to_open_files, quiet_accept_errors
 from gpuallocd.api.peercred import forget_identities

@@ -2,7 +2,7 @@
 
 From `start_at` to `end_at` the reservation's GPUs go only to its members. Before it, anyone
 may lease them whose lease ends by `start_at` (backfill). Pure values and rules; the
-allocator keeps the board (`allocator/reservations.py`), the ledger the record.
+allocator keeps the board (`allocator/site/reservation_board.py`), the ledger the record.
 """
 
 from __future__ import annotations

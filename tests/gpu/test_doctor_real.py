@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuallocd.cli.doctor_checks import OK, device_files, nvml
+from gpuallocd.cli.administering.doctor_checks import OK, device_files, nvml
 from gpuallocd.inventory.nvml.api import NvmlApi
 from tests.gpu.conftest import nvidia_smi
 

@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuallocd.allocator.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.node_view import Reservation
-from gpuallocd.allocator.queue_order import QueueOrder
-from gpuallocd.allocator.queue_view import WaitInfo, describe_waiters, reservations
-from gpuallocd.allocator.specs import AllocateSpec
+from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.node_view import Reservation
+from gpuallocd.allocator.leases.specs import AllocateSpec
+from gpuallocd.allocator.queue.order import QueueOrder
+from gpuallocd.allocator.queue.view import WaitInfo, describe_waiters, reservations
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
 from gpuallocd.model import Caller, Lease

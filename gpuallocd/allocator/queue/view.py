@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gpuallocd.allocator.node_view import GpuStatus, Reservation
-from gpuallocd.allocator.specs import AllocateSpec
+from gpuallocd.allocator.leases.node_view import GpuStatus, Reservation
+from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.model import Caller
 
 __all__ = ["QueuedRequest", "WaitInfo", "describe_waiters", "reservations"]

@@ -66,7 +66,7 @@ def _raw_loop(
     socket: str, seconds: float, count: int, policy: str | None, start_at: float, out: Any
 ) -> None:
     """The same loop through a bare HTTP client: what remains is the daemon's time."""
-    from gpuallocd.cli.rawhttp import RawClient, RawHttpError
+    from benchmarks.rawhttp import RawClient, RawHttpError
 
     def refusal(exc: Exception) -> bool | None:
         return exc.code == "gpus_unavailable" if isinstance(exc, RawHttpError) else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gpuallocd.allocator.limits import (
+from gpuallocd.allocator.site.limits import (
     LIMIT_NAMES,
     AppliedLimits,
     Usage,
@@ -20,7 +20,7 @@ from gpuallocd.allocator.limits import (
     shares_held,
     units_weight,
 )
-from gpuallocd.allocator.site_rules import SiteRules
+from gpuallocd.allocator.site.rules import SiteRules
 from gpuallocd.errors import QuotaExceeded
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller, Lease, LeasedGpu, UnitKind, gpu_seconds

@@ -126,7 +126,7 @@ def _queue_display(ctx: click.Context, wait: bool) -> AbstractContextManager[Non
     only then); without, nothing."""
     if not wait:
         return contextlib.nullcontext()
-    from gpuallocd.cli.waiting import queued
+    from gpuallocd.cli.leasing.waiting import queued
 
     return queued(ctx, wait)
 
@@ -139,7 +139,7 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
     from gpulease import Client, gpu_lease
     from gpulease.renewer import idle_message
 
-    from gpuallocd.cli.revoke_watch import RevokeWatch
+    from gpuallocd.cli.leasing.revoke_watch import RevokeWatch
 
     count, gpus = request.pop("count"), request.pop("gpus")
     if count is None and not gpus:

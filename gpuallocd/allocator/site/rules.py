@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuallocd.allocator.limits import LimitsTable
+from gpuallocd.allocator.site.limits import LimitsTable
 from gpuallocd.errors import PermissionDenied
 from gpuallocd.model import Caller
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpuallocd.allocator.node_view import NodeView
-from gpuallocd.allocator.specs import AllocateSpec
+from gpuallocd.allocator.leases.node_view import NodeView
+from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.errors import WouldWaitForever
 from gpuallocd.model import Caller, Lease
 

@@ -9,14 +9,14 @@ from urllib.parse import urlencode
 import click
 
 from gpuallocd.cli.common import daemon_client, user_of
-from gpuallocd.cli.output import echo_json
-from gpuallocd.cli.reservation_text import (
+from gpuallocd.cli.looking.reservation_text import (
     reservation_history_rows,
     reservation_lines,
     with_priorities,
 )
+from gpuallocd.cli.output import echo_json
+from gpuallocd.cli.quantities import format_duration
 from gpuallocd.cli.style import Styled, colour_enabled, render_table
-from gpuallocd.cli.units import format_duration
 
 __all__ = ["COMMANDS", "queue_rows"]
 

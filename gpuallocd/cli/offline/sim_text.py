@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuallocd.cli.output import table
-from gpuallocd.cli.units import format_duration
+from gpuallocd.cli.quantities import format_duration
 from gpuallocd.planning.queue_sim import OrderResult
 
 __all__ = ["orders_table"]

@@ -14,19 +14,19 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from gpuallocd.allocator.chooser import Chooser
-from gpuallocd.allocator.deadlines import Deadlines
-from gpuallocd.allocator.drain import DrainBoard
-from gpuallocd.allocator.events_log import Transition
-from gpuallocd.allocator.node_view import GpuStatus, NodeView, Reservation
-from gpuallocd.allocator.quota import Quota
-from gpuallocd.allocator.request_ids import RequestIds
-from gpuallocd.allocator.reservations import ReservationBoard
-from gpuallocd.allocator.servable import check_servable, usable_gpus
-from gpuallocd.allocator.sharing import share_capacity
-from gpuallocd.allocator.site_rules import SiteRules
-from gpuallocd.allocator.specs import AllocateSpec, AllocatorSettings, requested_ttl
-from gpuallocd.allocator.units import leased_units, vanished_units
+from gpuallocd.allocator.leases.chooser import Chooser
+from gpuallocd.allocator.leases.deadlines import Deadlines
+from gpuallocd.allocator.leases.events_log import Transition
+from gpuallocd.allocator.leases.node_view import GpuStatus, NodeView, Reservation
+from gpuallocd.allocator.leases.request_ids import RequestIds
+from gpuallocd.allocator.leases.servable import check_servable, usable_gpus
+from gpuallocd.allocator.leases.sharing import share_capacity
+from gpuallocd.allocator.leases.slices import leased_units, vanished_units
+from gpuallocd.allocator.leases.specs import AllocateSpec, AllocatorSettings, requested_ttl
+from gpuallocd.allocator.site.drain import DrainBoard
+from gpuallocd.allocator.site.quota import Quota
+from gpuallocd.allocator.site.reservation_board import ReservationBoard
+from gpuallocd.allocator.site.rules import SiteRules
 from gpuallocd.errors import (
     InvalidRequest,
     LeaseNotActive,

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpuallocd.allocator.choices import SNAPSHOTS_KEPT, LruCache, StateKey
-from gpuallocd.allocator.sharing import UnitHolders
-from gpuallocd.allocator.specs import AllocateSpec
+from gpuallocd.allocator.leases.choices import SNAPSHOTS_KEPT, LruCache, StateKey
+from gpuallocd.allocator.leases.sharing import UnitHolders
+from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.errors import UnknownGpu
 from gpuallocd.model import HEALTHY, Drain, Gpu, Lease, LeasedGpu, LiveState, MigDevice, Topology
 from gpuallocd.policies import GpuView, NodeSnapshot

@@ -5,7 +5,7 @@ to nobody while it is unhealthy; an Xid's mark stays until root clears it (`resc
 
 from __future__ import annotations
 
-from gpuallocd.allocator.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.model import Lease, LeaseEvent
 
 __all__ = ["HealthNotices"]

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuallocd.allocator.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.node_view import Reservation
-from gpuallocd.allocator.reservations import caller_of_uid
+from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.node_view import Reservation
+from gpuallocd.allocator.site.reservation_board import caller_of_uid
 from gpuallocd.errors import CapacityError, InvalidRequest, ReservationConflict
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import AdvanceReservation, Caller, Lease

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from gpuallocd.cli.common import user_of
-from gpuallocd.cli.units import format_duration
+from gpuallocd.cli.quantities import format_duration
 
 __all__ = ["reservation_history_rows", "reservation_lines", "with_priorities"]
 

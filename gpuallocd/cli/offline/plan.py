@@ -8,9 +8,9 @@ from typing import IO, Any
 
 import click
 
+from gpuallocd.cli.offline.sim_text import orders_table
 from gpuallocd.cli.output import echo_json, table
-from gpuallocd.cli.sim_text import orders_table
-from gpuallocd.cli.units import ByteSize
+from gpuallocd.cli.quantities import ByteSize
 from gpuallocd.errors import InvalidRequest
 from gpuallocd.model import Topology
 from gpuallocd.planning import (

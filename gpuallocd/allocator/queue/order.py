@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Protocol, TypeVar
 
+from gpuallocd.allocator.leases.specs import AllocatorSettings
 from gpuallocd.allocator.long_reads import LeaseSpans
-from gpuallocd.allocator.specs import AllocatorSettings
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller
 from gpuallocd.policies.fair_share import (

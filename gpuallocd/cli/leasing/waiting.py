@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from gpuallocd.cli.units import format_duration
+from gpuallocd.cli.quantities import format_duration
 
 __all__ = ["EXIT_INTERRUPTED", "queued", "waiting_text"]
 

@@ -10,11 +10,11 @@ from typing import Any
 import click
 
 from gpuallocd.cli.common import daemon_client, user_of
+from gpuallocd.cli.looking.reservation_text import reservation_lines
+from gpuallocd.cli.looking.watch import watch_frames
 from gpuallocd.cli.output import echo_json, escape_unprintable
-from gpuallocd.cli.reservation_text import reservation_lines
+from gpuallocd.cli.quantities import Duration, format_left
 from gpuallocd.cli.style import colour_enabled, render_table, short_uuid, state_cell
-from gpuallocd.cli.units import Duration, format_left
-from gpuallocd.cli.watch import watch_frames
 
 __all__ = ["COMMANDS", "render_status"]
 

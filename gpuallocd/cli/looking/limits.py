@@ -118,7 +118,7 @@ def usage(
     """GPU-hours, leases and hours waited per user, from the history (like sreport)."""
     start = parse_since(since)
     if plot is not None:
-        from gpuallocd.cli.usage_plot import write_plot
+        from gpuallocd.cli.looking.usage_plot import write_plot
 
         with daemon_client(ctx) as client:
             write_plot(client, plot, start, user)

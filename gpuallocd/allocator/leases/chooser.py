@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpuallocd.allocator.choices import ChoiceCache
-from gpuallocd.allocator.node_view import NodeView
-from gpuallocd.allocator.specs import AllocateSpec
-from gpuallocd.allocator.units import place_units
+from gpuallocd.allocator.leases.choices import ChoiceCache
+from gpuallocd.allocator.leases.node_view import NodeView
+from gpuallocd.allocator.leases.slices import place_units
+from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.model import Lease
 from gpuallocd.policies import AllocationRequest, Choice, Policy, get_policy
 from gpuallocd.policies.rules import check_choice

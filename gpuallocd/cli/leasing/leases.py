@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuallocd.cli.common import TTL, daemon_client, format_expiry, lease_request_options
+from gpuallocd.cli.leasing.waiting import queued
 from gpuallocd.cli.output import echo_json, escape_unprintable, format_bytes
+from gpuallocd.cli.quantities import format_left
 from gpuallocd.cli.style import colour_enabled, render_table
-from gpuallocd.cli.units import format_left
-from gpuallocd.cli.waiting import queued
 
 if TYPE_CHECKING:
     from gpulease import Client

@@ -6,8 +6,15 @@ from typing import Any
 
 import click
 
-from gpuallocd.cli.doctor_checks import FAIL, OK, WARN, Check, daemon_checks, daemon_reachable
-from gpuallocd.cli.doctor_checks import host_checks as local_checks
+from gpuallocd.cli.administering.doctor_checks import (
+    FAIL,
+    OK,
+    WARN,
+    Check,
+    daemon_checks,
+    daemon_reachable,
+)
+from gpuallocd.cli.administering.doctor_checks import host_checks as local_checks
 from gpuallocd.cli.errors import EXIT_ERROR
 from gpuallocd.cli.output import echo_json
 from gpuallocd.cli.style import colour_enabled

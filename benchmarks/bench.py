@@ -1,4 +1,9 @@
-"""`gpuallocctl bench`: allocate+free throughput and latency against a running daemon."""
+"""Allocate+free throughput and latency against a running daemon: `python -m benchmarks.bench`.
+
+Part of the benchmarks, not of the installed CLI: every pair is a real lease of whoever runs
+it, so a run on a production box fills that user's history and usage. Point it at a daemon
+started for the purpose (`make bench` starts its own).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,18 @@ import click
 
 from gpuallocd.cli.output import echo_json
 
-__all__ = ["COMMANDS"]
+__all__ = ["bench"]
 
 DEFAULT_STATE_DIR = "/var/lib/gpuallocd"  # the daemon's default state_dir
 
 
 @click.command()
+@click.option(
+    "--socket",
+    envvar="GPUALLOCD_SOCKET",
+    default=None,
+    help="The daemon's socket (default: $GPUALLOCD_SOCKET, else the installed default).",
+)
 @click.option(
     "--clients",
     type=click.IntRange(1, 256),
@@ -52,10 +63,9 @@ DEFAULT_STATE_DIR = "/var/lib/gpuallocd"  # the daemon's default state_dir
     show_default=True,
     help="With --floor: a directory on the disk of the daemon's ledger.",
 )
-@click.option("--json", "local_json", is_flag=True, help="JSON output (as the global --json).")
-@click.pass_context
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
 def bench(
-    ctx: click.Context,
+    socket: str | None,
     clients: int,
     seconds: float,
     count: int,
@@ -63,22 +73,22 @@ def bench(
     raw: bool,
     floor: bool,
     state_dir: Path,
-    local_json: bool,
+    as_json: bool,
 ) -> None:
     """Measure allocate+free pairs per second and their latency (p50/p90/p99)."""
     from gpulease import Client
 
-    from gpuallocd.cli.floor import measure_floor
-    from gpuallocd.cli.load import run_bench
+    from benchmarks.floor import measure_floor
+    from benchmarks.load import run_bench
 
-    socket = Client(ctx.obj.socket).socket_path
-    with Client(socket) as client:
+    socket_path = Client(socket).socket_path
+    with Client(socket_path) as client:
         client.health()
     result = run_bench(
-        socket, clients=clients, seconds=seconds, count=count, policy=policy, raw=raw
+        socket_path, clients=clients, seconds=seconds, count=count, policy=policy, raw=raw
     )
     machine = measure_floor(state_dir) if floor else None
-    if ctx.obj.json or local_json:
+    if as_json:
         extra = {} if machine is None else {"floor": machine.to_json()}
         echo_json({**result.to_json(), **extra})
         return
@@ -98,4 +108,5 @@ def bench(
         )
 
 
-COMMANDS = (bench,)
+if __name__ == "__main__":
+    bench()

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from gpuallocd.allocator.idle import IdleRules, IdleTracker
-from gpuallocd.allocator.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.waitqueue import WaitQueue
+from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.queue.waiting import WaitQueue
+from gpuallocd.allocator.site.idle import IdleRules, IdleTracker
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.model import Lease
 

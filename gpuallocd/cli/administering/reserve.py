@@ -10,7 +10,7 @@ import click
 
 from gpuallocd.cli.common import daemon_client
 from gpuallocd.cli.output import echo_json, table
-from gpuallocd.cli.units import Duration, format_duration, parse_duration
+from gpuallocd.cli.quantities import Duration, format_duration, parse_duration
 
 __all__ = ["COMMANDS", "parse_start", "reservation_rows"]
 

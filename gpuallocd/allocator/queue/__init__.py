@@ -1,0 +1,10 @@
+"""Waiting for GPUs and planning ahead: the queue, its order, its view, advance reservations.
+
+    waiting.py    WaitQueue: first come, first served waiting that no large request starves in
+    order.py      the order the queue is served in: fifo or fair share
+    view.py       the queue from outside: holds, reasons, estimated starts
+    advance.py    admins' advance reservations: create, cancel, what each waits for
+    reclaim.py    IdleReclaimer: takes back an idle lease that someone waits for
+
+Imports `leases/` and `site/`.
+"""

@@ -1,0 +1,12 @@
+"""The rules of a shared box, as an admin sets them: whom a grant is refused to and why.
+
+    rules.py               SiteRules: the limits table and the admin groups (reloaded on SIGHUP)
+    limits.py              Limits, LimitsTable: which value applies to whom; a request's check
+    quota.py               Quota: a caller's use measured and held against their limits
+    drain.py               DrainBoard: GPUs an admin took out of service
+    reservation_board.py   ReservationBoard: GPUs promised to someone for a window of time
+    idle.py                IdleTracker: which leases are idle, which to reclaim (pure)
+    purge.py               ended leases and records past the history's retention
+
+The ground floor: imports nothing of `leases/` or `queue/`.
+"""

@@ -1,0 +1,8 @@
+"""Leasing commands: take GPUs, run on them, give them back (docs/cli.md, "Leasing").
+
+leases.py        leases, allocate, renew, free, revoke
+run.py           run, shell: a lease for one command
+revoke_watch.py  run hears its own revoke and stops its command
+waiting.py       the line shown while a request waits, and a clean Ctrl-C
+adopt.py         adopt, unleased: work already running becomes a lease
+"""
