@@ -304,6 +304,7 @@ def _mapped(package_dir: Path) -> list[str]:
     "package_dir",
     [
         PACKAGE / "allocator",
+        PACKAGE / "cli",
         PACKAGE / "allocator" / "leases",
         PACKAGE / "allocator" / "site",
         PACKAGE / "allocator" / "queue",

@@ -1,4 +1,21 @@
-"""The `gpuallocctl` command line.
+"""The `gpuallocctl` command line, in rooms as docs/cli.md groups the commands.
+
+    leasing/        allocate, run, renew, free, revoke, adopt
+    looking/        status, queue, history, limits, usage
+    administering/  drain, reserve, doctor, topology, slurm-gres
+    offline/        plan, simulate, policy-bench, completion, policies
+
+The shell they share:
+
+    app.py          the group, its options, which module holds which command
+    lazy.py         a click group that imports a command's module only when it is asked for
+    common.py       the client, error handling, time display
+    errors.py       an error turned into a message and an exit code, in one place
+    output.py       stable JSON for machines, aligned tables for people
+    style.py        colour, short UUIDs, table layout
+    text.py         text safe to print on a terminal
+    quantities.py   time and sizes as people type and read them
+    quick_exit.py   ending without the interpreter's teardown
 
 Importing this package is cheap: click and the commands load when used.
 """
