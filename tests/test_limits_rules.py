@@ -9,9 +9,10 @@ import pytest
 
 from gpuallocd.allocator.site.idle import IdleRules, IdleTracker
 from gpuallocd.allocator.site.limits import Limits, LimitsTable, Usage, check_grant, check_waiting
+from gpuallocd.allocator.site.ttl import TtlBounds, expected_ttl, granted_ttl, longest_ttl
 from gpuallocd.cli.looking.limits import parse_since
 from gpuallocd.daemon.config import load_config
-from gpuallocd.errors import ConfigError, QuotaExceeded
+from gpuallocd.errors import ConfigError, InvalidRequest, QuotaExceeded
 from gpuallocd.model import GpuProcess, Lease, LeasedGpu, LeaseSpan, LiveState, usage_by_user
 
 TABLE = LimitsTable(
@@ -55,30 +56,73 @@ def test_a_limit_set_nowhere_is_no_limit() -> None:
         None,
         "none",
     )
-    check_grant(dave, Usage(gpus=0, gpu_hours_per_day=1e9), gpus=1, ttl_seconds=60)
+    check_grant(dave, Usage(gpus=0, gpu_hours_per_day=1e9), gpus=1)
 
 
 @pytest.mark.parametrize(
-    ("usage", "gpus", "ttl", "expected"),
+    ("usage", "gpus", "expected"),
     [
-        (Usage(gpus=3), 2, 60, {"limit": "max_gpus", "value": 4, "current": 3}),
-        (Usage(), 5, 60, {"limit": "max_gpus", "value": 4, "current": 0}),
-        (Usage(), 1, 90000, {"limit": "max_ttl_seconds", "value": 86400, "current": 90000}),
+        (Usage(gpus=3), 2, {"limit": "max_gpus", "value": 4, "current": 3}),
+        (Usage(), 5, {"limit": "max_gpus", "value": 4, "current": 0}),
     ],
 )
 def test_a_grant_over_a_limit_is_refused_with_the_numbers(
-    usage: Usage, gpus: float, ttl: float, expected: dict[str, float]
+    usage: Usage, gpus: float, expected: dict[str, float]
 ) -> None:
     """check_grant names the limit, its value and the current use in the error's details."""
     with pytest.raises(QuotaExceeded) as refused:
-        check_grant(TABLE.applied("dave", []), usage, gpus=gpus, ttl_seconds=ttl)
+        check_grant(TABLE.applied("dave", []), usage, gpus=gpus)
     assert refused.value.details == expected
+
+
+def _bounds(user_max: float | None) -> TtlBounds:
+    return TtlBounds(
+        default_seconds=3600,
+        site_max_seconds=7 * 86400,
+        user_max_seconds=user_max,
+        user="dave",
+        user_max_source="user dave",
+    )
+
+
+def test_a_ttl_over_the_users_limit_is_refused_with_the_numbers() -> None:
+    """A TTL the caller names above their max_ttl_seconds is refused, naming the limit."""
+    with pytest.raises(QuotaExceeded) as refused:
+        granted_ttl(_bounds(86400), 90000)
+    assert refused.value.details == {"limit": "max_ttl_seconds", "value": 86400, "current": 90000}
+
+
+@pytest.mark.parametrize(
+    ("user_max", "requested", "granted"),
+    [(None, None, 3600), (600, None, 600), (600, 300, 300), (None, 7 * 86400, 7 * 86400)],
+)
+def test_one_rule_decides_a_grants_ttl(
+    user_max: float | None, requested: float | None, granted: float
+) -> None:
+    """The default when none is named, cut to the user's limit; a named TTL kept as named."""
+    assert granted_ttl(_bounds(user_max), requested) == granted
+
+
+@pytest.mark.parametrize("requested", [0, -1, float("nan"), 7 * 86400 + 1, float("inf")])
+def test_a_ttl_outside_the_sites_bounds_is_invalid(requested: float) -> None:
+    """Not positive, or past the site's maximum: invalid_request, whoever asks."""
+    with pytest.raises(InvalidRequest):
+        granted_ttl(_bounds(None), requested)
+
+
+def test_estimates_and_adoptions_use_the_same_rule() -> None:
+    """The queue's estimate of a waiter's lifetime is what its grant will be; an adoption
+    gets the longest lifetime its owner may have."""
+    assert expected_ttl(_bounds(600), None) == granted_ttl(_bounds(600), None) == 600
+    assert expected_ttl(_bounds(600), 9000) == 600  # refused now: estimated at the longest
+    assert longest_ttl(_bounds(600)) == 600
+    assert longest_ttl(_bounds(None)) == 7 * 86400
 
 
 def test_a_grant_exactly_at_the_limit_is_allowed_and_waiting_counts() -> None:
     """Holding 3 of 4, one more GPU is fine; a third waiting request with max_waiting 2 is not."""
     dave = TABLE.applied("dave", [])
-    check_grant(dave, Usage(gpus=3), gpus=1, ttl_seconds=60)
+    check_grant(dave, Usage(gpus=3), gpus=1)
     check_waiting(dave, 1)
     with pytest.raises(QuotaExceeded, match="max_waiting = 2"):
         check_waiting(dave, 2)

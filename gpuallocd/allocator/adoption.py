@@ -7,13 +7,12 @@ lease lives as long as the process (and what it starts), up to the owner's longe
 
 from __future__ import annotations
 
-import math
 import secrets
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.sharing import UnitHolders
 from gpuallocd.allocator.leases.slices import leased_units
-from gpuallocd.allocator.leases.specs import AllocateSpec
+from gpuallocd.allocator.site.ttl import longest_ttl
 from gpuallocd.enforcement.proc_facts import proc_facts
 from gpuallocd.errors import CallerError, CapacityError, GpuBusy, InvalidRequest, PermissionDenied
 from gpuallocd.model import Caller, Gpu, GpuProcess, Lease, LeaseEvent
@@ -58,10 +57,8 @@ def adopt(
     _check_free(lifecycle, unit_uuid, reserved)
     topology = lifecycle.topology
     (unit,) = leased_units(topology, request_for(topology, 1, (unit_uuid,)), [unit_uuid])
-    ttl = lifecycle.quota.checked_ttl(
-        owner, lifecycle.ttl_of(AllocateSpec(ttl_seconds=math.inf)), defaulted=True
-    )
-    lifecycle.quota.check_grant(owner, lifecycle.leases(), gpus=unit.fraction, ttl_seconds=ttl)
+    ttl = longest_ttl(lifecycle.ttl_bounds(owner))
+    lifecycle.quota.check_grant(owner, lifecycle.leases(), gpus=unit.fraction)
     lease = Lease(
         id=secrets.token_hex(6),
         gpus=(unit,),

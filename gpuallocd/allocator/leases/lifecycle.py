@@ -22,11 +22,12 @@ from gpuallocd.allocator.leases.request_ids import RequestIds
 from gpuallocd.allocator.leases.servable import check_servable, usable_gpus
 from gpuallocd.allocator.leases.sharing import share_capacity
 from gpuallocd.allocator.leases.slices import leased_units, vanished_units
-from gpuallocd.allocator.leases.specs import AllocateSpec, AllocatorSettings, requested_ttl
+from gpuallocd.allocator.leases.specs import AllocateSpec, AllocatorSettings
 from gpuallocd.allocator.site.drain import DrainBoard
 from gpuallocd.allocator.site.quota import Quota
-from gpuallocd.allocator.site.reservation_board import ReservationBoard
+from gpuallocd.allocator.site.reservation_board import ReservationBoard, caller_of_uid
 from gpuallocd.allocator.site.rules import SiteRules
+from gpuallocd.allocator.site.ttl import TtlBounds, expected_ttl, granted_ttl
 from gpuallocd.errors import (
     InvalidRequest,
     LeaseNotActive,
@@ -167,10 +168,16 @@ class LeaseLifecycle:
         self.expire_due()
         return self.node.statuses(self._active.values(), reservations, self.drains.drains)
 
-    def ttl_of(self, spec: AllocateSpec) -> float:
-        """The lifetime a grant of `spec` would get (clamped to the maximum)."""
-        ttl = spec.ttl_seconds or self._settings.default_ttl_seconds
-        return min(ttl, self._settings.max_ttl_seconds)
+    def ttl_bounds(self, caller: Caller | None) -> TtlBounds:
+        """What bounds `caller`'s lease lifetimes (None: the site's bounds alone)."""
+        default, site_max = self._settings.default_ttl_seconds, self._settings.max_ttl_seconds
+        if caller is None:
+            return TtlBounds(default_seconds=default, site_max_seconds=site_max)
+        return self.quota.ttl_bounds(caller, default, site_max)
+
+    def ttl_of(self, spec: AllocateSpec, caller: Caller | None = None) -> float:
+        """The lifetime a grant of `spec` to `caller` will get, for estimates (`ttl.py`)."""
+        return expected_ttl(self.ttl_bounds(caller), spec.ttl_seconds)
 
     def bound_leases(self) -> list[Lease]:
         return [lease for lease in self._active.values() if lease.bound]
@@ -178,7 +185,9 @@ class LeaseLifecycle:
     def usable_gpus(self, spec: AllocateSpec, owner_uid: int | None = None) -> frozenset[str]:
         """The GPUs that could serve `spec`, less those its owner holds or may not take now."""
         found = usable_gpus(self.node, self._active.values(), spec, owner_uid)
-        return found - self.reservations.held_for_uid(owner_uid, self._clock(), self.ttl_of(spec))
+        owner = None if owner_uid is None else caller_of_uid(owner_uid)
+        held = self.reservations.held_for_uid(owner_uid, self._clock(), self.ttl_of(spec, owner))
+        return found - held
 
     def check_servable(self, caller: Caller, spec: AllocateSpec) -> None:
         """Refuse a wait that the caller's own leases would make endless."""
@@ -211,7 +220,7 @@ class LeaseLifecycle:
         )
         ttl = self._ttl(caller, spec.ttl_seconds)
         if request.kind == "whole":  # shares and slices are counted once placed
-            self._check_quota(caller, request.count, ttl)
+            self._check_quota(caller, request.count)
         self.drains.check_not_drained(request.required, self.topology)
         unavailable = reserved | frozenset(self.drains.covered(self.topology))
         ttl, (policy_name, choice) = self.reservations.fit(
@@ -230,7 +239,7 @@ class LeaseLifecycle:
             )
         units = leased_units(self.topology, request, choice.gpus)
         if request.kind != "whole":
-            self.quota.check_units(caller, self._active.values(), units, ttl_seconds=ttl)
+            self.quota.check_units(caller, self._active.values(), units)
         lease = self._new_lease(caller, spec, policy_name, units, ttl, waited_since)
         self.record_grant(lease)
         self._request_ids.remember(caller.uid, spec.request_id, lease.id)
@@ -391,8 +400,7 @@ class LeaseLifecycle:
         return lease
 
     def _ttl(self, caller: Caller, requested: float | None) -> float:
-        ttl = requested_ttl(self._settings, requested)
-        return self.quota.checked_ttl(caller, ttl, defaulted=requested is None)
+        return granted_ttl(self.ttl_bounds(caller), requested)
 
-    def _check_quota(self, caller: Caller, gpus: float, ttl: float) -> None:
-        self.quota.check_grant(caller, self._active.values(), gpus=gpus, ttl_seconds=ttl)
+    def _check_quota(self, caller: Caller, gpus: float) -> None:
+        self.quota.check_grant(caller, self._active.values(), gpus=gpus)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuallocd.errors import InvalidRequest
-
-__all__ = ["AllocateSpec", "AllocatorSettings", "requested_ttl"]
+__all__ = ["AllocateSpec", "AllocatorSettings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,17 +42,3 @@ class AllocateSpec:
     mig_profile: str | None = None
     request_id: str | None = None  # a retried request with the same id gets the same lease
     on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes
-
-
-def requested_ttl(settings: AllocatorSettings, requested: float | None) -> float:
-    """The TTL a request asks for (the default when it names none), within the site's bounds."""
-    ttl = settings.default_ttl_seconds if requested is None else requested
-    if ttl <= 0:
-        raise InvalidRequest("ttl_seconds must be positive", field="ttl_seconds", value=ttl)
-    if ttl > settings.max_ttl_seconds:
-        raise InvalidRequest(
-            f"ttl_seconds may be at most {settings.max_ttl_seconds:g}",
-            field="ttl_seconds",
-            value=ttl,
-        )
-    return ttl

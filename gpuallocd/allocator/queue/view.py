@@ -127,7 +127,7 @@ def describe_waiters(
     usable: Usable,
     *,
     now: float,
-    ttl_of: Callable[[AllocateSpec], float],
+    ttl_of: Callable[[AllocateSpec, Caller], float],
     held_until: Mapping[str, float] | None = None,
 ) -> list[WaitInfo]:
     """Reason, detail and estimated start of each waiter, in queue order.
@@ -141,7 +141,7 @@ def describe_waiters(
     free = {s.gpu.uuid for s in statuses if s.state == "free"}
     reasons = _reasons(needs, free, by_uuid)
     releases = _releases(statuses, held)
-    ttls = [ttl_of(w.spec) for w in waiters]
+    ttls = [ttl_of(w.spec, w.caller) for w in waiters]  # each waiter's own limits
     starts = _play_forward(needs, free - held.keys(), releases, now, ttls)
     return [
         WaitInfo(reason, detail, start if start is not None and start > now else None)

@@ -5,6 +5,7 @@
     quota.py               Quota: a caller's use measured and held against their limits
     drain.py               DrainBoard: GPUs an admin took out of service
     reservation_board.py   ReservationBoard: GPUs promised to someone for a window of time
+    ttl.py                 the lifetime a grant gets: one rule for grants, renewals, estimates
     idle.py                IdleTracker: which leases are idle, which to reclaim (pure)
     purge.py               ended leases and records past the history's retention
 

@@ -173,14 +173,9 @@ def _refuse(limits: AppliedLimits, name: str, current: float, message: str) -> Q
     )
 
 
-def check_grant(
-    limits: AppliedLimits, usage: Usage, *, gpus: float, ttl_seconds: float, shares: int = 0
-) -> None:
-    """Refuse (QuotaExceeded) a grant of `gpus` (`shares` of them memory shares) for
-    `ttl_seconds` that would pass a limit."""
-    max_ttl = limits.value("max_ttl_seconds")
-    if max_ttl is not None and ttl_seconds > max_ttl:
-        raise _refuse(limits, "max_ttl_seconds", ttl_seconds, f"a TTL of {ttl_seconds:g} s")
+def check_grant(limits: AppliedLimits, usage: Usage, *, gpus: float, shares: int = 0) -> None:
+    """Refuse (QuotaExceeded) a grant of `gpus` (`shares` of them memory shares) that would
+    pass a limit. A lease's lifetime is checked where it is decided (`ttl.py`)."""
     max_gpus = limits.value("max_gpus")
     if max_gpus is not None and usage.gpus + gpus > max_gpus:
         message = f"{limits.user} holds {usage.gpus:g} GPU(s) and asks for {gpus:g} more"

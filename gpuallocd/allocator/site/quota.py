@@ -21,7 +21,7 @@ from gpuallocd.allocator.site.limits import (
     units_weight,
 )
 from gpuallocd.allocator.site.rules import SiteRules
-from gpuallocd.errors import QuotaExceeded
+from gpuallocd.allocator.site.ttl import TtlBounds
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller, Lease, LeasedGpu, UnitKind, gpu_seconds
 
@@ -59,40 +59,32 @@ class Quota:
             shares=len(shares_held(active, uid)),
         )
 
-    def checked_ttl(self, caller: Caller, ttl: float, *, defaulted: bool) -> float:
-        """The TTL to grant: a default above the caller's `max_ttl_seconds` is cut down to it."""
-        limit = self.applied(caller).value("max_ttl_seconds")
-        if defaulted and limit is not None:
-            return min(ttl, limit)
-        if limit is not None and ttl > limit:
-            applied = self.applied(caller)
-            raise QuotaExceeded(
-                f"a TTL of {ttl:g} s: max_ttl_seconds = {limit:g} for {caller.user} "
-                f"({applied.sources['max_ttl_seconds']})",
-                limit="max_ttl_seconds",
-                value=limit,
-                current=ttl,
-            )
-        return ttl
+    def ttl_bounds(self, caller: Caller, default: float, site_max: float) -> TtlBounds:
+        """What bounds `caller`'s lease lifetimes: the site's default and maximum, and their
+        own `max_ttl_seconds` (with where it was set, for the refusal's message)."""
+        applied = self.applied(caller)
+        return TtlBounds(
+            default_seconds=default,
+            site_max_seconds=site_max,
+            user_max_seconds=applied.value("max_ttl_seconds"),
+            user=caller.user,
+            user_max_source=applied.sources["max_ttl_seconds"],
+        )
 
-    def check_grant(
-        self, caller: Caller, active: Iterable[Lease], *, gpus: float, ttl_seconds: float
-    ) -> None:
+    def check_grant(self, caller: Caller, active: Iterable[Lease], *, gpus: float) -> None:
         """QuotaExceeded when granting `gpus` to the caller would pass one of their limits."""
         applied = self.applied(caller)
         if all(value is None for value in applied.values.values()):
             return  # no limit at all applies (the common case): nothing to count
         with_hours = applied.value("max_gpu_hours_per_day") is not None
         usage = self.usage(caller.uid, active, with_hours=with_hours)
-        check_grant(applied, usage, gpus=gpus, ttl_seconds=ttl_seconds)
+        check_grant(applied, usage, gpus=gpus)
 
     def check_units(
         self,
         caller: Caller,
         active: Iterable[Lease],
         units: Iterable[LeasedGpu],
-        *,
-        ttl_seconds: float,
     ) -> None:
         """`check_grant` for placed units (instances, partitions, shares): a share counts as
         its whole GPU (once per GPU the caller shares) and against `max_shares`."""
@@ -107,7 +99,6 @@ class Quota:
             applied,
             self.usage(caller.uid, active, with_hours=with_hours),
             gpus=units_weight(units, shared_already),
-            ttl_seconds=ttl_seconds,
             shares=sum(unit.kind is UnitKind.SHARE for unit in units),
         )
 
