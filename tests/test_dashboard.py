@@ -18,6 +18,7 @@ from xml.etree import ElementTree
 
 import pytest
 
+from gpuallocd.api.tcp_address import is_loopback, parse_host_port
 from gpuallocd.charts import (
     BarGroup,
     Interval,
@@ -29,7 +30,6 @@ from gpuallocd.charts import (
 from gpuallocd.charts.daily import day_starts
 from gpuallocd.daemon.diagnostics import config_warnings
 from gpuallocd.daemon.settings import DaemonConfig
-from gpuallocd.dashboard import is_loopback, parse_dashboard_address
 from gpuallocd.dashboard.admission import TokenBucket
 from gpuallocd.errors import ConfigError
 from gpuallocd.model import LeaseSpan
@@ -72,7 +72,7 @@ def dashboard(start_daemon: Callable[..., ThreadDaemon]) -> tuple[ThreadDaemon, 
 )
 def test_dashboard_address_is_host_and_port(text: str, expected: tuple[str, int]) -> None:
     """A named address is taken as it is, a loopback one or another interface's."""
-    assert parse_dashboard_address(text) == expected
+    assert parse_host_port(text, "dashboard_listen", allow_wildcard=False) == expected
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_dashboard_address_is_host_and_port(text: str, expected: tuple[str, int]
 def test_dashboard_address_refuses_every_interface_and_nonsense(text: str) -> None:
     """Listening everywhere is never what the admin meant: name the one address."""
     with pytest.raises(ConfigError):
-        parse_dashboard_address(text)
+        parse_host_port(text, "dashboard_listen", allow_wildcard=False)
 
 
 def test_loopback_is_this_machine_only() -> None:

@@ -19,9 +19,9 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuallocd.allocator import GPU_STATES
+from gpuallocd.api.tcp_address import parse_host_port
 from gpuallocd.errors import ConfigError
 from gpuallocd.inventory.nvml.backend import NvmlInventory
-from gpuallocd.metrics.address import parse_listen_address
 from gpuallocd.testing import FakeNvml, nvml_inventory
 from tests.harness import HandClock, ProcessDaemon, ThreadDaemon, wait_for
 from tests.test_daemon_lifecycle import run_daemon_once
@@ -282,11 +282,11 @@ def test_bad_metrics_address_is_a_config_error(short_dir: Path) -> None:
 )
 def test_listen_address_forms(text: str, expected: tuple[str, int]) -> None:
     """HOST:PORT, an IPv6 host in brackets."""
-    assert parse_listen_address(text) == expected
+    assert parse_host_port(text, "metrics_listen", allow_wildcard=True) == expected
 
 
 @pytest.mark.parametrize("text", ["9423", ":9423", "::1:9423", "host:", "host:0", "host:70000"])
 def test_listen_address_mistakes(text: str) -> None:
     """A missing host or port, a bare IPv6 address, or a port out of range is refused."""
     with pytest.raises(ConfigError):
-        parse_listen_address(text)
+        parse_host_port(text, "metrics_listen", allow_wildcard=True)

@@ -6,4 +6,6 @@ app.py         the aiohttp application behind one error envelope
 routes.py      the `/v1` routes: each one call into the allocator's façade
 validation.py  a JSON body into typed values, or a stable error
 context.py     what the routes share
+tcp_site.py    the TCP ports beside the socket (metrics, dashboard), under its connection rules
+tcp_address.py HOST:PORT for those ports, and whether a host is this machine only
 """

@@ -11,17 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuallocd import __version__
+from gpuallocd.api.tcp_address import is_loopback_address
 from gpuallocd.daemon.needs import Need
 from gpuallocd.daemon.sdnotify import watchdog_interval
 from gpuallocd.daemon.settings import DaemonConfig
-from gpuallocd.dashboard import is_loopback
 from gpuallocd.host import Capabilities, cgroup_version, clock_source, systemd_is_init
 
 __all__ = ["config_warnings", "diagnostics"]
-
-
-def _loopback(address: str) -> bool:
-    return is_loopback(address.rsplit(":", 1)[0].strip("[]"))
 
 
 def config_warnings(config: DaemonConfig) -> list[str]:
@@ -32,12 +28,12 @@ def config_warnings(config: DaemonConfig) -> list[str]:
             f"socket_group = {config.socket_group!r} limits nothing: socket_mode = "
             f"{config.socket_mode:#o} lets every user connect (use 0o660)"
         )
-    if config.metrics_listen is not None and not _loopback(config.metrics_listen):
+    if config.metrics_listen is not None and not is_loopback_address(config.metrics_listen):
         found.append(
             f"metrics_listen = {config.metrics_listen!r}: the unit's IPAddressAllow=localhost "
             "drops scrapes from other hosts; name the scraper in IPAddressAllow= (a drop-in)"
         )
-    if config.dashboard_listen is not None and not _loopback(config.dashboard_listen):
+    if config.dashboard_listen is not None and not is_loopback_address(config.dashboard_listen):
         found.append(
             f"dashboard_listen = {config.dashboard_listen!r} shows every lease to that network "
             "and has no login: prefer 127.0.0.1 behind an SSH tunnel or a reverse proxy with "

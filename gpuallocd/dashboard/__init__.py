@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gpuallocd.dashboard.address import is_loopback, parse_dashboard_address
 from gpuallocd.dashboard.server import DashboardServer
 
-__all__ = ["DashboardServer", "is_loopback", "parse_dashboard_address"]
+__all__ = ["DashboardServer"]

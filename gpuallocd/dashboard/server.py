@@ -22,8 +22,8 @@ from aiohttp import hdrs, web
 
 from gpuallocd.allocator import AllocatorFacade
 from gpuallocd.api.peercred import user_name
+from gpuallocd.api.tcp_address import parse_host_port
 from gpuallocd.api.tcp_site import Handlers, TcpSite
-from gpuallocd.dashboard.address import parse_dashboard_address
 from gpuallocd.dashboard.admission import TokenBucket
 from gpuallocd.dashboard.render import Renderer
 from gpuallocd.dashboard.source import NodeNow, read_node
@@ -82,7 +82,9 @@ class DashboardServer:
         handlers (the daemon gives the API's: counted per peer and in the descriptor budget,
         closed when idle); aiohttp's own by default."""
         self._handlers = handlers
-        self._address = parse_dashboard_address(listen) if listen else None
+        self._address = (
+            parse_host_port(listen, "dashboard_listen", allow_wildcard=False) if listen else None
+        )
         self._facade = facade
         self._clock = clock
         self._reader = LedgerReader(ledger_path)

@@ -4,7 +4,6 @@
     node.py         NodeSample: GPU states, leases, queue, live GPU readings, Xid counts
     render.py       one exposition of both (Prometheus text or OpenMetrics)
     exporter.py     MetricsExporter: `/metrics` on a TCP address, the textfile loop
-    address.py      the `metrics_listen` setting
     textfile.py     atomic writes for node_exporter's textfile collector
 
 Every metric is listed in docs/metrics.md.

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from aiohttp import hdrs, web
 
+from gpuallocd.api.tcp_address import parse_host_port
 from gpuallocd.api.tcp_site import Handlers, TcpSite
 from gpuallocd.errors import GpuallocError
-from gpuallocd.metrics.address import parse_listen_address
 from gpuallocd.metrics.instruments import DaemonMetrics
 from gpuallocd.metrics.node import NodeSample
 from gpuallocd.metrics.render import render_negotiated, render_text
@@ -52,7 +52,9 @@ class MetricsExporter:
         connection handlers from the application's server (aiohttp's own by default)."""
         self._metrics = metrics
         self._sampler = sampler
-        self._address = parse_listen_address(listen) if listen else None
+        self._address = (
+            parse_host_port(listen, "metrics_listen", allow_wildcard=True) if listen else None
+        )
         self._textfile = Path(textfile) if textfile else None
         self._interval = interval_seconds
         self._site: TcpSite | None = None
