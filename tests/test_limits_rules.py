@@ -3,7 +3,9 @@ and the strict reading of the `[limits]` table."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +15,7 @@ from gpuallocd.allocator.site.ttl import TtlBounds, expected_ttl, granted_ttl, l
 from gpuallocd.cli.looking.limits import parse_since
 from gpuallocd.daemon.config import load_config
 from gpuallocd.errors import ConfigError, InvalidRequest, QuotaExceeded
-from gpuallocd.model import GpuProcess, Lease, LeasedGpu, LeaseSpan, LiveState, usage_by_user
+from gpuallocd.model import GpuProcess, Lease, LeasedGpu, LeaseSpan, LiveState, UserUsage
 
 TABLE = LimitsTable(
     default=Limits(max_gpus=4, max_ttl_seconds=86400, max_waiting=2),
@@ -236,3 +238,24 @@ def test_usage_counts_the_part_of_each_lease_inside_the_window() -> None:
 def test_since_reads_durations_ago(text: str, ago: float) -> None:
     """`usage --since 7d` means seven days before now."""
     assert parse_since(text, now=1e9) == 1e9 - ago
+
+
+# The oracle the ledger's SQL sum is held to (tests/test_accounting.py): spans added up in Python.
+def usage_by_user(spans: Iterable[LeaseSpan], since: float, until: float) -> list[UserUsage]:
+    """Each user's use inside [since, until], most GPU-hours first.
+
+    A lease counts as granted (and its waiting time counts) where it was created inside the
+    window; its GPU-hours count for the part of its life inside the window.
+    """
+    totals: dict[int, list[Any]] = {}
+    for span in spans:
+        entry = totals.setdefault(span.owner_uid, [span.owner_name, 0.0, 0, 0.0])
+        entry[1] += span.gpus * span.seconds_within(since, until)
+        if since <= span.created_at < until:
+            entry[2] += 1
+            entry[3] += span.waited_seconds
+    found = [
+        UserUsage(uid, name, seconds / 3600.0, leases, waited)
+        for uid, (name, seconds, leases, waited) in totals.items()
+    ]
+    return sorted(found, key=lambda u: (-u.gpu_hours, u.user))

@@ -83,8 +83,5 @@ class Capabilities:
                 masks[key] = int(value.strip(), 16)
         return cls(capability_names(masks["CapEff"]), capability_names(masks["CapBnd"]))
 
-    def has(self, *names: str) -> bool:
-        return all(name in self.effective for name in names)
-
     def missing(self, *names: str) -> list[str]:
         return [name for name in names if name not in self.effective]

@@ -127,7 +127,7 @@ class LedgerReader(UsageRecords):
 
     def usage(self, since: float, until: float) -> list[UserUsage]:
         """Each user's GPU-hours, leases and waiting inside [since, until], added up in SQL
-        as `model.usage_by_user` adds up spans; most GPU-hours first."""
+        as tests' `usage_by_user` oracle adds up spans; most GPU-hours first."""
         end = func.min(func.coalesce(_L.c.ended_at, until), until)
         held = func.max(end - func.max(_L.c.created_at, since), 0.0)
         created_inside = (_L.c.created_at >= since) & (_L.c.created_at < until)
@@ -179,8 +179,3 @@ class LedgerReader(UsageRecords):
         finally:
             if self._conn.in_transaction():
                 self._conn.rollback()  # end the read's snapshot
-
-
-def _user_usage(row: Any) -> UserUsage:
-    hours = float(row["seconds"]) / 3600.0
-    return UserUsage(row["owner_uid"], row["name"], hours, int(row["leases"]), float(row["waited"]))

@@ -229,14 +229,6 @@ class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords):
         found = self._leases(schema.leases.c.id == lease_id)
         return found[0] if found else None
 
-    def history(self, lease_id: str | None = None, limit: int = 100) -> list[HistoryEvent]:
-        query = select(schema.history).order_by(schema.history.c.seq.desc()).limit(limit)
-        if lease_id is not None:
-            query = query.where(schema.history.c.lease_id == lease_id)
-        with self._read() as conn:
-            rows = conn.execute(query).mappings().all()
-        return [event_from_row(r) for r in reversed(rows)]
-
     def events_after(self, lease_id: str, after: int) -> list[HistoryEvent]:
         """The lease's history events recorded after event number `after`, oldest first."""
         query = (

@@ -34,7 +34,7 @@ from gpuallocd.model.reservation import (
     ReservationRecord,
     ReservationState,
 )
-from gpuallocd.model.usage import LeaseSpan, UserUsage, gpu_seconds, usage_by_user
+from gpuallocd.model.usage import LeaseSpan, UserUsage, gpu_seconds
 
 __all__ = [
     "HEALTHY",
@@ -65,5 +65,4 @@ __all__ = [
     "gpu_seconds",
     "lease_gpu_weight",
     "pair_key",
-    "usage_by_user",
 ]

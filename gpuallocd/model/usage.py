@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LeaseSpan", "UserUsage", "gpu_seconds", "usage_by_user"]
+__all__ = ["LeaseSpan", "UserUsage", "gpu_seconds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,23 +53,3 @@ class UserUsage:
 def gpu_seconds(spans: Iterable[LeaseSpan], since: float, until: float) -> float:
     """GPU-seconds held by these spans inside [since, until]."""
     return sum(span.gpus * span.seconds_within(since, until) for span in spans)
-
-
-def usage_by_user(spans: Iterable[LeaseSpan], since: float, until: float) -> list[UserUsage]:
-    """Each user's use inside [since, until], most GPU-hours first.
-
-    A lease counts as granted (and its waiting time counts) where it was created inside the
-    window; its GPU-hours count for the part of its life inside the window.
-    """
-    totals: dict[int, list[Any]] = {}
-    for span in spans:
-        entry = totals.setdefault(span.owner_uid, [span.owner_name, 0.0, 0, 0.0])
-        entry[1] += span.gpus * span.seconds_within(since, until)
-        if since <= span.created_at < until:
-            entry[2] += 1
-            entry[3] += span.waited_seconds
-    found = [
-        UserUsage(uid, name, seconds / 3600.0, leases, waited)
-        for uid, (name, seconds, leases, waited) in totals.items()
-    ]
-    return sorted(found, key=lambda u: (-u.gpu_hours, u.user))
