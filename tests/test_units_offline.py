@@ -15,7 +15,7 @@ from gpuallocd.daemon.config import load_config
 from gpuallocd.errors import ConfigError, GpuallocError
 from gpuallocd.model import Topology
 from gpuallocd.planning import make_unit_plan, read_trace, simulate
-from gpuallocd.planning.units import UnitBook
+from gpuallocd.planning.slice_plans import UnitBook
 from gpuallocd.policies import NodeSnapshot, get_policy
 from gpuallocd.policies.rules import request_for
 from gpuallocd.testing import nvml_inventory

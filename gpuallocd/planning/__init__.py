@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gpuallocd.planning.plan import Plan, make_plan, make_unit_plan, parse_gpu_list
 from gpuallocd.planning.simulate import Simulation, simulate
+from gpuallocd.planning.slice_plans import parse_unit_list
 from gpuallocd.planning.trace import TraceError, TraceOp, read_trace
-from gpuallocd.planning.units import parse_unit_list
 
 __all__ = [
     "Plan",

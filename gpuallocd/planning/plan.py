@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuallocd.model import Link, Topology
-from gpuallocd.planning.units import (
+from gpuallocd.planning.slice_plans import (
     UnitBook,
     share_fragmentation,
     slice_fragmentation,

@@ -15,13 +15,13 @@ from typing import Any
 from gpuallocd.errors import GpuallocError, InvalidRequest
 from gpuallocd.model import Topology
 from gpuallocd.planning.fragmentation import FreeSetQuality
-from gpuallocd.planning.trace import TraceOp
-from gpuallocd.planning.units import (
+from gpuallocd.planning.slice_plans import (
     UnitBook,
     share_fragmentation,
     slice_fragmentation,
     unit_request,
 )
+from gpuallocd.planning.trace import TraceOp
 from gpuallocd.policies.base import GpuView, NodeSnapshot, Policy
 from gpuallocd.policies.rules import check_choice, request_for
 from gpuallocd.policies.scoring import SetScore, weight_matrix
