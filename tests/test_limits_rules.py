@@ -259,3 +259,17 @@ def usage_by_user(spans: Iterable[LeaseSpan], since: float, until: float) -> lis
         for uid, (name, seconds, leases, waited) in totals.items()
     ]
     return sorted(found, key=lambda u: (-u.gpu_hours, u.user))
+
+
+def test_each_limit_is_named_once() -> None:
+    """The config's keys, `limits`' rows and the use they are held against come from the
+    fields of `Limits`: a new limit field is a new key everywhere, with nothing else to edit."""
+    from dataclasses import fields
+
+    from gpuallocd.allocator.site.limits import LIMIT_NAMES
+
+    declared = [f.name for f in fields(Limits) if f.metadata.get("limit")]
+    assert list(LIMIT_NAMES) == declared
+    table = LimitsTable(default=Limits(**dict.fromkeys(declared, 1)))
+    assert set(table.applied("dave", []).values) == set(declared)
+    assert set(Usage().to_json()) == set(declared)

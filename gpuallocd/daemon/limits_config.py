@@ -17,27 +17,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuallocd.allocator import Limits, LimitsTable
+from gpuallocd.allocator.site.limits import LIMIT_SPECS
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.enforcement import MODES
 from gpuallocd.errors import ConfigError
 
 __all__ = ["check_rule_settings", "parse_limits"]
 
-# Each limit: whether it must be a whole number, and the smallest value allowed.
-_KEYS: dict[str, tuple[bool, float]] = {
-    "max_gpus": (False, 0.0),
-    "max_ttl_seconds": (False, 1e-9),
-    "max_waiting": (True, 0.0),
-    "max_gpu_hours_per_day": (False, 0.0),
-    "max_shares": (True, 0.0),
-}
+# Each limit by its key, as `Limits` declares it (whole number or not, smallest value).
+_KEYS = {spec.name: spec for spec in LIMIT_SPECS}
 _TABLES = ("group", "user")
 MAX_LIMIT = 1e15  # past any real use; a larger (or infinite) value is a mistake
 UNLEASED_KEY = "unleased_use"
 
 
 def _number(value: Any, key: str, where: str) -> float:
-    whole, minimum = _KEYS[key]
+    whole, minimum = _KEYS[key].whole, _KEYS[key].minimum
     number = isinstance(value, int) or (not whole and isinstance(value, float))
     if isinstance(value, bool) or not number or not abs(value) <= MAX_LIMIT:
         raise ConfigError(
@@ -50,22 +45,15 @@ def _number(value: Any, key: str, where: str) -> float:
 
 
 def _limits(table: Mapping[str, Any], where: str, nested: bool) -> Limits:
-    values: dict[str, float] = {}
+    values: dict[str, Any] = {}
     for key, value in table.items():
         if key in _KEYS:
-            values[key] = _number(value, key, where)
+            number = _number(value, key, where)
+            values[key] = int(number) if _KEYS[key].whole else number
         elif key != UNLEASED_KEY and not (nested and key in _TABLES):
             known = ", ".join([*_KEYS, UNLEASED_KEY, *(_TABLES if nested else ())])
             raise ConfigError(f"{where}: unknown key {key!r} (known: {known})")
-    waiting, shares = values.get("max_waiting"), values.get("max_shares")
-    return Limits(
-        max_gpus=values.get("max_gpus"),
-        max_ttl_seconds=values.get("max_ttl_seconds"),
-        max_waiting=None if waiting is None else int(waiting),
-        max_gpu_hours_per_day=values.get("max_gpu_hours_per_day"),
-        max_shares=None if shares is None else int(shares),
-        unleased_use=_mode(table.get(UNLEASED_KEY), where),
-    )
+    return Limits(**values, unleased_use=_mode(table.get(UNLEASED_KEY), where))
 
 
 def _mode(value: Any, where: str) -> str | None:

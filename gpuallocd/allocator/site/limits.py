@@ -9,7 +9,7 @@ key set nowhere is no limit.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gpuallocd.errors import QuotaExceeded
@@ -17,7 +17,9 @@ from gpuallocd.model import Lease, LeasedGpu, UnitKind
 
 __all__ = [
     "LIMIT_NAMES",
+    "LIMIT_SPECS",
     "AppliedLimits",
+    "LimitSpec",
     "Limits",
     "LimitsTable",
     "Usage",
@@ -28,29 +30,48 @@ __all__ = [
     "units_weight",
 ]
 
-LIMIT_NAMES = (
-    "max_gpus",
-    "max_ttl_seconds",
-    "max_waiting",
-    "max_gpu_hours_per_day",
-    "max_shares",
-)
+
+def _limit(*, whole: bool, minimum: float) -> Any:
+    """A limit's field: None (not set in this row) by default; a config value must be a
+    whole number where `whole`, and at least `minimum` (a positive `minimum`: above 0)."""
+    return field(default=None, metadata={"limit": True, "whole": whole, "minimum": minimum})
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """One row of the table: None where this row does not set the limit."""
+    """One row of the table: None where this row does not set the limit.
 
-    max_gpus: float | None = None
-    max_ttl_seconds: float | None = None
-    max_waiting: int | None = None
-    max_gpu_hours_per_day: float | None = None
-    max_shares: int | None = None
+    Each limit is named here once: the config's keys, their checks (`limit_spec`), the
+    order `limits` shows them in and the use they are held against all come from these
+    fields."""
+
+    max_gpus: float | None = _limit(whole=False, minimum=0.0)
+    max_ttl_seconds: float | None = _limit(whole=False, minimum=1e-9)
+    max_waiting: int | None = _limit(whole=True, minimum=0.0)
+    max_gpu_hours_per_day: float | None = _limit(whole=False, minimum=0.0)
+    max_shares: int | None = _limit(whole=True, minimum=0.0)
     unleased_use: str | None = None  # not a limit: the mode for GPU use without a lease
 
     def value(self, name: str) -> float | None:
         found: float | None = getattr(self, name)
         return found
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    """What a config value of one limit must be."""
+
+    name: str
+    whole: bool
+    minimum: float
+
+
+LIMIT_SPECS = tuple(
+    LimitSpec(f.name, f.metadata["whole"], f.metadata["minimum"])
+    for f in fields(Limits)
+    if f.metadata.get("limit")
+)
+LIMIT_NAMES = tuple(spec.name for spec in LIMIT_SPECS)
 
 
 @dataclass(frozen=True)
