@@ -24,6 +24,7 @@ from gpuallocd.model import LeaseSpan, Topology
 from gpuallocd.policies.base import GpuView, NodeSnapshot, Policy
 from gpuallocd.policies.fair_share import FairShareWaiter, decayed_gpu_hours, fair_share_order
 from gpuallocd.policies.rules import check_choice, request_for
+from gpuallocd.policies.serving import serve_in_order
 
 __all__ = ["Job", "OrderResult", "is_job_trace", "read_jobs", "simulate_orders"]
 
@@ -236,17 +237,19 @@ def _run(
             node.spans.append(node.span(job, start, end))
         while pending and pending[0].at <= now:
             waiting.append(_Waiting(pending.pop(0), len(waits) + len(waiting)))
-        blocked: set[str] = set()
-        for entry in _ordered(waiting, node, running, now, fair, half_life_hours, weight):
-            gpus = node.try_grant(entry.job, blocked)
-            if gpus is None:
-                blocked |= node.usable(entry.job)
-                continue
-            waiting.remove(entry)
-            node.busy |= gpus
-            holding[entry.job.id] = gpus
-            waits[entry.job.id] = now - entry.job.at
-            heapq.heappush(running, (now + entry.job.duration, len(waits), entry.job, now))
+
+        def grant(entry: _Waiting, held: frozenset[str], now: float = now) -> frozenset[str] | None:
+            gpus = node.try_grant(entry.job, set(held))
+            if gpus is not None:
+                waiting.remove(entry)
+                node.busy |= gpus
+                holding[entry.job.id] = gpus
+                waits[entry.job.id] = now - entry.job.at
+                heapq.heappush(running, (now + entry.job.duration, len(waits), entry.job, now))
+            return gpus
+
+        ordered = _ordered(waiting, node, running, now, fair, half_life_hours, weight)
+        serve_in_order(ordered, grant, lambda entry: node.usable(entry.job))
     return waits, busy_seconds, now
 
 

@@ -20,6 +20,7 @@ from typing import Protocol
 from gpuallocd.allocator.leases.node_view import GpuStatus, Reservation
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.model import Caller
+from gpuallocd.policies.serving import serve_in_order
 
 __all__ = ["QueuedRequest", "WaitInfo", "describe_waiters", "reservations"]
 
@@ -176,18 +177,20 @@ def _play_forward(
     """Serve the queue as the daemon does, at now and at each release; when each would start."""
     starts: list[float | None] = [None] * len(needs)
     free, pending, at = set(free_now), list(range(len(needs))), now
+
+    def grant(i: int, held: frozenset[str]) -> frozenset[str] | None:
+        available = free - held
+        if not needs[i].fits(available):
+            return None
+        taken = needs[i].take(available)
+        free.difference_update(taken)
+        starts[i] = at
+        heapq.heappush(releases, (at + ttls[i], taken))
+        return taken
+
     while pending:
-        blocked: set[str] = set()
-        for i in list(pending):
-            available = free - blocked
-            if needs[i].fits(available):
-                taken = needs[i].take(available)
-                free -= taken
-                starts[i] = at
-                pending.remove(i)
-                heapq.heappush(releases, (at + ttls[i], taken))
-            else:
-                blocked |= needs[i].pool
+        served = serve_in_order(pending, grant, lambda i: needs[i].pool)
+        pending = [i for i in pending if i not in dict(served)]
         if not pending or not releases:
             break
         at, gpus = heapq.heappop(releases)

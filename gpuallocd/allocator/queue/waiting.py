@@ -27,6 +27,7 @@ from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
 from gpuallocd.model import Caller, Lease
 from gpuallocd.policies.fair_share import Priority
+from gpuallocd.policies.serving import serve_in_order
 
 __all__ = ["WaitQueue", "Waiter"]
 
@@ -78,23 +79,25 @@ def _reserved(lifecycle: LeaseLifecycle, waiters: Sequence[Waiter]) -> frozenset
 def _serve_in_order(
     lifecycle: LeaseLifecycle, waiters: Sequence[Waiter]
 ) -> list[tuple[Waiter, Outcome]]:
-    """Runs in the serial worker: grant every waiter that fits without jumping a blocked one."""
-    outcomes: list[tuple[Waiter, Outcome]] = []
-    blocked: set[str] = set()
-    for waiter in waiters:
+    """Runs in the serial worker: grant every waiter that fits without jumping a blocked one
+    (`policies/serving.py`); a waiter refused for another reason than capacity gets its error."""
+
+    def grant(waiter: Waiter, held: frozenset[str]) -> Outcome | None:
         try:
             lease = lifecycle.allocate(
-                waiter.caller, waiter.spec, reserved=frozenset(blocked), waited_since=waiter.since
+                waiter.caller, waiter.spec, reserved=held, waited_since=waiter.since
             )
         except CapacityError:
-            blocked |= lifecycle.usable_gpus(waiter.spec, waiter.caller.uid)
-            continue
+            return None
         except GpuallocError as exc:
-            outcomes.append((waiter, exc))
-            continue
+            return exc
         waiter.on_grant(lease)
-        outcomes.append((waiter, lease))
-    return outcomes
+        return lease
+
+    def pool(waiter: Waiter) -> frozenset[str]:
+        return lifecycle.usable_gpus(waiter.spec, waiter.caller.uid)
+
+    return serve_in_order(waiters, grant, pool)
 
 
 class WaitQueue:
