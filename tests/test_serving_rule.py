@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpuallocd.policies.serving import serve_in_order
 
+Wants = dict[str, tuple[int, set[str]]]
 
-def _free_pool_grant(free: set[str], wants: dict[str, tuple[int, set[str]]]):  # type: ignore[no-untyped-def]
+
+def _free_pool_grant(
+    free: set[str], wants: Wants
+) -> Callable[[str, frozenset[str]], frozenset[str] | None]:
     def grant(name: str, held: frozenset[str]) -> frozenset[str] | None:
         count, pool = wants[name]
         available = sorted((pool & free) - held)
