@@ -97,11 +97,14 @@ def test_best_effort_fragments_less_than_simple_on_singles() -> None:
         ("not json", "not JSON"),
         ("[1]", "JSON object"),
         ('{"op": "allocate", "id": ""}', "'id'"),
-        ('{"op": "allocate", "id": "a"}', "'count' or 'gpus'"),
+        ('{"op": "allocate", "id": "a"}', "give a count, or the GPUs"),
         ('{"op": "allocate", "id": "a", "count": 0}', "at least 1"),
         ('{"op": "allocate", "id": "a", "count": true}', "at least 1"),
         ('{"op": "allocate", "id": "a", "gpus": []}', "non-empty list"),
-        ('{"op": "allocate", "id": "a", "gpus": [1, 2], "count": 1}', "smaller"),
+        (
+            '{"op": "allocate", "id": "a", "gpus": [1, 2], "count": 1}',
+            r"less than the 2 GPU\(s\) named",
+        ),
         ('{"op": "steal", "id": "a"}', "'allocate' or 'free'"),
     ],
 )

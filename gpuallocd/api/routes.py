@@ -22,6 +22,7 @@ from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest, PermissionDenied
 from gpuallocd.model import HistoryEvent, Lease
 from gpuallocd.policies import available_policies
+from gpuallocd.policies.rules import requested_count
 from gpuallocd.topology import topology_to_json
 
 __all__ = ["ALLOCATE_FIELDS", "routes"]
@@ -112,11 +113,8 @@ def _allocate_spec(body: Body) -> AllocateSpec:
         request_id=body.text("request_id", max_length=MAX_REQUEST_ID_LENGTH),
         on_revoke=body.choice("on_revoke", ON_REVOKE_CHOICES) or "notify",
     )
-    if spec.count is None and not spec.gpus:
-        if spec.memory_bytes is None and spec.mig_profile is None:
-            raise InvalidRequest("give a count, or the GPUs to lease", field="count")
-        spec = replace(spec, count=1)  # one share, or one instance of the profile
-    return spec
+    count = requested_count(spec.count, spec.gpus, spec.memory_bytes, spec.mig_profile)
+    return replace(spec, count=count)
 
 
 async def allocate(request: web.Request) -> web.StreamResponse:

@@ -18,7 +18,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpuallocd.errors import TraceError
+from gpuallocd.errors import InvalidRequest, TraceError
+from gpuallocd.policies.rules import requested_count
 
 __all__ = ["TraceError", "TraceOp", "parse_op", "read_trace"]
 
@@ -50,21 +51,19 @@ def _is_int(value: Any) -> bool:
 def _allocation(line: int, item: dict[str, Any], lease: str) -> TraceOp:
     count, gpus = item.get("count"), item.get("gpus")
     memory, profile = item.get("memory_bytes"), item.get("mig_profile")
-    if count is None and gpus is None and memory is None and profile is None:
-        raise TraceError(
-            line, "an allocate needs 'count' or 'gpus' (or 'memory_bytes' or 'mig_profile')"
-        )
     if memory is not None and not (_is_int(memory) and memory >= 1):
         raise TraceError(line, "'memory_bytes' must be a positive integer")
     if profile is not None and not (isinstance(profile, str) and profile):
         raise TraceError(line, "'mig_profile' must be a non-empty string")
-    if count is not None and not (_is_int(count) and count >= 1):
+    if count is not None and not _is_int(count):
         raise TraceError(line, "'count' must be an integer of at least 1")
     if gpus is not None and not (isinstance(gpus, list) and gpus and all(map(_is_int, gpus))):
         raise TraceError(line, "'gpus' must be a non-empty list of GPU indices")
     picked = None if gpus is None else tuple(gpus)
-    if picked is not None and count is not None and count < len(picked):
-        raise TraceError(line, "'count' is smaller than the number of 'gpus'")
+    try:  # the rules of every allocate, as the daemon's API applies them
+        requested_count(count, picked, memory, profile)
+    except InvalidRequest as exc:
+        raise TraceError(line, exc.message) from None
     return TraceOp(
         line=line,
         op="allocate",

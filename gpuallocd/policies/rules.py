@@ -13,7 +13,42 @@ from gpuallocd.errors import CountExceedsNode, InternalError, InvalidRequest, Un
 from gpuallocd.model import Topology
 from gpuallocd.policies.base import AllocationRequest, Choice, NodeSnapshot
 
-__all__ = ["check_choice", "check_request", "check_unit_choice", "request_for"]
+__all__ = [
+    "check_choice",
+    "check_request",
+    "check_unit_choice",
+    "request_for",
+    "requested_count",
+]
+
+
+def requested_count(
+    count: int | None,
+    gpus: Sequence[int | str] | None,
+    memory_bytes: int | None,
+    mig_profile: str | None,
+) -> int | None:
+    """The count an allocate asks for, before it meets a node: the daemon's API and
+    `simulate`'s traces both read a request through this.
+
+    Something must be asked for: a count, GPUs, a share or a MIG profile. A share or a
+    profile alone is one of it; GPUs alone are as many as named (None: `request_for` counts
+    them). A count below 1, or below the number of GPUs named, is refused.
+    """
+    if count is None and not gpus:
+        if memory_bytes is None and mig_profile is None:
+            raise InvalidRequest(
+                "give a count, or the GPUs to lease (or a memory share or MIG profile)",
+                field="count",
+            )
+        return 1  # one share, or one instance of the profile
+    if count is not None and count < 1:
+        raise InvalidRequest(f"count must be at least 1, not {count}", field="count")
+    if count is not None and gpus and count < len(gpus):
+        raise InvalidRequest(
+            f"count {count} is less than the {len(gpus)} GPU(s) named", field="count"
+        )
+    return count
 
 
 def request_for(
