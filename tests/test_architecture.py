@@ -305,6 +305,8 @@ def _mapped(package_dir: Path) -> list[str]:
     [
         PACKAGE / "allocator",
         PACKAGE / "cli",
+        PACKAGE / "daemon",
+        PACKAGE / "api",
         PACKAGE / "allocator" / "leases",
         PACKAGE / "allocator" / "site",
         PACKAGE / "allocator" / "queue",

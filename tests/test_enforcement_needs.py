@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from gpuallocd.allocator import Limits, LimitsTable
-from gpuallocd.daemon.enforcement_setup import unleased_rules
 from gpuallocd.daemon.limits_config import parse_limits
 from gpuallocd.daemon.needs import Host, check_needs, needs_of
 from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.daemon.wiring import unleased_rules
 from gpuallocd.errors import ConfigError, MissingPrivilege
 from tests.service_unit import shipped_unit
 

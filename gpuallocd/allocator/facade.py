@@ -227,9 +227,11 @@ class AllocatorFacade:
 
     # Site rules: admins, drains, limits, accounting ----------------------------------------
 
-    def set_rules(self, rules: SiteRules) -> None:
-        """Adopt reloaded limits and admin groups; leases and waiters are left as they are."""
+    def reload_rules(self, rules: SiteRules, unleased: UnleasedRules) -> None:
+        """Adopt reloaded limits, admin groups and rules for unleased use (SIGHUP); leases
+        and waiters are left as they are, users and groups are read afresh."""
         self._lifecycle.quota.rules = rules
+        self.unleased.reload(unleased)
 
     async def drain(
         self, caller: Caller, refs: Sequence[str | int], reason: str

@@ -150,8 +150,9 @@ class UnleasedGuard:
                     self._tracks.pop(key, None)
         return leases
 
-    def forget_owners(self) -> None:
-        """Read users and groups afresh (SIGHUP)."""
+    def reload(self, rules: UnleasedRules) -> None:
+        """Adopt reloaded rules, and read users and groups afresh (SIGHUP)."""
+        self.rules = rules
         self._owners.clear()
 
     # Acting ----------------------------------------------------------------------------------

@@ -4,6 +4,11 @@ server.py      the Unix socket: bind with mode and group, serve, shut down with 
 peercred.py    the caller, from the kernel (SO_PEERCRED)
 app.py         the aiohttp application behind one error envelope
 routes.py      the `/v1` routes: each one call into the allocator's façade
+admin_routes.py        drain, undrain, limits, usage, admin actions
+enforcement_routes.py  adopt, unleased use
+reservation_routes.py  advance reservations
+requests.py    what every route reads from its request, read one way
+limits.py      connection limits: no local user takes the daemon's file descriptors
 validation.py  a JSON body into typed values, or a stable error
 context.py     what the routes share
 tcp_site.py    the TCP ports beside the socket (metrics, dashboard), under its connection rules

@@ -1,13 +1,22 @@
 """The daemon: its command and options, settings, lifecycle, lock, sd_notify, housekeeping.
 
-main.py          `gpuallocd`: options from the settings table, errors to exit codes
-settings.py      every setting declared once (name, type, default, meaning)
-config.py        defaults < config file < environment < options
-lifecycle.py     Daemon: start up, serve until signalled, shut down
-housekeeping.py  background loops: expiry, live sampling, process polling
-statelock.py     one daemon per state directory
-sdnotify.py      READY/STOPPING/WATCHDOG for systemd's Type=notify and its watchdog
-activation.py    the listening socket systemd passes (socket activation, LISTEN_FDS)
+main.py               `gpuallocd`: options from the settings table, errors to exit codes
+settings.py           every setting declared once (name, type, default, meaning)
+config.py             defaults < config file < environment < options
+limits_config.py      the `[limits]` table read strictly into a LimitsTable
+scheduling_config.py  checks of the scheduling settings their types cannot say
+wiring.py             the config turned into every domain value (at start and on reload)
+lifecycle.py          Daemon: start up, serve until signalled, shut down
+housekeeping.py       background loops: expiry, live sampling, process polling
+needs.py              what the enabled features need from the host, checked at start
+integrity.py          the state and socket directories checked before they are trusted
+diagnostics.py        what the running daemon tells `doctor`; config warnings
+hints.py              what to do next, added to the first startup errors
+statelock.py          one daemon per state directory
+socketwatch.py        noticing that the served socket was removed or replaced
+sdnotify.py           READY/STOPPING/WATCHDOG for systemd's Type=notify and its watchdog
+activation.py         the listening socket systemd passes (socket activation, LISTEN_FDS)
+eventloop.py          uvloop where installed, else asyncio's loop
 """
 
 from __future__ import annotations

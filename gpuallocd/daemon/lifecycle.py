@@ -27,9 +27,7 @@ from typing import Any
 from gpuallocd import __version__
 from gpuallocd.allocator import (
     AllocatorFacade,
-    IdleRules,
     LeaseLifecycle,
-    SiteRules,
 )
 from gpuallocd.allocator.leases.deadlines import boottime
 from gpuallocd.allocator.observer import LeaseObserver, Observers
@@ -40,9 +38,7 @@ from gpuallocd.api.peercred import forget_identities
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handlers
 from gpuallocd.api.tcp_site import Handlers
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
-from gpuallocd.daemon.allocator_setup import allocator_settings
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
-from gpuallocd.daemon.enforcement_setup import unleased_rules
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.integrity import (
     LEDGER_COMPANIONS,
@@ -56,6 +52,13 @@ from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watch
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.socketwatch import SocketWatch
 from gpuallocd.daemon.statelock import StateLock
+from gpuallocd.daemon.wiring import (
+    allocator_settings,
+    idle_rules,
+    reloadable_rules,
+    site_rules,
+    unleased_rules,
+)
 from gpuallocd.dashboard import DashboardServer
 from gpuallocd.enforcement.devices import DeviceAccess, unit_files
 from gpuallocd.errors import (
@@ -78,19 +81,6 @@ log = logging.getLogger("gpuallocd")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RELOAD_SIGNAL = signal.SIGHUP
-
-
-def site_rules(config: DaemonConfig) -> SiteRules:
-    """The limits and admin groups of a config."""
-    return SiteRules(limits=config.limits, admin_groups=frozenset(config.admin_groups))
-
-
-def idle_rules(config: DaemonConfig) -> IdleRules:
-    minutes = config.idle_reclaim_minutes
-    return IdleRules(
-        reclaim_seconds=None if minutes is None else minutes * 60.0,
-        grace_seconds=config.idle_grace_minutes * 60.0,
-    )
 
 
 class Daemon:
@@ -139,9 +129,8 @@ class Daemon:
         forget_identities()
         forget_members()  # reservations' members, by the user database
         if self._facade_in_service is not None:
-            self._facade_in_service.set_rules(site_rules(config))
-            self._facade_in_service.unleased.rules = unleased_rules(config)
-            self._facade_in_service.unleased.forget_owners()
+            rules = reloadable_rules(config)
+            self._facade_in_service.reload_rules(rules.site, rules.unleased)
         log.info("reloaded the limits and admin groups")
 
     async def run(self) -> None:

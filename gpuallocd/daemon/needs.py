@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuallocd.daemon.enforcement_setup import device_owners, terminates
 from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.daemon.wiring import terminates
 from gpuallocd.errors import MissingPrivilege
 from gpuallocd.host import (
     Capabilities,
@@ -263,3 +263,17 @@ def check_needs(config: DaemonConfig, host: Host) -> list[Need]:
         if not need.met:
             log.warning("%s", need.line())
     return needs
+
+
+def device_owners(directory: str) -> set[int]:
+    """The owners of the GPU device files in `directory` (NVIDIA's and AMD's render nodes)."""
+    owners = set()
+    for sub in ("", "nvidia-caps", "dri"):
+        try:
+            with os.scandir(os.path.join(directory, sub)) as entries:
+                for entry in entries:
+                    if entry.name.startswith(("nvidia", "renderD")) and not entry.is_dir():
+                        owners.add(entry.stat(follow_symlinks=False).st_uid)
+        except OSError:
+            continue
+    return owners

@@ -1,0 +1,78 @@
+"""The config turned into every domain value the daemon's parts take, in one place.
+
+Each part below the daemon takes plain values of its own (`AllocatorSettings`, `SiteRules`,
+`IdleRules`, `UnleasedRules`) and never reads the config; this module is where a setting
+becomes one of them, at start and again on a reload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from gpuallocd.allocator import AllocatorSettings, IdleRules, SiteRules
+from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.enforcement import UnleasedRules
+
+__all__ = [
+    "ReloadableRules",
+    "allocator_settings",
+    "idle_rules",
+    "reloadable_rules",
+    "site_rules",
+    "terminates",
+    "unleased_rules",
+]
+
+
+def allocator_settings(config: DaemonConfig) -> AllocatorSettings:
+    """The settings that decide a grant: each field of AllocatorSettings is the setting of
+    the same name (the settings table declares it once)."""
+    return AllocatorSettings(**{f.name: getattr(config, f.name) for f in fields(AllocatorSettings)})
+
+
+def site_rules(config: DaemonConfig) -> SiteRules:
+    """The limits and admin groups of a config."""
+    return SiteRules(limits=config.limits, admin_groups=frozenset(config.admin_groups))
+
+
+def idle_rules(config: DaemonConfig) -> IdleRules:
+    """Idle reclaim: off without `idle_reclaim_minutes`; times in seconds."""
+    minutes = config.idle_reclaim_minutes
+    return IdleRules(
+        reclaim_seconds=None if minutes is None else minutes * 60.0,
+        grace_seconds=config.idle_grace_minutes * 60.0,
+    )
+
+
+def unleased_rules(config: DaemonConfig) -> UnleasedRules:
+    """The rules for GPU use without a lease, with the overrides of the `[limits]` tables."""
+    limits = config.limits
+    return UnleasedRules(
+        mode=config.unleased_use,
+        grace_seconds=config.unleased_grace_seconds,
+        kill_after_seconds=config.revoke_grace_seconds,
+        exempt_users=frozenset(config.unleased_exempt_users),
+        exempt_commands=frozenset(config.unleased_exempt_commands),
+        over_limit=config.unleased_over_limit,
+        user_modes={n: v.unleased_use for n, v in limits.users.items() if v.unleased_use},
+        group_modes={n: v.unleased_use for n, v in limits.groups.items() if v.unleased_use},
+    )
+
+
+def terminates(config: DaemonConfig) -> bool:
+    """Whether any user's unleased processes may be signalled."""
+    rules = unleased_rules(config)
+    modes = {rules.mode, *rules.user_modes.values(), *rules.group_modes.values()}
+    return "terminate" in modes or ("adopt" in modes and rules.over_limit == "terminate")
+
+
+@dataclass(frozen=True)
+class ReloadableRules:
+    """What a reload (SIGHUP) changes in a running daemon: the rules of the shared box."""
+
+    site: SiteRules
+    unleased: UnleasedRules
+
+
+def reloadable_rules(config: DaemonConfig) -> ReloadableRules:
+    return ReloadableRules(site=site_rules(config), unleased=unleased_rules(config))
