@@ -229,10 +229,17 @@ class Client:
         return data
 
     def usage(
-        self, since: float | None = None, until: float | None = None, user: str | None = None
+        self,
+        since: float | None = None,
+        until: float | None = None,
+        user: str | None = None,
+        *,
+        per_day: bool = False,
     ) -> dict[str, Any]:
-        """GPU-hours, leases and waiting time per user between `since` and `until` (Unix time)."""
-        query = urlencode(_drop_none(since=since, until=until, user=user))
+        """GPU-hours, leases and waiting time per user between `since` and `until` (Unix time);
+        with `per_day`, also `days`: each local day's start and GPU-hours per user."""
+        per = "day" if per_day else None
+        query = urlencode(_drop_none(since=since, until=until, user=user, per=per))
         data: dict[str, Any] = self.request("GET", f"/v1/usage?{query}")
         return data
 

@@ -45,6 +45,7 @@ from gpuallocd.model import (
     LiveState,
     Topology,
     UserUsage,
+    day_bounds,
 )
 from gpuallocd.processes.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.processes.tracking import Tracking
@@ -266,6 +267,17 @@ class AllocatorFacade:
         if user is not None:
             found = [u for u in found if user in (u.user, str(u.uid))]
         return end, found
+
+    async def usage_per_day(
+        self, since: float, until: float, user: str | None
+    ) -> list[tuple[float, dict[str, float]]]:
+        """Each local calendar day from the day of `since` to `until`: its start and each
+        user's GPU-hours in it (only `user`'s where given), in one read of the ledger."""
+        bounds = day_bounds(since, until)
+        hours = await self._reads.gpu_hours_per_day(bounds)
+        if user is not None:
+            hours = [{n: h for n, h in day.items() if n == user} for day in hours]
+        return list(zip(bounds, hours, strict=False))
 
     async def admin_actions(self, limit: int) -> list[AdminAction]:
         return await self._worker.run(self._ledger.admin_actions, limit)

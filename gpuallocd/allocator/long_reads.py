@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from gpuallocd.errors import UnknownLease
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import HistoryEvent, LeaseSpan, UserUsage
+from gpuallocd.model import HistoryEvent, LeaseSpan, UserUsage, gpu_hours_per_day
 
 __all__ = ["LeaseSpans", "LongReads"]
 
@@ -46,6 +46,13 @@ class LongReads:
 
     async def usage(self, since: float, until: float) -> list[UserUsage]:
         return await self._off_loop(self._reader.usage, since, until)
+
+    async def gpu_hours_per_day(self, bounds: Sequence[float]) -> list[dict[str, float]]:
+        """Each user's GPU-hours in each day between consecutive `bounds` (one read)."""
+        return await self._off_loop(self._daily, bounds)
+
+    def _daily(self, bounds: Sequence[float]) -> list[dict[str, float]]:
+        return gpu_hours_per_day(self._reader.lease_spans(bounds[0], bounds[-1]), bounds)
 
     async def lease_spans_of(self, use: Callable[[LeaseSpans], T]) -> T:
         """`use(lease_spans)` in the reads thread, where `lease_spans(since, until)` reads

@@ -3,15 +3,21 @@ leases over a window, and how long granted requests waited."""
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuallocd.charts.bars import BarGroup
-from gpuallocd.model import LeaseSpan
+from gpuallocd.model import LeaseSpan, gpu_hours_per_day, local_midnights
 
-__all__ = ["WAIT_BUCKETS", "Interval", "daily_hours", "gpu_timelines", "waiting_buckets"]
+__all__ = [
+    "WAIT_BUCKETS",
+    "Interval",
+    "daily_bars",
+    "daily_hours",
+    "gpu_timelines",
+    "waiting_buckets",
+]
 
 # Upper bounds in seconds, and their labels; the last bucket is everything longer.
 WAIT_BUCKETS = ((1.0, "<1 s"), (60.0, "<1 min"), (600.0, "<10 min"), (3600.0, "<1 h"))
@@ -31,34 +37,20 @@ class Interval:
 
 def day_starts(days: int, now: float) -> list[float]:
     """Local midnights of the last `days` days, today's last, and the next midnight."""
-    today = time.localtime(now)
-    starts = []
-    for back in range(days - 1, -2, -1):
-        start = time.mktime((today.tm_year, today.tm_mon, today.tm_mday - back, 0, 0, 0, 0, 0, -1))
-        starts.append(start)
-    return starts
+    return local_midnights(days, now)
 
 
 def daily_hours(spans: Iterable[LeaseSpan], days: int, now: float) -> list[BarGroup]:
-    """Each of the last `days` days (today so far included) with each user's GPU-hours.
-
-    Each span is added to the days it touches only (found by bisection): a month of
-    thousands of leases costs one pass, not one pass a day."""
+    """Each of the last `days` days (today so far included) with each user's GPU-hours."""
     bounds = day_starts(days, now)
     bounds[-1] = min(bounds[-1], now)
-    hours: list[dict[str, float]] = [{} for _ in range(days)]
-    for span in spans:
-        start = max(span.created_at, bounds[0])
-        end = min(now if span.ended_at is None else span.ended_at, bounds[-1])
-        day = max(0, bisect.bisect_right(bounds, start) - 1)
-        while day < days and bounds[day] < end:
-            held = min(end, bounds[day + 1]) - max(start, bounds[day])
-            if held > 0:
-                totals = hours[day]
-                totals[span.owner_name] = totals.get(span.owner_name, 0.0) + span.gpus * held / 3600
-            day += 1
+    return daily_bars(bounds, gpu_hours_per_day(spans, bounds))
+
+
+def daily_bars(bounds: Sequence[float], hours: Sequence[Mapping[str, float]]) -> list[BarGroup]:
+    """One bar group a day, labelled with its date, from each day's hours per user."""
     return [
-        BarGroup(time.strftime("%m-%d", time.localtime(start)), values)
+        BarGroup(time.strftime("%m-%d", time.localtime(start)), dict(values))
         for start, values in zip(bounds, hours, strict=False)
     ]
 

@@ -34,10 +34,19 @@ from gpuallocd.model.reservation import (
     ReservationRecord,
     ReservationState,
 )
-from gpuallocd.model.usage import LeaseSpan, UserUsage, gpu_seconds
+from gpuallocd.model.usage import (
+    MAX_DAYS,
+    LeaseSpan,
+    UserUsage,
+    day_bounds,
+    gpu_hours_per_day,
+    gpu_seconds,
+    local_midnights,
+)
 
 __all__ = [
     "HEALTHY",
+    "MAX_DAYS",
     "NO_LINK",
     "AdminAction",
     "AdminActionKind",
@@ -62,7 +71,10 @@ __all__ = [
     "Topology",
     "UnitKind",
     "UserUsage",
+    "day_bounds",
+    "gpu_hours_per_day",
     "gpu_seconds",
     "lease_gpu_weight",
+    "local_midnights",
     "pair_key",
 ]

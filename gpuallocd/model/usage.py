@@ -6,11 +6,22 @@ of its life inside the window, times its GPUs; an active lease counts up to the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+import math
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LeaseSpan", "UserUsage", "gpu_seconds"]
+__all__ = [
+    "MAX_DAYS",
+    "LeaseSpan",
+    "UserUsage",
+    "day_bounds",
+    "gpu_hours_per_day",
+    "gpu_seconds",
+    "local_midnights",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +64,50 @@ class UserUsage:
 def gpu_seconds(spans: Iterable[LeaseSpan], since: float, until: float) -> float:
     """GPU-seconds held by these spans inside [since, until]."""
     return sum(span.gpus * span.seconds_within(since, until) for span in spans)
+
+
+def local_midnights(days: int, now: float) -> list[float]:
+    """Local midnights of the last `days` days, today's last, and the next midnight: the
+    bounds of `days` calendar days as the box's clock shows them."""
+    today = time.localtime(now)
+    return [
+        time.mktime((today.tm_year, today.tm_mon, today.tm_mday - back, 0, 0, 0, 0, 0, -1))
+        for back in range(days - 1, -2, -1)
+    ]
+
+
+MAX_DAYS = 366  # the longest per-day report: a year
+
+
+def day_bounds(since: float, until: float) -> list[float]:
+    """The bounds of each local calendar day from the day of `since` to `until`, the first
+    starting at `since` and the last cut at `until`; the latest `MAX_DAYS` days at most."""
+    first_midnight = local_midnights(1, since)[0]
+    days = min(MAX_DAYS, max(1, math.ceil((until - first_midnight) / 86400)))
+    bounds = local_midnights(days, until)
+    bounds[0], bounds[-1] = max(bounds[0], since), until
+    return bounds
+
+
+def gpu_hours_per_day(
+    spans: Iterable[LeaseSpan], bounds: Sequence[float]
+) -> list[dict[str, float]]:
+    """Each user's GPU-hours in each day between consecutive `bounds` (by user name): the one
+    per-day sum that the dashboard's charts and `usage --plot` both show.
+
+    Each span is added to the days it touches only (found by bisection): a year of
+    thousands of leases costs one pass, not one pass a day. An active span counts up to
+    the last bound."""
+    days = len(bounds) - 1
+    hours: list[dict[str, float]] = [{} for _ in range(days)]
+    for span in spans:
+        start = max(span.created_at, bounds[0])
+        end = min(bounds[-1] if span.ended_at is None else span.ended_at, bounds[-1])
+        day = max(0, bisect.bisect_right(bounds, start) - 1)
+        while day < days and bounds[day] < end:
+            held = min(end, bounds[day + 1]) - max(start, bounds[day])
+            if held > 0:
+                totals = hours[day]
+                totals[span.owner_name] = totals.get(span.owner_name, 0.0) + span.gpus * held / 3600
+            day += 1
+    return hours

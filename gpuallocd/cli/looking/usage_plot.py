@@ -4,8 +4,6 @@ library: the chart is the SVG of `gpuallocd.charts`)."""
 
 from __future__ import annotations
 
-import itertools
-import math
 import os
 import shutil
 import subprocess
@@ -17,29 +15,28 @@ from typing import TYPE_CHECKING
 import click
 
 from gpuallocd.charts import BarGroup, stacked_bars
-from gpuallocd.charts.daily import day_starts
+from gpuallocd.charts.daily import daily_bars
+from gpuallocd.model import MAX_DAYS
 
 if TYPE_CHECKING:
     from gpulease import Client
 
 __all__ = ["MAX_PLOT_DAYS", "write_plot"]
 
-MAX_PLOT_DAYS = 366
+MAX_PLOT_DAYS = MAX_DAYS
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 WIDTH, HEIGHT = 760, 300
 PNG_SECONDS = 60
 
 
 def _days(client: Client, since: float, now: float, user: str | None) -> list[BarGroup]:
-    """One bar a day from the day of `since` to today: each user's GPU-hours that day."""
-    count = min(MAX_PLOT_DAYS, max(1, math.ceil((now - day_starts(1, since)[0]) / 86400)))
-    bounds = day_starts(count, now)
-    groups = []
-    for start, end in itertools.pairwise(bounds):
-        report = client.usage(since=max(start, since), until=min(end, now), user=user)
-        hours = {u["user"]: float(u["gpu_hours"]) for u in report["users"] if u["gpu_hours"]}
-        groups.append(BarGroup(time.strftime("%m-%d", time.localtime(start)), hours))
-    return groups
+    """One bar a day from the day of `since` to today: each user's GPU-hours that day, in one
+    request (the daemon adds them up per day as the dashboard's charts do)."""
+    days = client.usage(since=since, until=now, user=user, per_day=True)["days"]
+    return daily_bars(
+        [day["start"] for day in days],
+        [{name: h for name, h in day["gpu_hours"].items() if h} for day in days],
+    )
 
 
 def write_plot(client: Client, path: Path, since: float, user: str | None) -> None:
