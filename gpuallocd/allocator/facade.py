@@ -209,7 +209,7 @@ class AllocatorFacade:
 
     def _gpu_status(self) -> list[GpuStatus]:
         held = held_for_status(self._lifecycle, self._clock())
-        return self._lifecycle.gpu_status({**self._queue.reservations(), **held})
+        return self._lifecycle.gpu_status({**self._queue.holds(), **held})
 
     async def history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
         return await self._reads.history(lease_id, limit)  # off the event loop: long_reads.py
@@ -332,14 +332,14 @@ class AllocatorFacade:
     def _after_sample(self) -> list[Lease]:
         """Holders told of failing GPUs; unleased use acted on (the leases it adopted)."""
         self.health.check()
-        return self.unleased.check(frozenset(self._queue.reservations()))
+        return self.unleased.check(frozenset(self._queue.holds()))
 
     async def adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
         """`gpuallocctl adopt`: the caller's running work on GPUs becomes their leases."""
         return await self._watch_all(await self._worker.run(self._adopt, caller, pid, gpu))
 
     def _adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
-        reserved = frozenset(self._queue.reservations())
+        reserved = frozenset(self._queue.holds())
         now = self._clock()
         leases = adopt_own(self._lifecycle, caller, pid=pid, gpu=gpu, now=now, reserved=reserved)
         return self.unleased.covered(leases)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from gpuallocd.allocator.leases.chooser import Chooser
 from gpuallocd.allocator.leases.deadlines import Deadlines
 from gpuallocd.allocator.leases.events_log import Transition
-from gpuallocd.allocator.leases.node_view import GpuStatus, NodeView, Reservation
+from gpuallocd.allocator.leases.node_view import GpuStatus, Hold, NodeView
 from gpuallocd.allocator.leases.request_ids import RequestIds
 from gpuallocd.allocator.leases.servable import check_servable, usable_gpus
 from gpuallocd.allocator.leases.sharing import share_capacity
@@ -164,9 +164,9 @@ class LeaseLifecycle:
             raise UnknownLease(f"no lease {lease_id!r}", lease=lease_id)
         return found
 
-    def gpu_status(self, reservations: Mapping[str, Reservation] | None = None) -> list[GpuStatus]:
+    def gpu_status(self, holds: Mapping[str, Hold] | None = None) -> list[GpuStatus]:
         self.expire_due()
-        return self.node.statuses(self._active.values(), reservations, self.drains.drains)
+        return self.node.statuses(self._active.values(), holds, self.drains.drains)
 
     def ttl_bounds(self, caller: Caller | None) -> TtlBounds:
         """What bounds `caller`'s lease lifetimes (None: the site's bounds alone)."""

@@ -29,7 +29,7 @@ GPU_STATES = (
     "drained",
 )
 
-__all__ = ["GPU_STATES", "GpuStatus", "NodeView", "Reservation"]
+__all__ = ["GPU_STATES", "GpuStatus", "Hold", "NodeView"]
 
 
 def _holder(lease: Lease | None) -> dict[str, object] | None:
@@ -37,8 +37,9 @@ def _holder(lease: Lease | None) -> dict[str, object] | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Reservation:
-    """A free GPU held for a waiter: nobody behind it in the queue may take it."""
+class Hold:
+    """A free GPU held for a waiter (a queue hold; an advance reservation is an
+    `AdvanceReservation`): nobody behind it in the queue may take it."""
 
     waiter_id: str
     position: int  # in the queue, from 1
@@ -69,7 +70,7 @@ class GpuStatus:
     instances: tuple[tuple[MigDevice, Lease | None], ...] = ()
     shares: tuple[tuple[Lease, LeasedGpu], ...] = ()
     share_capacity_bytes: int | None = None
-    reserved_for: Reservation | None = None
+    held_for: Hold | None = None
     drain: Drain | None = None
     lingering: bool = False  # only processes of its last holder, whose lease ended, run on it
 
@@ -87,7 +88,7 @@ class GpuStatus:
             return "shared"
         if self.foreign_pids:  # a former holder's processes still running: draining
             return "draining" if self.lingering else "in-use"
-        return "reserved" if self.reserved_for is not None else "free"
+        return "reserved" if self.held_for is not None else "free"
 
     def _foreign_processes(self) -> list[dict[str, object]]:
         uids = {p.pid: p.uid for p in self.live.processes}
@@ -109,7 +110,7 @@ class GpuStatus:
             "health_reason": self.live.health_reason,
             "foreign_pids": list(self.foreign_pids),
             "foreign_processes": self._foreign_processes(),
-            "reserved_for": self.reserved_for.to_json() if self.reserved_for else None,
+            "reserved_for": self.held_for.to_json() if self.held_for else None,
             "lease_id": lease.id if lease else None,
             "holder": _holder(lease),
             "expires_at": lease.expires_at if lease else None,
@@ -204,13 +205,13 @@ class NodeView:
     def statuses(
         self,
         leases: Iterable[Lease],
-        reservations: Mapping[str, Reservation] | None = None,
+        holds: Mapping[str, Hold] | None = None,
         drains: Mapping[str, Drain] | None = None,
     ) -> list[GpuStatus]:
-        """Each GPU's status; `reservations` are the GPUs held for waiters, `drains` the GPUs
-        an admin took out of service, both by UUID."""
+        """Each GPU's status; `holds` are the GPUs held for waiters (or for an advance
+        reservation), `drains` the GPUs an admin took out of service, both by UUID."""
         holders = UnitHolders.of(leases)
-        reserved = reservations or {}
+        reserved = holds or {}
         drains = drains or {}
         statuses = []
         for gpu in self._topology.gpus:
@@ -226,7 +227,7 @@ class NodeView:
                     ),
                     shares=tuple(holders.shares.get(gpu.uuid, ())),
                     share_capacity_bytes=self.share_capacity.get(gpu.uuid),
-                    reserved_for=reserved.get(gpu.uuid),
+                    held_for=reserved.get(gpu.uuid),
                     drain=drains.get(gpu.uuid),
                     lingering=self._lingering(gpu.uuid, foreign),
                 )

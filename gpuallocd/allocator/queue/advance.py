@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.node_view import Reservation
+from gpuallocd.allocator.leases.node_view import Hold
 from gpuallocd.allocator.site.reservation_board import caller_of_uid
 from gpuallocd.errors import CapacityError, InvalidRequest, ReservationConflict
 from gpuallocd.ledger import Ledger
@@ -182,11 +182,11 @@ def reservation_json(
     return data
 
 
-def held_for_status(lifecycle: LeaseLifecycle, now: float) -> dict[str, Reservation]:
+def held_for_status(lifecycle: LeaseLifecycle, now: float) -> dict[str, Hold]:
     """The GPUs running reservations hold, as `status` shows them: reserved, position 0
     (ahead of every waiter)."""
     return {
-        uuid: Reservation(f"reservation {r.id}", 0, -1, r.holder)
+        uuid: Hold(f"reservation {r.id}", 0, -1, r.holder)
         for uuid, r in lifecycle.reservations.holding_now(now).items()
     }
 

@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gpuallocd.allocator.leases.node_view import GpuStatus, Reservation
+from gpuallocd.allocator.leases.node_view import GpuStatus, Hold
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.model import Caller
 from gpuallocd.policies.serving import serve_in_order
 
-__all__ = ["QueuedRequest", "WaitInfo", "describe_waiters", "reservations"]
+__all__ = ["QueuedRequest", "WaitInfo", "describe_waiters", "holds"]
 
 RESOURCES = "Resources"
 RESERVED = "Reserved"
@@ -72,12 +72,12 @@ def _need(spec: AllocateSpec, usable: Usable) -> _Need:
     return _Need(named, usable(spec, None), max(spec.count or 0, len(named)))
 
 
-def reservations(waiters: Sequence[QueuedRequest], usable: Usable) -> dict[str, Reservation]:
+def holds(waiters: Sequence[QueuedRequest], usable: Usable) -> dict[str, Hold]:
     """The waiter each GPU is held for: the first in the queue that could use it."""
-    held: dict[str, Reservation] = {}
+    held: dict[str, Hold] = {}
     for position, waiter in enumerate(waiters, start=1):
         caller = waiter.caller
-        reservation = Reservation(waiter.id, position, caller.uid, caller.user)
+        reservation = Hold(waiter.id, position, caller.uid, caller.user)
         for uuid in sorted(usable(waiter.spec, waiter.caller.uid)):
             held.setdefault(uuid, reservation)
     return held

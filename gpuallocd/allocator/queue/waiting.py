@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.node_view import Reservation
+from gpuallocd.allocator.leases.node_view import Hold
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.queue.order import QueueOrder
-from gpuallocd.allocator.queue.view import WaitInfo, describe_waiters, reservations
+from gpuallocd.allocator.queue.view import WaitInfo, describe_waiters, holds
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
 from gpuallocd.model import Caller, Lease
@@ -139,10 +139,10 @@ class WaitQueue:
             for position, ((waiter, p), info) in enumerate(zip(arranged, infos, strict=True), 1)
         ]
 
-    def reservations(self) -> dict[str, Reservation]:
+    def holds(self) -> dict[str, Hold]:
         """The free GPUs held for waiters, by UUID."""
         ordered = [waiter for waiter, _ in self._arranged(self._waiters)]
-        return reservations(ordered, self._lifecycle.usable_gpus)
+        return holds(ordered, self._lifecycle.usable_gpus)
 
     def _arranged(self, waiters: Sequence[Waiter]) -> list[tuple[Waiter, Priority | None]]:
         """The waiters in the order they are served, each with its fair-share priority."""
