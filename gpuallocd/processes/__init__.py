@@ -6,7 +6,7 @@ are stopped. Below the allocator, which asks it; it decides nothing about leases
     events.py           FamilyEvents: families kept current by those events, on the loop
     families.py         ProcessFamilies: each bound lease's processes (pid + start time)
     cgroups.py          a lease's scope in the cgroup v2 tree: names, paths, its files
-    systemd_bus.py      systemd's manager over D-Bus (busctl): start a scope, signal a unit
+    systemd_bus.py      systemd's manager over D-Bus (jeepney): start a scope, signal a unit
     inotify.py          inotify(7) through libc: a cgroup's `cgroup.events` changing
     scopes.py           LeaseScopes: each bound lease a transient systemd scope (a cgroup)
     tracking.py         the mode in force: `connector`, `scope` or `proc-scan` (setting

@@ -40,14 +40,12 @@ from gpuallocd.processes.cgroups import (
 from gpuallocd.processes.families import Member
 from gpuallocd.processes.inotify import Inotify
 from gpuallocd.processes.proc import process_start_time
-from gpuallocd.processes.systemd_bus import BusError, kill_unit, start_scope
+from gpuallocd.processes.systemd_bus import BusError, SystemdManager
 
 __all__ = ["LeaseScopes"]
 
 log = logging.getLogger(__name__)
 
-MOVE_SECONDS = 5.0  # systemd runs the scope's start job at once; this bounds a busy one
-MOVE_POLL_SECONDS = 0.005
 PROC = Path("/proc")
 
 
@@ -68,6 +66,7 @@ class LeaseScopes:
         self._told: set[str] = set()
         self._inotify: Inotify | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._systemd = SystemdManager()
         self.started = 0
         self.failed = 0
 
@@ -93,7 +92,7 @@ class LeaseScopes:
         in it now (False: the caller keeps following them from /proc)."""
         name = scope_name(lease.id)
         try:
-            await start_scope(name, self._slice, pids, f"gpuallocd lease {lease.id}")
+            await self._systemd.start_scope(name, self._slice, pids, f"gpuallocd lease {lease.id}")
         except BusError as exc:
             self.failed += 1
             log.warning(
@@ -101,7 +100,7 @@ class LeaseScopes:
             )
             return False
         directory = scope_dir(lease.id, self._root, self._slice)
-        if not await _moved(pids[0], directory, self._root):
+        if not _moved(pids[0], directory, self._root):
             self.failed += 1
             log.warning("lease %s: its holder is not in %s; followed in /proc", lease.id, name)
             return False
@@ -124,7 +123,7 @@ class LeaseScopes:
     def sweep(self, lease_id: str) -> None:
         """SIGKILL to whatever is left in the lease's scope (systemd's KillUnit), soon."""
         if lease_id in self._dirs and not self.empty(lease_id):
-            self._spawn(_kill_quietly(scope_name(lease_id)))
+            self._spawn(self._kill_quietly(scope_name(lease_id)))
 
     def retain(self, lease_ids: Iterable[str]) -> None:
         """Stop following the scopes of leases not named (they ended)."""
@@ -148,6 +147,7 @@ class LeaseScopes:
     def close(self) -> None:
         for task in self._tasks:
             task.cancel()
+        self._spawn(self._systemd.close())  # runs while the daemon finishes its shutdown
         if self._inotify is not None:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_reader(self._inotify.fileno())
@@ -179,17 +179,16 @@ class LeaseScopes:
             self._told.update(new)
             self._on_gone(new)
 
+    async def _kill_quietly(self, name: str) -> None:
+        try:
+            await self._systemd.kill_unit(name, signal.SIGKILL)
+        except BusError as exc:
+            log.debug("KillUnit %s: %s", name, exc)  # empty and removed already
+
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-async def _kill_quietly(name: str) -> None:
-    try:
-        await kill_unit(name, signal.SIGKILL)
-    except BusError as exc:
-        log.debug("KillUnit %s: %s", name, exc)  # empty and removed already
 
 
 def _cgroup_of(pid: int) -> str | None:
@@ -199,17 +198,10 @@ def _cgroup_of(pid: int) -> str | None:
         return None
 
 
-async def _moved(pid: int, directory: Path, root: Path) -> bool:
-    """Whether `pid` lands in `directory` within MOVE_SECONDS (or exited, leaving a scope
-    behind: its children moved with it)."""
-    wanted = "/" + str(directory.relative_to(root))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + MOVE_SECONDS
-    while loop.time() < deadline:
-        found = _cgroup_of(pid)
-        if found == wanted:
-            return True
-        if found is None:
-            return directory.is_dir()
-        await asyncio.sleep(MOVE_POLL_SECONDS)
-    return False
+def _moved(pid: int, directory: Path, root: Path) -> bool:
+    """Whether `pid` is in `directory` now that its scope's start job is done (or exited,
+    leaving a scope behind: its children moved with it)."""
+    found = _cgroup_of(pid)
+    if found is None:
+        return directory.is_dir()
+    return found == "/" + str(directory.relative_to(root))

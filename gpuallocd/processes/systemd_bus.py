@@ -1,119 +1,174 @@
-"""systemd's manager on the system bus, through `busctl` (which ships with systemd wherever
-the scope mode applies): start a lease's transient scope, and signal it.
+"""systemd's manager on the system bus, through jeepney (a pure-Python D-Bus library): start
+a lease's transient scope and wait for it to be started, and signal a scope.
 
-A method call is one short-lived `busctl call`, run without blocking the event loop; root
-may call these methods without polkit. `busctl` over a D-Bus library: no new dependency, and
-the few calls a lease makes (one at grant, one at a revoke's end) cost a few milliseconds.
+One connection, opened on first use and again after it drops. A scope's start job is
+awaited on systemd's own `JobRemoved` signal (systemd sends it to the client that queued the
+job), so `start_scope` returns once the processes are in the scope, with no polling of
+/proc. Root may call these methods without polkit.
+
+Why a library: the calls were one `busctl` subprocess each (a fork and exec per lease, a few
+milliseconds) and a 5 ms poll of /proc/PID/cgroup until the move showed; jeepney has no
+compiled parts and no dependencies, is imported only in the scope mode (about 15 ms), and
+hears the job's end from systemd itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
-import shutil
-import subprocess
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["BusError", "bus_problem", "kill_unit", "start_scope"]
+__all__ = ["BusError", "SystemdManager", "bus_problem"]
 
 log = logging.getLogger(__name__)
 
-DESTINATION = ("org.freedesktop.systemd1", "/org/freedesktop/systemd1")
+SYSTEMD = "org.freedesktop.systemd1"
+PATH = "/org/freedesktop/systemd1"
 MANAGER = "org.freedesktop.systemd1.Manager"
 CALL_SECONDS = 10.0
-PRIVATE = (
-    "NOTIFY_SOCKET",
-    "WATCHDOG_PID",
-    "WATCHDOG_USEC",
-    "LISTEN_FDS",
-    "LISTEN_PID",
-    "LISTEN_FDNAMES",
-)
+JOB_SECONDS = 5.0  # systemd runs a scope's start job at once; this bounds a busy one
 
 
 class BusError(Exception):
     """A call to systemd failed: its message."""
 
 
-def _busctl() -> str:
-    found = shutil.which("busctl")
-    if found is None:
-        raise BusError("busctl is not installed")
-    return found
+def _manager() -> Any:
+    from jeepney import DBusAddress
+
+    return DBusAddress(PATH, bus_name=SYSTEMD, interface=MANAGER)
 
 
-def _argv(method: str, signature: str, *args: str) -> list[str]:
-    return [_busctl(), "call", "--quiet", *DESTINATION, MANAGER, method, signature, *args]
+def _job_removed() -> Any:
+    from jeepney import MatchRule
+
+    return MatchRule(type="signal", interface=MANAGER, member="JobRemoved", path=PATH)
 
 
-def _environment() -> dict[str, str]:
-    """The daemon's environment less what systemd gave the daemon alone: systemd's tools
-    report a failure to $NOTIFY_SOCKET, which the service manager refuses (and logs) from
-    any process but the daemon's."""
-    return {k: v for k, v in os.environ.items() if k not in PRIVATE}
+def _scope_properties(slice_unit: str, pids: Sequence[int], description: str) -> list[Any]:
+    return [
+        ("PIDs", ("au", list(pids))),
+        ("Slice", ("s", slice_unit)),
+        ("Description", ("s", description)),
+    ]
 
 
-async def _call(method: str, signature: str, *args: str) -> str:
-    process = await asyncio.create_subprocess_exec(
-        *_argv(method, signature, *args),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_environment(),
-    )
+class SystemdManager:
+    """Calls to systemd's manager over one system-bus connection (asyncio)."""
+
+    def __init__(self) -> None:
+        self._opened: Any = None  # jeepney's open_dbus_router, entered
+        self._router: Any = None
+        self._opening = asyncio.Lock()
+
+    async def start_scope(
+        self, name: str, slice_unit: str, pids: Sequence[int], description: str
+    ) -> None:
+        """Start the transient scope `name` in `slice_unit` with `pids` moved into it, and
+        wait until systemd has run the start job (BusError if it failed or did not end)."""
+        from jeepney import new_method_call
+
+        router = await self._connected()
+        call = new_method_call(
+            _manager(),
+            "StartTransientUnit",
+            "ssa(sv)a(sa(sv))",
+            (name, "fail", _scope_properties(slice_unit, pids, description), []),
+        )
+        with router.filter(_job_removed(), bufsize=64) as removed:
+            (job,) = await self._reply(router, call, "StartTransientUnit")
+            result = await _job_result(removed, job)
+        if result != "done":
+            raise BusError(f"the start job of {name} ended {result!r}")
+
+    async def kill_unit(self, name: str, signal: int) -> None:
+        """`signal` to every process of the unit: systemd reads its cgroup again and again
+        until no process it has not signalled is left, so a fork racing the kill is caught."""
+        from jeepney import new_method_call
+
+        router = await self._connected()
+        call = new_method_call(_manager(), "KillUnit", "ssi", (name, "all", signal))
+        await self._reply(router, call, "KillUnit")
+
+    async def close(self) -> None:
+        opened, self._opened, self._router = self._opened, None, None
+        if opened is not None:
+            with contextlib.suppress(Exception):
+                await opened.__aexit__(None, None, None)
+
+    async def _connected(self) -> Any:
+        async with self._opening:
+            if self._router is None:
+                self._opened, self._router = await _open_router()
+            return self._router
+
+    async def _reply(self, router: Any, call: Any, method: str) -> Any:
+        from jeepney import MessageType
+
+        try:
+            reply = await asyncio.wait_for(router.send_and_get_reply(call), CALL_SECONDS)
+        except asyncio.TimeoutError:
+            raise BusError(f"{method}: systemd did not answer in {CALL_SECONDS:g} s") from None
+        except Exception as exc:  # the connection dropped: open a new one next time
+            await self.close()
+            raise BusError(f"{method}: {exc}") from None
+        if reply.header.message_type == MessageType.error:
+            raise BusError(f"{method}: {' '.join(map(str, reply.body)) or 'error'}")
+        return reply.body
+
+
+async def _open_router() -> tuple[Any, Any]:
+    """A router on the system bus (and what closes it), told to route systemd's JobRemoved
+    signals to us."""
+    from jeepney import message_bus
+    from jeepney.io.asyncio import open_dbus_router
+
+    opened = open_dbus_router("SYSTEM")
     try:
-        out, err = await asyncio.wait_for(process.communicate(), CALL_SECONDS)
-    except asyncio.TimeoutError:
-        process.kill()
-        await process.wait()
-        raise BusError(f"{method}: systemd did not answer in {CALL_SECONDS:g} s") from None
-    if process.returncode != 0:
-        raise BusError(f"{method}: {err.decode(errors='replace').strip()}")
-    return out.decode(errors="replace").strip()
+        router = await asyncio.wait_for(opened.__aenter__(), CALL_SECONDS)
+        await asyncio.wait_for(
+            router.send_and_get_reply(message_bus.AddMatch(_job_removed())), CALL_SECONDS
+        )
+    except (OSError, ValueError, asyncio.TimeoutError) as exc:
+        with contextlib.suppress(Exception):
+            await opened.__aexit__(None, None, None)
+        raise BusError(f"the system bus does not answer: {exc or 'timed out'}") from None
+    return opened, router
 
 
-async def start_scope(name: str, slice_unit: str, pids: Sequence[int], description: str) -> None:
-    """Start the transient scope `name` in `slice_unit` with `pids` moved into it (the job
-    is queued when this returns; systemd moves the processes when it runs)."""
-    await _call(
-        "StartTransientUnit",
-        "ssa(sv)a(sa(sv))",
-        name,
-        "fail",
-        "3",
-        "PIDs",
-        "au",
-        str(len(pids)),
-        *map(str, pids),
-        "Slice",
-        "s",
-        slice_unit,
-        "Description",
-        "s",
-        description,
-        "0",
-    )
-
-
-async def kill_unit(name: str, signal: int) -> None:
-    """`signal` to every process of the unit: systemd reads its cgroup again and again until
-    no process it has not signalled is left, so a fork racing the kill is caught too."""
-    await _call("KillUnit", "ssi", name, "all", str(signal))
+async def _job_result(removed: asyncio.Queue[Any], job: str) -> str:
+    """The result of `job` from the JobRemoved signals queued since before it was started."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + JOB_SECONDS
+    while True:
+        left = deadline - loop.time()
+        if left <= 0:
+            raise BusError(f"job {job} did not end in {JOB_SECONDS:g} s")
+        try:
+            signal = await asyncio.wait_for(removed.get(), left)
+        except asyncio.TimeoutError:
+            continue
+        _id, path, _unit, result = signal.body
+        if path == job:
+            return str(result)
 
 
 def bus_problem() -> str | None:
     """Why systemd's manager cannot be asked for scopes here; None if it answers."""
     try:
-        argv = [_busctl(), "get-property", *DESTINATION, MANAGER, "Version"]
-    except BusError as exc:
-        return str(exc)
+        from jeepney import Properties
+        from jeepney.io.blocking import open_dbus_connection
+    except ImportError:
+        return "jeepney is not installed"
     try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=CALL_SECONDS, env=_environment()
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"busctl failed: {exc}"
-    if done.returncode != 0:
-        return f"systemd's bus does not answer: {done.stderr.strip() or done.returncode}"
+        with open_dbus_connection("SYSTEM") as connection:
+            reply = connection.send_and_get_reply(
+                Properties(_manager()).get("Version"), timeout=CALL_SECONDS
+            )
+    except Exception as exc:  # no bus socket, refused, timed out
+        return f"systemd's bus does not answer: {exc}"
+    if reply.header.message_type.name == "error":
+        return f"systemd's bus does not answer: {reply.body}"
     return None
