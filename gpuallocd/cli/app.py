@@ -32,6 +32,7 @@ _MODULES = {
     "gpuallocd.cli.doctor": ("doctor",),
     "gpuallocd.cli.reserve": ("reserve", "reservations", "unreserve"),
     "gpuallocd.cli.adopt": ("adopt", "unleased"),
+    "gpuallocd.cli.agents": ("mcp",),
 }
 COMMAND_MODULES = {name: module for module, names in _MODULES.items() for name in names}
 
