@@ -40,13 +40,15 @@ async def mcp_session(
     users: SystemUsers | None, short: str, socket: Path
 ) -> AsyncIterator[ClientSession]:
     with open(os.devnull, "w") as errlog:
-        async with stdio_client(server_parameters(users, short, socket), errlog=errlog) as (
-            read,
-            write,
+        async with (
+            stdio_client(server_parameters(users, short, socket), errlog=errlog) as (
+                read,
+                write,
+            ),
+            ClientSession(read, write) as session,
         ):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
+            await session.initialize()
+            yield session
 
 
 def data(result: CallToolResult) -> dict[str, Any]:
