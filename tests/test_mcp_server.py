@@ -18,6 +18,7 @@ import pytest
 
 from tests.harness import DaemonPaths, ThreadDaemon, ctl_argv, wait_for
 from tests.mcp_session import data, error, mcp_session
+from tests.mcp_transcript import transcript
 from tests.rules_harness import daemon_with_config
 from tests.system_users import SystemUsers, open_to_everyone
 
@@ -290,3 +291,16 @@ def test_a_daemon_restart_mid_session_is_survived(
             data(await session.call_tool("free", {"lease_id": kept["id"]}))
 
     anyio.run(main)
+
+
+def test_an_agent_style_session_lists_previews_allocates_and_frees(
+    start_daemon: Callable[..., ThreadDaemon],
+) -> None:
+    """The transcript of docs/agents.md runs: every step answers, and nothing stays leased."""
+    daemon = start_daemon(default_policy="best-effort")
+    lines = anyio.run(transcript, daemon.paths.socket)
+    assert not any("(error)" in line for line in lines)
+    assert any(line.startswith("> preview_allocation") and "fits now" in line for line in lines)
+    assert lines[-1].startswith('> free {"lease_id"') and "freed" in lines[-1]
+    with daemon.client() as client:
+        assert client.leases() == []

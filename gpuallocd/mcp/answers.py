@@ -32,7 +32,7 @@ class Answer:
 
 
 def result_of(answer: Answer) -> types.CallToolResult:
-    text = f"{answer.summary}\n\n{json.dumps(answer.data, indent=1, sort_keys=True)}"
+    text = f"{answer.summary}\n\n{json.dumps(answer.data, sort_keys=True)}"
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
         structured_content=answer.data,

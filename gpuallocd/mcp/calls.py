@@ -54,7 +54,9 @@ class Daemon:
                 done.set()
 
         try:
-            return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+            # a thread of its own: waits never starve the pool that other calls run in
+            limiter = anyio.CapacityLimiter(1)
+            return await anyio.to_thread.run_sync(run, abandon_on_cancel=True, limiter=limiter)
         except anyio.get_cancelled_exc_class():
             client.abort()
             with anyio.CancelScope(shield=True):

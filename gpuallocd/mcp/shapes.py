@@ -36,11 +36,15 @@ def gpu_view(status: dict[str, Any], now: float) -> dict[str, Any]:
 
 
 def gpu_line(view: dict[str, Any]) -> str:
-    used, total = view["memory_used_bytes"] or 0, view["memory_total_bytes"] or 0
-    text = (
-        f"GPU {view['index']} {view['name'] or ''} {view['uuid']}: {view['state']}, "
-        f"{used / GIB:.1f}/{total / GIB:.1f} GiB, load {view['utilization_percent']}%"
-    )
+    text = f"GPU {view['index']}"
+    if view["name"] and view["name"] != text:
+        text += f" {view['name']}"
+    text += f" {view['uuid']}: {view['state']}"
+    if view["memory_total_bytes"]:
+        used, total = view["memory_used_bytes"] or 0, view["memory_total_bytes"]
+        text += f", {used / GIB:.1f}/{total / GIB:.1f} GiB used"
+    if view["utilization_percent"] is not None:
+        text += f", load {view['utilization_percent']}%"
     if view["holder"]:
         text += f", held by {view['holder']}"
         if view["label"]:
@@ -77,7 +81,9 @@ def lease_line(view: dict[str, Any]) -> str:
     text = f"lease {view['id']}: GPU {gpus}, {view['state']}"
     if view["label"]:
         text += f" ({view['label']})"
-    if view["seconds_left"] is not None and view["state"] == "active":
+    if view["state"] != "active":
+        return text
+    if view["seconds_left"] is not None:
         text += f", {view['seconds_left']:.0f} s left"
     if view["ends_with_this_session"]:
         text += ", ends with this session"
