@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,9 +25,8 @@ def server_parameters(users: SystemUsers | None, short: str, socket: Path) -> St
     """`gpuallocctl --socket SOCKET mcp` as the user `short` (as this process where None)."""
     argv = ["-m", "gpuallocd.cli", "--socket", str(socket), "mcp"]
     if users is None:
-        import sys
-
-        return StdioServerParameters(command=sys.executable, args=argv)
+        env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else None
+        return StdioServerParameters(command=sys.executable, args=argv, env=env)
     entry = pwd.getpwnam(users.name(short))
     drop = ["--reuid", str(entry.pw_uid), "--regid", str(entry.pw_gid), "--init-groups"]
     env = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C.UTF-8", **users.env}

@@ -2,6 +2,7 @@
 look at the node, preview, allocate, export the environment, free.
 
     python -m tests.mcp_transcript            # on a fresh daemon (example 4-GPU topology)
+    python -m tests.mcp_transcript SOCKET     # on a running daemon, as the user running it
 
 docs/agents.md shows its output; tests/test_mcp_server.py runs it.
 """
@@ -9,6 +10,7 @@ docs/agents.md shows its output; tests/test_mcp_server.py runs it.
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +24,7 @@ from tests.mcp_session import mcp_session
 STEPS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("gpus", {}),
     ("my_limits", {}),
+    ("preview_allocation", {"count": 3}),
     ("preview_allocation", {"count": 2}),
     ("allocate", {"count": 2, "label": "agent: fine-tune", "ttl_seconds": 1800}),
     ("export_env", {"lease_id": "{lease}"}),
@@ -55,6 +58,9 @@ async def transcript(socket: Path) -> list[str]:
 
 
 def main() -> None:
+    if len(sys.argv) > 1:
+        print("\n\n".join(anyio.run(transcript, Path(sys.argv[1]))))
+        return
     with tempfile.TemporaryDirectory(prefix="ga-", dir="/tmp") as root:
         daemon = ThreadDaemon(DaemonPaths(Path(root)), default_policy="best-effort").start()
         try:
