@@ -30,6 +30,9 @@ __all__ = ["Progress", "allocate", "allocate_options"]
 
 POLL_SECONDS = 1.0
 LEAVE_TIMEOUT_SECONDS = 5.0
+# Leases this server has handed to its agent: the cleanup after a cancelled wait never frees
+# one of them, whatever its label.
+_HANDED_OUT: set[str] = set()
 
 # progress(seconds waited, the wait's limit or None, what the queue says)
 Progress = Callable[[float, float | None, str], Awaitable[None]]
@@ -73,6 +76,7 @@ async def allocate(daemon: Daemon, args: dict[str, Any], progress: Progress) -> 
 
 def _request(options: dict[str, Any], client: Client) -> dict[str, Any]:
     lease: Lease = client.allocate(**options)
+    _HANDED_OUT.add(lease.id)
     return lease.raw
 
 
@@ -95,6 +99,8 @@ def _wait(daemon: Daemon, options: dict[str, Any], started: float, client: Clien
     if client.aborted:  # granted as we hung up: nobody will get this answer
         with contextlib.suppress(GpuallocError), daemon.client(timeout=10) as other:
             other.free(lease.id)
+    else:
+        _HANDED_OUT.add(lease.id)
     return lease
 
 
@@ -109,7 +115,8 @@ def _leave_queue(daemon: Daemon, label: str | None, started: float) -> None:
         while any(_is_ours(w, label) for w in client.queue()) and time.monotonic() < deadline:
             time.sleep(0.05)
         for lease in client.request("GET", "/v1/leases")["leases"]:
-            if _is_ours(lease, label) and lease.get("created_at", 0) >= started - 1:
+            late = lease.get("created_at", 0) >= started - 1
+            if _is_ours(lease, label) and late and lease["id"] not in _HANDED_OUT:
                 client.free(lease["id"])
 
 

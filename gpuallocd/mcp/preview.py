@@ -15,7 +15,7 @@ from typing import Any
 
 from gpulease import Client
 
-from gpuallocd.errors import GpuallocError
+from gpuallocd.errors import CapacityError
 from gpuallocd.mcp.allocation import allocate_options
 from gpuallocd.planning import Plan, make_plan, make_unit_plan
 from gpuallocd.policies import get_policy
@@ -38,7 +38,7 @@ def preview(client: Client, args: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"count": count, "quota": _quota(client, count)}
     try:
         plan = _plan(topology, options, count, busy, named)
-    except GpuallocError as exc:
+    except CapacityError as exc:  # a caller's mistake is the tool's error instead
         result["now"] = None
         result["why_not_now"] = {"code": exc.code, "message": exc.message}
         result.update(_later(statuses, waiters, count, named))
