@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from functools import partial
 from typing import Any
 
 import anyio
 import mcp.types as types
 from gpulease import GpuallocError as ClientError
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
@@ -34,6 +34,8 @@ from gpuallocd.mcp.reads import READS
 __all__ = ["build_server", "serve"]
 
 log = logging.getLogger(__name__)
+
+Context = ServerRequestContext[Any]
 
 INSTRUCTIONS = (
     "gpuallocd shares this machine's GPUs between its users. You act as the user who started "
@@ -68,32 +70,28 @@ async def _is_admin(daemon: Daemon) -> bool:
     return bool(limits.get("admin"))
 
 
-async def _run(daemon: Daemon, name: str, args: dict[str, Any], ctx: Any) -> Answer:
+async def _run(daemon: Daemon, name: str, args: dict[str, Any], ctx: Context) -> Answer:
     if name == "allocate":
         return await allocate(daemon, args, ctx.session.report_progress)
     if name == "preview_allocation":
-        data = await daemon.call(partial(_swap, preview, args))
+        data = await daemon.call(lambda client: preview(client, args))
         return Answer(data.pop("summary"), data)
     handler = READS.get(name) or CHANGES[name]
-    return await daemon.call(partial(_swap, handler, args))
-
-
-def _swap(handler: Any, args: dict[str, Any], client: Any) -> Any:
-    return handler(client, args)
+    return await daemon.call(lambda client: handler(client, args))
 
 
 def build_server(socket: str | None) -> Server[Any]:
     daemon = Daemon(socket)
 
     async def list_tools(
-        ctx: Any, params: types.PaginatedRequestParams | None
+        ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         admin = await _is_admin(daemon)
         return types.ListToolsResult(
             tools=[_tool(spec) for spec in TOOLS if admin or spec.kind != ADMIN]
         )
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
         spec = tool_named(params.name)
         try:
             if spec is None:

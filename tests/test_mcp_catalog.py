@@ -1,7 +1,10 @@
-"""The MCP tools' arguments are checked against their schemas before anything is sent."""
+"""The MCP tools without a daemon: arguments checked against their schemas before anything is
+sent, and the SDK imported by `gpuallocctl mcp` alone."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -59,3 +62,25 @@ def test_every_tool_schema_is_an_object_that_names_its_required_arguments() -> N
         properties = spec.input_schema["properties"]
         assert set(spec.required) <= set(properties)
         assert all("type" in rule for rule in properties.values()), spec.name
+
+
+def test_the_sdk_is_imported_by_the_mcp_command_alone() -> None:
+    """The daemon, the client package and the rest of the CLI never import the MCP SDK."""
+    probe = (
+        "import sys, gpulease, gpuallocd.daemon, gpuallocd.cli.app, gpuallocd.mcp\n"
+        "assert not [m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')]"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_without_the_sdk_the_command_says_what_to_install() -> None:
+    """`gpuallocctl mcp` where the SDK is missing: one line naming the extra, exit 1."""
+    script = (
+        "import sys; sys.modules['mcp'] = None\n"
+        "from gpuallocd.cli import main; sys.argv = ['gpuallocctl', 'mcp']; main()"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "pip install 'gpuallocd[mcp]'" in done.stderr
+    assert "Traceback" not in done.stderr
