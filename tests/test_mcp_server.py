@@ -306,3 +306,23 @@ def test_an_agent_style_session_lists_previews_allocates_and_frees(
     assert lines[-1].startswith('> free {"lease_id"') and "freed" in lines[-1]
     with daemon.client() as client:
         assert client.leases() == []
+
+
+def test_a_wait_that_times_out_is_a_tool_error_and_leaves_nothing_queued(
+    start_daemon: Callable[..., ThreadDaemon],
+) -> None:
+    """wait_timeout_seconds ends the wait with gpus_unavailable and how long it waited."""
+    daemon = start_daemon(default_policy="simple")
+    with daemon.client() as client:
+        client.allocate(4)
+
+    async def main() -> dict[str, Any]:
+        async with mcp_session(None, "", daemon.paths.socket) as session:
+            arguments = {"count": 1, "wait": True, "wait_timeout_seconds": 0.5}
+            return error(await session.call_tool("allocate", arguments))
+
+    refused = anyio.run(main)
+    assert refused["code"] == "gpus_unavailable"
+    assert refused["details"]["waited_seconds"] > 0
+    with daemon.client() as client:
+        assert client.queue() == []

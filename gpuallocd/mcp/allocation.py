@@ -64,14 +64,18 @@ async def allocate(daemon: Daemon, args: dict[str, Any], progress: Progress) -> 
     if not options["wait"]:
         return _granted(await daemon.call(partial(_request, options)), waited=False)
     started = time.time()
+    work = partial(_wait, daemon, options, started)
+    outcome: Lease | Exception
     async with anyio.create_task_group() as group:
         group.start_soon(_report, daemon, progress, options)
         try:
-            work = partial(_wait, daemon, options, started)
-            lease = await daemon.call_abortable(work, timeout=None)
-        finally:
-            group.cancel_scope.cancel()
-    return _granted(lease.raw, waited=True)
+            outcome = await daemon.call_abortable(work, timeout=None)
+        except Exception as exc:  # raised out here, not wrapped in the group's ExceptionGroup
+            outcome = exc
+        group.cancel_scope.cancel()
+    if isinstance(outcome, Exception):
+        raise outcome
+    return _granted(outcome.raw, waited=True)
 
 
 def _request(options: dict[str, Any], client: Client) -> dict[str, Any]:
