@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 
 from tests.harness import DaemonPaths, ThreadDaemon, ctl_argv, wait_for
@@ -326,3 +327,42 @@ def test_a_wait_that_times_out_is_a_tool_error_and_leaves_nothing_queued(
     assert refused["details"]["waited_seconds"] > 0
     with daemon.client() as client:
         assert client.queue() == []
+
+
+def test_the_read_tools_show_the_queue_reservations_and_usage(
+    start_daemon: Callable[..., ThreadDaemon],
+) -> None:
+    """queue marks whose each waiter is; reservations lists the admin's; my_usage counts the
+    caller's leases in the window; my_leases only the caller's."""
+    daemon = start_daemon(default_policy="simple")
+    with daemon.client() as client:
+        reservation = client.reserve(
+            count=1, start_in=3600, duration=600, user="root", reason="demo"
+        )
+        held = client.allocate(3, ttl=600)
+        client.free(client.allocate(1).id)
+
+    async def main() -> tuple[dict[str, Any], ...]:
+        async with mcp_session(None, "", daemon.paths.socket) as session:
+            async with anyio.create_task_group() as group:
+                arguments = {"count": 4, "wait": True, "label": "big"}
+                group.start_soon(session.call_tool, "allocate", arguments)
+                with daemon.client() as client:
+                    await anyio.to_thread.run_sync(
+                        lambda: wait_for(lambda: len(client.queue()) == 1, 20, what="queued")
+                    )
+                queue = data(await session.call_tool("queue", {}))
+                group.cancel_scope.cancel()
+            reservations = data(await session.call_tool("reservations", {}))
+            usage = data(await session.call_tool("my_usage", {"hours": 1}))
+            leases = data(await session.call_tool("my_leases", {}))
+            return queue, reservations, usage, leases
+
+    queue, reservations, usage, leases = anyio.run(main)
+    assert [(w["label"], w["mine"], w["reason"]) for w in queue["waiters"]] == [
+        ("big", True, "Resources")
+    ]
+    assert [r["id"] for r in reservations["reservations"]] == [reservation["id"]]
+    assert usage["usage"]["leases"] == 2
+    assert [lease["id"] for lease in leases["leases"]] == [held.id]
+    assert leases["leases"][0]["ends_with_this_session"] is False

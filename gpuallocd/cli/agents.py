@@ -18,7 +18,10 @@ def mcp_command(ctx: click.Context) -> None:
         raise click.ClickException(
             f"the MCP server needs the SDK: pip install 'gpuallocd[mcp]' ({exc})"
         ) from None
-    serve(ctx.obj.socket)
+    try:
+        serve(ctx.obj.socket)
+    except KeyboardInterrupt:  # Ctrl-C where a person started it by hand
+        ctx.exit(130)
 
 
 COMMANDS = (mcp_command,)
