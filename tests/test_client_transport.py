@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from aiohttp import web
 from gpulease import Client, DaemonUnavailable, GpusUnavailable, ProtocolError
 from gpulease.transport import Transport
 
-from tests.harness import ThreadDaemon
+from tests.harness import ThreadDaemon, wait_for
 from tests.unix_servers import (
     ScriptedServer,
     aiohttp_in_thread,
@@ -48,6 +49,36 @@ def test_reconnects_when_the_daemon_closed_the_idle_connection(
     assert transport.request("GET", f"/v1/leases/{granted['id']}")["id"] == granted["id"]
     assert transport.connections_opened == 2
     transport.close()
+
+
+def test_abort_from_another_thread_ends_a_wait_and_the_queued_request(
+    daemon: ThreadDaemon,
+) -> None:
+    """A waiting allocate hung up by `abort()` fails at once with DaemonUnavailable (not
+    retried as a restart), the daemon drops the request, and the client sends nothing more."""
+    with daemon.client() as root:
+        held = root.allocate(4)
+        waiting = daemon.client()
+        outcome: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                waiting.allocate(1, wait=True)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        wait_for(lambda: len(root.queue()) == 1, 10, what="the request queued")
+        waiting.abort()
+        thread.join(10)
+        assert not thread.is_alive() and isinstance(outcome[0], DaemonUnavailable)
+        wait_for(lambda: root.queue() == [], 10, what="the request left the queue")
+        assert waiting.aborted
+        with pytest.raises(DaemonUnavailable):
+            waiting.health()
+        waiting.close()
+        assert [lease.id for lease in root.leases()] == [held.id]
 
 
 def test_no_daemon_error_names_the_socket_and_what_to_check(short_dir: Path) -> None:

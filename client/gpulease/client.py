@@ -53,6 +53,16 @@ class Client:
     def close(self) -> None:
         self._transport.close()
 
+    @property
+    def aborted(self) -> bool:
+        """Whether `abort` was called: this client sends nothing more."""
+        return self._transport.aborted
+
+    def abort(self) -> None:
+        """Hang up from another thread: the request in flight (a wait for GPUs) fails with
+        DaemonUnavailable, and the daemon drops a waiting request whose client hung up."""
+        self._transport.abort()
+
     def __enter__(self) -> Client:
         return self
 
@@ -132,8 +142,8 @@ class Client:
                 limit = math.inf if left is None else left + 30.0
                 return Lease.from_json(self.request("POST", "/v1/leases", body, timeout=limit))
             except DaemonUnavailable as gone:
-                if unanswered_since is None and not gone.reached:
-                    raise  # no daemon there at all: not a restart
+                if (unanswered_since is None and not gone.reached) or self._transport.aborted:
+                    raise  # no daemon there at all (not a restart), or we hung up
                 now = time.monotonic()
                 unanswered_since = unanswered_since or now
                 if now - unanswered_since > RESTART_SECONDS or (deadline and now >= deadline):

@@ -6,6 +6,7 @@ anything is sent on it: the server must run as a user the client trusts (`gpulea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -98,11 +99,26 @@ class Transport:
         self._trusted_uids = allowed_server_uids(server_uid)
         self._lock = threading.Lock()
         self._conn: _Connection | None = None
+        self._aborted = False
         self.connections_opened = 0  # how many connections were opened (and checked)
 
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+    @property
+    def aborted(self) -> bool:
+        return self._aborted
+
+    def abort(self) -> None:
+        """Hang up now, from any thread: a request in flight fails with DaemonUnavailable
+        (the daemon drops a waiting request whose client hung up), and so does any later
+        one. Does not wait for the lock that the request in flight holds."""
+        self._aborted = True
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
 
     def request(
         self, method: str, path: str, body: Any = None, *, timeout: float | None = None
@@ -161,6 +177,9 @@ class Transport:
             raise self._unavailable(exc, timeout) from None
         self.connections_opened += 1
         self._conn = _Connection(sock)
+        if self._aborted:  # abort() ran while this connection was being opened
+            self._drop()
+            raise DaemonUnavailable(f"the connection to {self.socket_path} was hung up")
         return self._conn
 
     def _round_trip(

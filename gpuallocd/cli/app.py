@@ -31,6 +31,7 @@ _MODULES = {
     "gpuallocd.cli.administering.doctor": ("doctor",),
     "gpuallocd.cli.administering.reserve": ("reserve", "reservations", "unreserve"),
     "gpuallocd.cli.leasing.adopt": ("adopt", "unleased"),
+    "gpuallocd.cli.leasing.agents": ("mcp",),
 }
 COMMAND_MODULES = {name: module for module, names in _MODULES.items() for name in names}
 

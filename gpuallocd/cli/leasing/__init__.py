@@ -5,4 +5,5 @@ run.py           run, shell: a lease for one command
 revoke_watch.py  run hears its own revoke and stops its command
 waiting.py       the line shown while a request waits, and a clean Ctrl-C
 adopt.py         adopt, unleased: work already running becomes a lease
+agents.py        mcp: an MCP server on stdio, so an agent leases as its user
 """

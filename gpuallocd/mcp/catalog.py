@@ -1,0 +1,229 @@
+"""The tools an agent sees: each one's name, description, JSON schema and MCP annotations.
+
+Plain data, no SDK: the server turns each `ToolSpec` into the SDK's `Tool`. Descriptions are
+written for a model to act on: what the tool does, what it changes, and what to do next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ADMIN", "TOOLS", "ToolSpec", "tool_named"]
+
+READ, ACT, ADMIN = "read", "act", "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One tool: `kind` is read, act or admin (admin tools are listed to admins only)."""
+
+    name: str
+    title: str
+    description: str
+    properties: dict[str, Any]
+    required: tuple[str, ...] = ()
+    kind: str = READ
+    destructive: bool = False
+    idempotent: bool = True
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": self.properties,
+            "required": list(self.required),
+            "additionalProperties": False,
+        }
+
+    @property
+    def read_only(self) -> bool:
+        return self.kind == READ
+
+
+_LEASE_ID = {"type": "string", "minLength": 1, "maxLength": 100, "description": "A lease id."}
+_GPUS = {
+    "type": "array",
+    "items": {"type": ["string", "integer"]},
+    "minItems": 1,
+    "description": "GPUs by index (0) or UUID (GPU-..., MIG-...).",
+}
+_TTL = {
+    "type": "number",
+    "exclusiveMinimum": 0,
+    "description": "Seconds until the lease expires unless renewed (default: the daemon's).",
+}
+_REQUEST = {
+    "count": {"type": "integer", "minimum": 1, "description": "How many GPUs (default 1)."},
+    "gpus": {**_GPUS, "description": "Specific GPUs that must be in the lease (index or UUID)."},
+    "memory": {
+        "type": ["string", "integer"],
+        "description": "A memory share of this size on each GPU instead of whole GPUs: "
+        "'20G', '512M' or bytes (only on GPUs the site shares).",
+    },
+    "mig_profile": {"type": "string", "description": "MIG instances of this profile (1g.10gb)."},
+    "policy": {"type": "string", "description": "A placement policy (default: the daemon's)."},
+    "ttl_seconds": _TTL,
+}
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "gpus",
+        "GPUs at a glance",
+        "Every GPU of this machine: index, UUID, model, state (free, leased, reserved for a "
+        "waiter, in-use without a lease, draining, drained, unhealthy), memory used and total, "
+        "load, who holds it, the lease's label and its time left. Call this first.",
+        {},
+    ),
+    ToolSpec(
+        "my_leases",
+        "My leases",
+        "Your active leases: id, GPUs, label, time left, and whether it ends with this agent "
+        "session (bound) or was kept.",
+        {},
+    ),
+    ToolSpec(
+        "queue",
+        "Wait queue",
+        "Requests waiting for GPUs, in the order they will be served, each with why it waits "
+        "(Resources: too few free GPUs; Reserved: free GPUs are held for a waiter ahead), "
+        "what blocks it, and its estimated start. Yours are marked.",
+        {},
+    ),
+    ToolSpec(
+        "my_usage",
+        "My usage",
+        "Your GPU-hours, leases granted and time spent waiting over the last `hours` hours.",
+        {
+            "hours": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "description": "The window, in hours back from now (default 24).",
+            }
+        },
+    ),
+    ToolSpec(
+        "my_limits",
+        "My limits",
+        "The limits that apply to you (GPUs at once, longest TTL, requests waiting, GPU-hours "
+        "a day), your current use of each, and what remains. Check before a large request.",
+        {},
+    ),
+    ToolSpec(
+        "reservations",
+        "Advance reservations",
+        "GPUs that admins reserved ahead for someone (from when, until when, why). A reserved "
+        "GPU goes to its holder first; a lease that would run into a reservation is refused.",
+        {},
+    ),
+    ToolSpec(
+        "lease_history",
+        "A lease's history",
+        "Every transition of one lease (granted, renewed, freed, expired, revoked ...), when, "
+        "and by whom.",
+        {"lease_id": _LEASE_ID},
+        required=("lease_id",),
+    ),
+    ToolSpec(
+        "preview_allocation",
+        "Preview an allocation",
+        "What a request would get now and where (the placement policy run on the live "
+        "machine), or, when it does not fit, why not and when it may start if it waited. "
+        "Changes nothing.",
+        dict(_REQUEST),
+    ),
+    ToolSpec(
+        "allocate",
+        "Allocate GPUs",
+        "Lease GPUs for your work. The lease ends with this agent session unless keep=true; "
+        "run commands with the environment from export_env. With wait=true the request queues "
+        "until the GPUs are free (progress is reported; cancel the call to leave the queue), "
+        "for at most wait_timeout_seconds. Refused with a quota_exceeded error past your "
+        "limits, gpus_unavailable or gpu_busy when the GPUs are not free.",
+        {
+            **_REQUEST,
+            "label": {
+                "type": "string",
+                "maxLength": 200,
+                "description": "Shown to everyone in the lease list: say what runs.",
+            },
+            "wait": {"type": "boolean", "description": "Queue until free (default false)."},
+            "wait_timeout_seconds": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "description": "With wait: give up after this long (default: no limit).",
+            },
+            "keep": {
+                "type": "boolean",
+                "description": "Keep the lease after this agent session ends (default false: "
+                "it ends with the session). A kept lease runs until freed or expired.",
+            },
+        },
+        kind=ACT,
+        idempotent=False,
+    ),
+    ToolSpec(
+        "renew",
+        "Renew a lease",
+        "Extend one of your leases by ttl_seconds from now (default: the daemon's TTL).",
+        {"lease_id": _LEASE_ID, "ttl_seconds": _TTL},
+        required=("lease_id",),
+        kind=ACT,
+    ),
+    ToolSpec(
+        "free",
+        "Free a lease",
+        "End one of your leases now; its GPUs go to others. Stop the work on them first.",
+        {"lease_id": _LEASE_ID},
+        required=("lease_id",),
+        kind=ACT,
+        destructive=True,
+    ),
+    ToolSpec(
+        "export_env",
+        "Environment for a lease",
+        "The environment a command needs to use one of your leases: CUDA_VISIBLE_DEVICES "
+        "(UUIDs, or indices with visible=index), GPUALLOCD_LEASE_ID, and a shell line to "
+        "prefix a command with.",
+        {
+            "lease_id": _LEASE_ID,
+            "visible": {
+                "type": "string",
+                "enum": ["uuid", "index"],
+                "description": "How CUDA_VISIBLE_DEVICES names the GPUs (default uuid).",
+            },
+        },
+        required=("lease_id",),
+    ),
+    ToolSpec(
+        "drain",
+        "Drain GPUs (admin)",
+        "Take GPUs out of service: no new lease on them; leases on them run out. Admins only.",
+        {"gpus": _GPUS, "reason": {"type": "string", "minLength": 1, "maxLength": 200}},
+        required=("gpus", "reason"),
+        kind=ADMIN,
+    ),
+    ToolSpec(
+        "undrain",
+        "Undrain GPUs (admin)",
+        "Put drained GPUs back in service. Admins only.",
+        {"gpus": _GPUS},
+        required=("gpus",),
+        kind=ADMIN,
+    ),
+    ToolSpec(
+        "revoke",
+        "Revoke a lease (admin)",
+        "End anyone's lease now, with a reason its holder sees. Admins only.",
+        {"lease_id": _LEASE_ID, "reason": {"type": "string", "maxLength": 200}},
+        required=("lease_id",),
+        kind=ADMIN,
+        destructive=True,
+    ),
+)
+
+_BY_NAME = {spec.name: spec for spec in TOOLS}
+
+
+def tool_named(name: str) -> ToolSpec | None:
+    return _BY_NAME.get(name)
