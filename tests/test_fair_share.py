@@ -300,10 +300,8 @@ def test_group_fair_share_follows_the_passwd_primary_group_not_sg(
             assert users.ctl(who, socket, "free", str(lease["id"])).returncode == 0
         for _ in range(4):
             _allocate(users, "carol", socket, "-n", "1")
-        command = " ".join(
-            [users.python, "-m", "gpuallocd.cli", "--socket", str(socket), "allocate", "-n", "1"]
-            + ["--wait", "--ttl", "1h"]
-        )
+        wait = ["allocate", "-n", "1", "--wait", "--ttl", "1h"]
+        command = " ".join([users.python, "-m", "gpuallocd.cli", "--socket", str(socket), *wait])
         alice = subprocess.Popen(
             ["sg", users.name("students"), "-c", command],
             stdout=subprocess.DEVNULL,
