@@ -38,7 +38,7 @@ from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.limits import ConnectionLimiter, connection_limiters, quiet_accept_errors
 from gpuallocd.api.peercred import forget_identities
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handlers
-from gpuallocd.api.tcp_site import Handlers
+from gpuallocd.api.tcp_site import Handlers, port_report
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.allocator_setup import allocator_settings
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
@@ -259,14 +259,15 @@ class Daemon:
             facade, ledger.path, self._clock, listen=listen, handlers=self._handlers(on_ports)
         )
         started_at = self._clock()
+        ports = port_report(exporter.port, dashboard.port)
+        about = (self.config, self._needs, facade.process_tracking_stats, started_at, ports)
         ctx = ApiContext(
             facade,
             discover=inventory.rescan,
             started_at=started_at,
             body_timeout_seconds=self.config.request_body_timeout_seconds,
-            diagnostics=functools.partial(
-                diagnostics, self.config, self._needs, facade.process_tracking_stats, started_at
-            ),
+            diagnostics=functools.partial(diagnostics, *about),
+            ports=ports,
         )
         socket_path = Path(self.config.socket)
         activated = inherited_api_socket()  # socket activation: systemd owns the path

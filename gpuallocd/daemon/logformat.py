@@ -1,5 +1,5 @@
 """The daemon's log lines: what users control (process names, labels, user names) may carry
-ESC, BEL or a newline, so every message is escaped (`gpuallocd.text`) before it is written;
+ESC, BEL or a newline, so every message is escaped (`gpuallocd.model.text`) before it is written;
 a reader's terminal never acts on it and no message forges a line. A traceback, the
 daemon's own text, is kept as it is."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from gpuallocd.text import escape_unprintable
+from gpuallocd.model.text import escape_unprintable
 
 __all__ = ["LOG_FORMAT", "EscapingFormatter"]
 

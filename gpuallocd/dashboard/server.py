@@ -22,7 +22,7 @@ from aiohttp import hdrs, web
 
 from gpuallocd.allocator import AllocatorFacade
 from gpuallocd.api.peercred import user_name
-from gpuallocd.api.tcp_site import Handlers, TcpSite
+from gpuallocd.api.tcp_site import Handlers, PortState, TcpSite
 from gpuallocd.dashboard.address import parse_dashboard_address
 from gpuallocd.dashboard.admission import BUSY, FairAdmission
 from gpuallocd.dashboard.render import Renderer
@@ -107,10 +107,11 @@ class DashboardServer:
             clock=time.monotonic,
         )
         self._site: TcpSite | None = None
+        self.port = PortState("dashboard", listen) if listen else None
 
     async def start(self) -> None:
-        """Listen; StateUnusable when the address cannot be bound."""
-        if self._address is None:
+        """Listen; an address that cannot be bound is logged and kept in `port`."""
+        if self._address is None or self.port is None:
             return
         host, port = self._address
         app = web.Application(middlewares=[_read_only])
@@ -119,7 +120,8 @@ class DashboardServer:
         app.router.add_get("/api/charts", self._charts)
         app.router.add_get("/static/{name}", self._static)
         self._site = TcpSite(app, self._handlers)
-        await self._site.start(host, port, "the dashboard")
+        if not await self._site.start(host, port, "the dashboard", self.port):
+            return
         shown = f"[{host}]" if ":" in host else host
         log.info("dashboard on http://%s:%d/", shown, port)
 
