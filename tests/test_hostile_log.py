@@ -4,6 +4,10 @@ user's process on a GPU of the recorded machine."""
 
 from __future__ import annotations
 
+import logging
+import sys
+
+from gpuallocd.daemon.logformat import LOG_FORMAT, EscapingFormatter
 from tests.harness import DaemonPaths, ProcessDaemon, wait_for
 from tests.system_users import SystemUsers
 from tests.unleased_helpers import Node, node
@@ -35,3 +39,17 @@ def test_a_process_name_of_control_bytes_is_logged_escaped(
     line = next(x for x in raw.splitlines() if f"pid {pid} of".encode() in x)
     assert b"\x1b" not in raw and b"\x07" not in raw
     assert b"(\\x1b]0;pwn\\x07\\x1b[2J" in line
+
+
+def test_a_traceback_keeps_its_lines_and_escapes_their_bytes() -> None:
+    """An exception whose message quotes a user's bytes: the message and every line of the
+    traceback are escaped; the traceback's line breaks stay."""
+    record = logging.LogRecord("gpuallocd", logging.ERROR, "", 0, "saw %s", ("a\x1b[2Jb",), None)
+    try:
+        raise ValueError("bad name \x07\x1b]0;x")
+    except ValueError:
+        record.exc_info = sys.exc_info()
+    text = EscapingFormatter(LOG_FORMAT).format(record)
+    assert "\x1b" not in text and "\x07" not in text
+    assert text.startswith("gpuallocd: ERROR saw a\\x1b[2Jb\nTraceback")
+    assert text.endswith("ValueError: bad name \\x07\\x1b]0;x")

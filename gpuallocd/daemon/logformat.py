@@ -1,11 +1,12 @@
 """The daemon's log lines: what users control (process names, labels, user names) may carry
 ESC, BEL or a newline, so every message is escaped (`gpuallocd.model.text`) before it is written;
-a reader's terminal never acts on it and no message forges a line. A traceback, the
-daemon's own text, is kept as it is."""
+a reader's terminal never acts on it and no message forges a line. A traceback keeps its
+lines, each escaped (an exception's message may quote what a user chose)."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from gpuallocd.model.text import escape_unprintable
 
@@ -20,3 +21,6 @@ class EscapingFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = escape_unprintable(record.message)
         return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        return "\n".join(map(escape_unprintable, super().formatException(ei).split("\n")))
