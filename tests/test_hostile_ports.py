@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuallocd.api.tcp_peers import GONE, local_owner
 from tests.harness import DaemonPaths, ProcessDaemon, ctl_argv
 from tests.system_users import SystemUsers, open_to_everyone
 
@@ -96,6 +97,21 @@ s.bind(("127.0.0.1", int(sys.argv[1])))
 s.listen()
 print("bound", flush=True)
 sys.stdin.read()
+"""
+
+# Run as alice: one connection from 127.0.0.9, held (until stdin closes) or closed at once
+# after a request.
+HOLD_ONE = """
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.9", 0))
+s.connect(("127.0.0.1", int(sys.argv[1])))
+if sys.argv[2] == "close":
+    s.sendall(b"GET / HTTP/1.1\\r\\n\\r\\n")
+    s.close()
+else:
+    print("connected", flush=True)
+    sys.stdin.read()
 """
 
 
@@ -209,3 +225,26 @@ def test_a_port_taken_first_leaves_the_api_served_and_is_named(
         squat.kill()
         squat.communicate(timeout=30)
         daemon.stop()
+
+
+def test_the_kernel_names_the_owner_of_a_loopback_connection(system_users: SystemUsers) -> None:
+    """A connection alice makes from 127.0.0.9 is hers (sock_diag names her uid); one she
+    sends a request on and closes before it is accepted is GONE, nobody's to count."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = str(listener.getsockname()[1])
+        held = start_as(system_users, "alice", HOLD_ONE, port, "hold")
+        try:
+            assert held.stdout is not None and held.stdout.readline().strip() == "connected"
+            conn, peer = listener.accept()
+            with conn:
+                assert local_owner(peer, conn.getsockname()) == system_users.uid("alice")
+        finally:
+            held.kill()
+            held.communicate(timeout=30)
+        closed = system_users.run("alice", ["-c", HOLD_ONE, port, "close"], timeout=30)
+        assert closed.returncode == 0, closed.stderr
+        conn, peer = listener.accept()
+        with conn:
+            assert local_owner(peer, conn.getsockname()) == GONE

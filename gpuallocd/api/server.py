@@ -17,7 +17,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from gpuallocd.api.limits import ConnectionLimiter, Peer
 from gpuallocd.api.peercred import identity_generation, peer_caller
-from gpuallocd.api.tcp_peers import tcp_peer_key
+from gpuallocd.api.tcp_peers import GONE, tcp_peer_key
 from gpuallocd.errors import (
     AlreadyRunning,
     ConfigError,
@@ -103,7 +103,7 @@ class _EnvelopeRequestHandler(RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         uid = self._peer_of(transport)
-        if not self._limiter.admit(uid):
+        if uid == GONE or not self._limiter.admit(uid):
             transport.close()  # nothing was written: it closes at once
             return
         self._uid = uid
