@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpuallocd.api.tcp_peers import GONE, local_owner
-from tests.harness import DaemonPaths, ProcessDaemon, ctl_argv
+from tests.harness import DaemonPaths, ProcessDaemon, ctl_argv, wait_for
 from tests.system_users import SystemUsers, open_to_everyone
 
 PER_USER = 16
@@ -201,7 +202,8 @@ def test_a_port_taken_first_leaves_the_api_served_and_is_named(
     system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
 ) -> None:
     """alice listens on the dashboard's port before the daemon starts: the daemon still serves
-    the API; health, doctor and the log name the port it could not take."""
+    the API; health, doctor and the log name the port it could not take; once she lets go,
+    the daemon takes the port (it tries again every 10 s) and serves the page there."""
     open_to_everyone(short_dir)
     port = free_port()
     squat = start_as(system_users, "alice", SQUAT, str(port))
@@ -221,9 +223,22 @@ def test_a_port_taken_first_leaves_the_api_served_and_is_named(
         )
         assert f"cannot serve the dashboard on 127.0.0.1:{port}" in doctor.stdout
         assert f"cannot serve the dashboard on 127.0.0.1:{port}" in daemon.stderr()
-    finally:
         squat.kill()
         squat.communicate(timeout=30)
+        with daemon.client(timeout=10) as client:
+
+            def served() -> bool:
+                return bool(client.health()["ports"][0]["serving"])
+
+            wait_for(served, 60, interval=0.5, what="the port taken back")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as page:
+            assert page.status == 200 and b"gpuallocd" in page.read()
+        assert "the dashboard now served on port" in daemon.stderr()
+        assert "Traceback" not in daemon.stderr()
+    finally:
+        if squat.poll() is None:
+            squat.kill()
+            squat.communicate(timeout=30)
         daemon.stop()
 
 

@@ -93,9 +93,9 @@ def config(diag: Diagnostics) -> Iterator[Check]:
 
 
 PORT_FIX = (
-    "free the port (ss -ltnp shows who holds it) and restart the daemon; keep it the "
-    "daemon's with a port below 1024, a systemd socket unit, or a Unix socket behind a "
-    "reverse proxy (docs/security.md)"
+    "free the port (ss -ltnp shows who holds it; the daemon tries it again every 10 s); "
+    "keep it the daemon's with a port below 1024, which only root may bind, and a reverse "
+    "proxy or socket unit in front where users need another address (docs/security.md)"
 )
 
 
