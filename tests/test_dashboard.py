@@ -30,7 +30,7 @@ from gpuallocd.charts import (
 from gpuallocd.charts.daily import day_starts
 from gpuallocd.daemon.diagnostics import config_warnings
 from gpuallocd.daemon.settings import DaemonConfig
-from gpuallocd.dashboard.admission import TokenBucket
+from gpuallocd.dashboard.admission import BUSY, TOO_FAST, FairAdmission, TokenBucket
 from gpuallocd.errors import ConfigError
 from gpuallocd.model import LeaseSpan
 from tests.dashboard_scene import free_port
@@ -341,3 +341,22 @@ def test_pages_past_the_rate_wait_their_turn() -> None:
     assert bucket.admit() and not bucket.admit()
     clock.step(10.0)
     assert sum(bucket.admit() for _ in range(30)) == 20
+
+
+def test_one_client_past_its_share_leaves_the_rate_to_others() -> None:
+    """A client admitted past its own share (5 a second) is refused; the shared bucket keeps
+    what it did not take, so another client is admitted; loads in flight are capped per
+    client (2) and in all (4)."""
+    clock = HandClock(0.0)
+    admission = FairAdmission(
+        rate=20.0, per_client_rate=5.0, in_flight=4, per_client_in_flight=2, clock=clock
+    )
+    answers = []
+    for _ in range(100):
+        answers.append(admission.admit("alice"))
+        admission.done("alice")
+    assert answers == [None] * 5 + [TOO_FAST] * 95
+    assert admission.admit("bob") is None and admission.admit("bob") is None
+    assert admission.admit("bob") == BUSY  # two of his in flight already
+    assert admission.admit("carol") is None and admission.admit("carol") is None
+    assert admission.admit("dave") == BUSY  # four in flight in all

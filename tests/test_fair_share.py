@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import pwd
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -267,3 +269,58 @@ def test_a_light_newcomer_goes_ahead_of_a_heavy_blocked_waiter(
     finally:
         bob.kill()
         bob.wait(10)
+
+
+def test_group_fair_share_follows_the_passwd_primary_group_not_sg(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """`fair_share_by = "group"`: alice used 3 GPU-hours, bob 1. alice waits under `sg
+    students` (her process's gid is then students', a group with no use), bob after her:
+    her account is still her passwd primary group's, charged her 4 GPU-hours, so bob goes
+    first."""
+    users = system_users
+    alice_entry, bob_entry = (pwd.getpwnam(users.name(u)) for u in ("alice", "bob"))
+    assert alice_entry.pw_gid != bob_entry.pw_gid, "needs a primary group per user"
+    open_to_everyone(short_dir)
+    clock = HandClock()
+    daemon = ThreadDaemon(
+        paths,
+        clock=clock,
+        default_policy="simple",
+        queue_order="fair-share",
+        fair_share_by="group",
+    ).start()
+    socket = daemon.paths.socket
+    waiting: list[subprocess.Popen[str]] = []
+    try:
+        heavy = _allocate(users, "alice", socket, "-n", "3")
+        light = _allocate(users, "bob", socket, "-n", "1")
+        clock.step(HOUR)
+        for who, lease in (("alice", heavy), ("bob", light)):
+            assert users.ctl(who, socket, "free", str(lease["id"])).returncode == 0
+        for _ in range(4):
+            _allocate(users, "carol", socket, "-n", "1")
+        wait = ["allocate", "-n", "1", "--wait", "--ttl", "1h"]
+        command = " ".join([users.python, "-m", "gpuallocd.cli", "--socket", str(socket), *wait])
+        alice = subprocess.Popen(
+            ["sg", users.name("students"), "-c", command],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            **users._as("alice"),  # type: ignore[call-overload]
+        )
+        waiting.append(alice)
+        with daemon.client() as root:
+            wait_for(lambda: len(root.queue()) == 1, 30, what="alice's waiter")
+            bob_argv = ["-m", "gpuallocd.cli", "--socket", str(socket), "allocate", "-n", "1"]
+            waiting.append(users.start("bob", [*bob_argv, "--wait"], short_dir / "bob.log"))
+            wait_for(lambda: len(root.queue()) == 2, 30, what="bob's waiter")
+            queue = root.queue()
+        assert [w["owner"]["user"] for w in queue] == [users.name("bob"), users.name("alice")]
+        assert queue[1]["priority"]["usage_gpu_hours"] == pytest.approx(3.0, abs=0.05)
+        assert queue[0]["priority"]["usage_gpu_hours"] == pytest.approx(1.0, abs=0.05)
+    finally:
+        for process in waiting:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+        daemon.stop()

@@ -249,17 +249,23 @@ def test_metrics_over_a_daemon_process(
     assert daemon.stop() == 0
 
 
-def test_metrics_port_in_use_stops_the_start(short_dir: Path) -> None:
-    """A metrics address that cannot be bound is a start failure (73), named in the message."""
+def test_metrics_port_in_use_leaves_the_api_served(
+    process_daemon: Callable[..., ProcessDaemon],
+) -> None:
+    """A metrics address that cannot be bound does not stop the start: the API is served,
+    and health names the port and why."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         address = f"127.0.0.1:{taken.getsockname()[1]}"
-        result = run_daemon_once(
-            short_dir, "--inventory", "example:dgx1-volta", "--metrics-listen", address
-        )
-    assert result.returncode == 73
-    assert f"cannot serve metrics on {address}" in result.stderr
+        daemon = process_daemon(metrics_listen=address)
+        with Client(daemon.paths.socket) as client:
+            (port,) = client.health()["ports"]
+            assert len(client.allocate(1).gpus) == 1
+    assert port["port"] == "metrics" and not port["serving"]
+    assert port["error"].startswith(f"cannot serve metrics on {address}")
+    assert f"cannot serve metrics on {address}" in daemon.stderr()
+    assert daemon.stop() == 0
 
 
 def test_bad_metrics_address_is_a_config_error(short_dir: Path) -> None:

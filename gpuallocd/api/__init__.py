@@ -13,4 +13,5 @@ validation.py  a JSON body into typed values, or a stable error
 context.py     what the routes share
 tcp_site.py    the TCP ports beside the socket (metrics, dashboard), under its connection rules
 tcp_address.py HOST:PORT for those ports, and whether a host is this machine only
+tcp_peers.py   who owns the other end of a loopback TCP connection (the kernel's sock_diag)
 """

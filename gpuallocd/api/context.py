@@ -1,5 +1,5 @@
 """What the routes share: the allocator's façade, how to rediscover the node, the start time,
-and the daemon's diagnostics (for `gpuallocctl doctor`)."""
+the daemon's diagnostics (for `gpuallocctl doctor`) and its TCP ports' states (health)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ class ApiContext:
     started_at: float
     body_timeout_seconds: float  # request_body_timeout_seconds (daemon/settings.py)
     diagnostics: Callable[[], dict[str, Any]] = dict  # the daemon's; empty where not given
+    ports: Callable[[], list[dict[str, Any]]] = list  # metrics, dashboard: served or why not
 
 
 CONTEXT = web.AppKey("context", ApiContext)

@@ -1,13 +1,15 @@
 """Connection limits: no local user can take the daemon's file descriptors from the others.
 
-Each connection is counted against the uid the kernel names for it (SO_PEERCRED), or, on
-the metrics port (TCP), against its peer's address (`tcp_peer`). A user or a peer may hold
-`per_user` connections at once; all of them together, API and metrics, `total -
-root_reserve`, so the last `root_reserve` slots are root's alone (root can always look and
-revoke). `total` is
-kept below the process's open-file limit, so accepting never fails for want of a
-descriptor. A connection over its limit is closed at once, before any HTTP is read.
-Refusals and accept errors are logged at most once per `LOG_INTERVAL_SECONDS`, with a count.
+Each connection is counted against the uid the kernel names for it (SO_PEERCRED on the API
+socket; on the TCP ports, metrics and dashboard, the owner of the other end where it is a
+socket of this host, `tcp_peers.py`, else its address). A user or a peer may hold
+`per_user` connections at once; all of them together `total - root_reserve`, so the last
+`root_reserve` slots are root's alone (root can always look and revoke). The API socket and
+the TCP ports have budgets of their own (`connection_limiters`): nothing done on a port
+takes a slot of the socket. The budgets together are kept below the process's open-file
+limit, so accepting never fails for want of a descriptor. A connection over its limit is
+closed at once, before any HTTP is read. Refusals and accept errors are logged at most once
+per `LOG_INTERVAL_SECONDS`, with a count.
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ __all__ = [
     "ConnectionLimiter",
     "Peer",
     "RateLimitedLog",
+    "connection_limiters",
     "fit_to_open_files",
     "quiet_accept_errors",
-    "tcp_peer",
 ]
 
 log = logging.getLogger("gpuallocd.api")
 
 LOG_INTERVAL_SECONDS = 60.0
 FILES_KEPT_FOR_THE_DAEMON = 64  # the ledger, the lock, pidfds, NVML, logging
+PORT_CONNECTIONS = 256  # the metrics and dashboard ports together, apart from the socket's
 
 
 @dataclass
@@ -65,12 +68,24 @@ def fit_to_open_files(wanted: int) -> int:
     return max(1, min(wanted, soft - FILES_KEPT_FOR_THE_DAEMON))
 
 
-Peer = int | str  # a uid (Unix socket; -1 when unknown), or "tcp ADDRESS"
+Peer = int | str  # a uid (-1 when unknown), or a TCP peer the kernel names no owner of
 
 
-def tcp_peer(address: str) -> Peer:
-    """The key a TCP connection from `address` is counted under."""
-    return f"tcp {address}"
+def connection_limiters(
+    *, per_user: int, total: int, root_reserve: int, ports: bool
+) -> tuple[ConnectionLimiter, ConnectionLimiter]:
+    """The API socket's limiter and the TCP ports' (`ports`: whether any is served), each of
+    its own budget; both fit the open-file limit, the socket's keeping the larger share."""
+    wanted = PORT_CONNECTIONS if ports else 0
+    budget = fit_to_open_files(total + wanted)
+    on_ports = max(1, min(wanted, budget // 4))
+    api = ConnectionLimiter(
+        per_user=per_user, total=max(1, budget - on_ports), root_reserve=root_reserve
+    )
+    port = ConnectionLimiter(
+        per_user=per_user, total=on_ports, root_reserve=min(root_reserve, on_ports // 4)
+    )
+    return api, port
 
 
 class ConnectionLimiter:
@@ -107,9 +122,6 @@ class ConnectionLimiter:
         self._open[uid] -= 1
         if self._open[uid] <= 0:
             del self._open[uid]
-
-    def open_connections(self, uid: Peer) -> int:
-        return self._open[uid]
 
 
 def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:

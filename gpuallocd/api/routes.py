@@ -74,6 +74,7 @@ async def health(request: web.Request) -> web.Response:
             "version": __version__,
             "started_at": ctx.started_at,
             "process_tracking": ctx.facade.process_tracking(),
+            "ports": ctx.ports(),
         }
     )
 

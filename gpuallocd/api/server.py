@@ -15,8 +15,9 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from gpuallocd.api.limits import ConnectionLimiter, Peer, tcp_peer
+from gpuallocd.api.limits import ConnectionLimiter, Peer
 from gpuallocd.api.peercred import identity_generation, peer_caller
+from gpuallocd.api.tcp_peers import GONE, tcp_peer_key
 from gpuallocd.errors import (
     AlreadyRunning,
     ConfigError,
@@ -102,7 +103,7 @@ class _EnvelopeRequestHandler(RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         uid = self._peer_of(transport)
-        if not self._limiter.admit(uid):
+        if uid == GONE or not self._limiter.admit(uid):
             transport.close()  # nothing was written: it closes at once
             return
         self._uid = uid
@@ -111,12 +112,18 @@ class _EnvelopeRequestHandler(RequestHandler):
             self._head_timeout, self._head_too_slow
         )
 
+    @property
+    def counted_as(self) -> Peer | None:
+        """Whom the connection is counted against (None once closed): the dashboard's rate
+        limit keeps one bucket per such client."""
+        return self._uid
+
     def _peer_of(self, transport: asyncio.BaseTransport) -> Peer:
-        """What the connection counts against: its uid, or its TCP peer's address."""
+        """What the connection counts against: its uid, or for a TCP port the owner of its
+        other end where this host's kernel names one (`api/tcp_peers.py`)."""
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in _TCP_FAMILIES:
-            peername = transport.get_extra_info("peername")
-            return tcp_peer(str(peername[0]) if peername else "unknown")
+            return tcp_peer_key(transport)
         try:
             self.peer_generation = identity_generation()
             self.peer = peer_caller(sock)

@@ -17,6 +17,7 @@ socketwatch.py        noticing that the served socket was removed or replaced
 sdnotify.py           READY/STOPPING/WATCHDOG for systemd's Type=notify and its watchdog
 activation.py         the listening socket systemd passes (socket activation, LISTEN_FDS)
 eventloop.py          uvloop where installed, else asyncio's loop
+logformat.py          the log's formatter: what users control is escaped
 """
 
 from __future__ import annotations

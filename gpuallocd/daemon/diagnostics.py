@@ -81,8 +81,10 @@ def diagnostics(
     needs: Sequence[Need],
     process_tracking: Callable[[], dict[str, Any]],
     started_at: float,
+    ports: Callable[[], list[dict[str, Any]]] = list,
 ) -> dict[str, Any]:
-    """The daemon's side of `gpuallocctl doctor`, read fresh at each call."""
+    """The daemon's side of `gpuallocctl doctor`, read fresh at each call; `ports` gives the
+    TCP ports' states (served, or why not)."""
     capabilities = Capabilities.of_process()
     watchdog = watchdog_interval(os.environ, os.getpid())
     return {
@@ -106,4 +108,5 @@ def diagnostics(
         "cgroup": cgroup_version(),
         "clock": {"source": clock_source(), "expiry": "CLOCK_BOOTTIME"},
         "config_warnings": config_warnings(config),
+        "ports": ports(),
     }

@@ -33,10 +33,10 @@ from gpuallocd.allocator.leases.deadlines import boottime
 from gpuallocd.allocator.observer import LeaseObserver, Observers
 from gpuallocd.allocator.site.reservation_board import forget_members
 from gpuallocd.api.app import ApiContext, create_app
-from gpuallocd.api.limits import ConnectionLimiter, fit_to_open_files, quiet_accept_errors
+from gpuallocd.api.limits import ConnectionLimiter, connection_limiters, quiet_accept_errors
 from gpuallocd.api.peercred import forget_identities
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handlers
-from gpuallocd.api.tcp_site import Handlers
+from gpuallocd.api.tcp_site import Handlers, port_report
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
 from gpuallocd.daemon.housekeeping import Housekeeper
@@ -206,7 +206,7 @@ class Daemon:
     def _exporter(
         self, facade: AllocatorFacade, inventory: Inventory, limiter: ConnectionLimiter
     ) -> MetricsExporter:
-        """The metrics; its port's connections under the API's limits (`limiter`)."""
+        """The metrics; its port's connections under the ports' limits (`limiter`)."""
         return MetricsExporter(
             self._metrics,
             lambda: take_sample(facade, inventory),
@@ -217,17 +217,20 @@ class Daemon:
         )
 
     def _handlers(self, limiter: ConnectionLimiter) -> Handlers:
-        """Connection handlers of a TCP port (metrics, dashboard) under the API's rules."""
+        """Connection handlers of a TCP port (metrics, dashboard) under the API's rules, within
+        the ports' own budget (`limiter`)."""
         return functools.partial(
             limited_handlers, limiter=limiter, head_timeout=self.config.request_head_timeout_seconds
         )
 
-    def _limiter(self) -> ConnectionLimiter:
+    def _limiters(self) -> tuple[ConnectionLimiter, ConnectionLimiter]:
+        """The API socket's connection budget and the TCP ports', apart."""
         config = self.config
-        return ConnectionLimiter(
+        return connection_limiters(
             per_user=config.max_connections_per_user,
-            total=fit_to_open_files(config.max_connections),
+            total=config.max_connections,
             root_reserve=config.root_reserved_connections,
+            ports=config.metrics_listen is not None or config.dashboard_listen is not None,
         )
 
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
@@ -238,21 +241,22 @@ class Daemon:
             self.config.sample_interval_seconds,
             retention_seconds=self.config.history_retention_days * 86400.0,
         )
-        limiter = self._limiter()  # the API socket's, metrics and dashboard ports' connections
-        exporter = self._exporter(facade, inventory, limiter)
+        limiter, on_ports = self._limiters()  # the API socket's; the TCP ports'
+        exporter = self._exporter(facade, inventory, on_ports)
         listen = self.config.dashboard_listen
         dashboard = DashboardServer(
-            facade, ledger.path, self._clock, listen=listen, handlers=self._handlers(limiter)
+            facade, ledger.path, self._clock, listen=listen, handlers=self._handlers(on_ports)
         )
         started_at = self._clock()
+        ports = port_report(exporter.port, dashboard.port)
+        about = (self.config, self._needs, facade.process_tracking_stats, started_at, ports)
         ctx = ApiContext(
             facade,
             discover=inventory.rescan,
             started_at=started_at,
             body_timeout_seconds=self.config.request_body_timeout_seconds,
-            diagnostics=functools.partial(
-                diagnostics, self.config, self._needs, facade.process_tracking_stats, started_at
-            ),
+            diagnostics=functools.partial(diagnostics, *about),
+            ports=ports,
         )
         socket_path = Path(self.config.socket)
         activated = inherited_api_socket()  # socket activation: systemd owns the path

@@ -21,6 +21,7 @@ from gpuallocd.daemon.config import load_config, parse_text
 from gpuallocd.daemon.eventloop import run_event_loop
 from gpuallocd.daemon.hints import hint_for
 from gpuallocd.daemon.lifecycle import Daemon
+from gpuallocd.daemon.logformat import LOG_FORMAT, EscapingFormatter
 from gpuallocd.daemon.settings import DaemonConfig, Setting, render_markdown, render_toml, settings
 from gpuallocd.errors import ConfigError, GpuallocError, StartupError
 
@@ -62,9 +63,9 @@ def _setting_options(command: F) -> F:
 
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level, stream=sys.stderr, format="gpuallocd: %(levelname)s %(message)s"
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(EscapingFormatter(LOG_FORMAT))
+    logging.basicConfig(level=level, handlers=[handler])
     # The format shows neither the caller's frame, thread nor process: the logging HOWTO's
     # optimisations, so a record (one per grant and free) does not collect them.
     logging._srcfile = None

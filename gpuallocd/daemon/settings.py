@@ -230,13 +230,13 @@ class DaemonConfig:
     )
     max_connections_per_user: int = _setting(
         64,
-        "open connections one uid (or, on the metrics port, one peer address) may hold at "
-        "once; more are closed at once",
+        "open connections one uid may hold at once (on the metrics and dashboard ports: one "
+        "uid of this host, or one remote address); more are closed at once",
     )
     max_connections: int = _setting(
         4096,
-        "open connections in all, API socket and metrics port together (kept below the "
-        "open-file limit, `LimitNOFILE=`)",
+        "open connections in all on the API socket (kept below the open-file limit, "
+        "`LimitNOFILE=`); the metrics and dashboard ports have a budget of their own",
     )
     root_reserved_connections: int = _setting(
         16, "of `max_connections`, the slots only root may use"

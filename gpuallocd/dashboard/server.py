@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -23,8 +23,8 @@ from aiohttp import hdrs, web
 from gpuallocd.allocator import AllocatorFacade
 from gpuallocd.api.peercred import user_name
 from gpuallocd.api.tcp_address import parse_host_port
-from gpuallocd.api.tcp_site import Handlers, TcpSite
-from gpuallocd.dashboard.admission import TokenBucket
+from gpuallocd.api.tcp_site import Handlers, PortState, TcpSite
+from gpuallocd.dashboard.admission import BUSY, FairAdmission
 from gpuallocd.dashboard.render import Renderer
 from gpuallocd.dashboard.source import NodeNow, read_node
 from gpuallocd.errors import GpuallocError
@@ -37,10 +37,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 READ_METHODS = frozenset({hdrs.METH_GET, hdrs.METH_HEAD})
 MAX_IN_FLIGHT = 4
+MAX_IN_FLIGHT_PER_CLIENT = 2
 # Pages and parts served per second, all clients together (a browser polls one every 2 s):
 # a script loading the page in a loop gets 429 past this, so the dashboard never takes more
-# than a small, fixed share of the daemon's time.
+# than a small, fixed share of the daemon's time. One client (a uid, else an address) gets
+# a quarter of it: a loop of one client never empties the shared bucket alone.
 MAX_PER_SECOND = 20.0
+MAX_PER_SECOND_PER_CLIENT = 5.0
 STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 HEADERS = {
     "Content-Security-Policy": (
@@ -63,6 +66,13 @@ async def _read_only(
     response = await handler(request)
     response.headers.update(HEADERS)
     return response
+
+
+def _client_of(request: web.Request) -> Hashable:
+    """Whose share a load counts against: the uid (or address) its connection is counted
+    under (`api/tcp_peers.py`), else the peer's address."""
+    counted = getattr(request.protocol, "counted_as", None)
+    return counted if counted is not None else f"tcp {request.remote}"
 
 
 class DashboardServer:
@@ -91,13 +101,19 @@ class DashboardServer:
         self._renderer = Renderer(self._reader, user_name)
         # One thread, started at the first page load; its reads never meet the allocator's.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard")
-        self._in_flight = 0
-        self._bucket = TokenBucket(MAX_PER_SECOND, time.monotonic)
+        self._admission = FairAdmission(
+            rate=MAX_PER_SECOND,
+            per_client_rate=MAX_PER_SECOND_PER_CLIENT,
+            in_flight=MAX_IN_FLIGHT,
+            per_client_in_flight=MAX_IN_FLIGHT_PER_CLIENT,
+            clock=time.monotonic,
+        )
         self._site: TcpSite | None = None
+        self.port = PortState("dashboard", listen) if listen else None
 
     async def start(self) -> None:
-        """Listen; StateUnusable when the address cannot be bound."""
-        if self._address is None:
+        """Listen; an address that cannot be bound is logged and kept in `port`."""
+        if self._address is None or self.port is None:
             return
         host, port = self._address
         app = web.Application(middlewares=[_read_only])
@@ -106,7 +122,8 @@ class DashboardServer:
         app.router.add_get("/api/charts", self._charts)
         app.router.add_get("/static/{name}", self._static)
         self._site = TcpSite(app, self._handlers)
-        await self._site.start(host, port, "the dashboard")
+        if not await self._site.start(host, port, "the dashboard", self.port):
+            return
         shown = f"[{host}]" if ":" in host else host
         log.info("dashboard on http://%s:%d/", shown, port)
 
@@ -117,28 +134,30 @@ class DashboardServer:
         self._reader.close()
 
     async def _page(self, request: web.Request) -> web.Response:
-        page = await self._render(self._renderer.page)
+        page = await self._render(request, self._renderer.page)
         return web.Response(text=page, content_type="text/html", charset="utf-8")
 
     async def _live(self, request: web.Request) -> web.Response:
-        return web.json_response(await self._render(self._renderer.live))
+        return web.json_response(await self._render(request, self._renderer.live))
 
     async def _charts(self, request: web.Request) -> web.Response:
-        return web.json_response(await self._render(self._renderer.charts))
+        return web.json_response(await self._render(request, self._renderer.charts))
 
-    def _admit(self) -> None:
-        """503 past MAX_IN_FLIGHT at once, 429 past MAX_PER_SECOND requests a second."""
-        if self._in_flight >= MAX_IN_FLIGHT:
+    def _admit(self, client: Hashable) -> None:
+        """503 past MAX_IN_FLIGHT (or the client's share) at once, 429 past the client's
+        or everyone's requests a second."""
+        refused = self._admission.admit(client)
+        if refused == BUSY:
             raise web.HTTPServiceUnavailable(text="the dashboard is busy; try again\n")
-        if not self._bucket.admit():
+        if refused is not None:
             raise web.HTTPTooManyRequests(
                 text="the dashboard answers a few pages a second; try again\n",
                 headers={"Retry-After": "1"},
             )
 
-    async def _render(self, render: Callable[[NodeNow], T]) -> T:
-        self._admit()
-        self._in_flight += 1
+    async def _render(self, request: web.Request, render: Callable[[NodeNow], T]) -> T:
+        client = _client_of(request)
+        self._admit(client)
         try:
             node = await read_node(self._facade, self._clock)
             loop = asyncio.get_running_loop()
@@ -146,7 +165,7 @@ class DashboardServer:
         except GpuallocError as exc:
             raise web.HTTPServiceUnavailable(text=f"cannot read the node: {exc.message}\n") from exc
         finally:
-            self._in_flight -= 1
+            self._admission.done(client)
 
     async def _static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

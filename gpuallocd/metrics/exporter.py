@@ -21,7 +21,7 @@ from pathlib import Path
 from aiohttp import hdrs, web
 
 from gpuallocd.api.tcp_address import parse_host_port
-from gpuallocd.api.tcp_site import Handlers, TcpSite
+from gpuallocd.api.tcp_site import Handlers, PortState, TcpSite
 from gpuallocd.errors import GpuallocError
 from gpuallocd.metrics.instruments import DaemonMetrics
 from gpuallocd.metrics.node import NodeSample
@@ -60,11 +60,13 @@ class MetricsExporter:
         self._site: TcpSite | None = None
         self._handlers = handlers
         self._task: asyncio.Task[None] | None = None
+        self.port = PortState("metrics", listen) if listen else None
 
     async def start(self) -> None:
-        """Listen (StateUnusable when the address cannot be bound) and start the textfile."""
-        if self._address is not None:
-            await self._listen(*self._address)
+        """Listen (an address that cannot be bound is logged and kept in `port`) and start
+        the textfile."""
+        if self._address is not None and self.port is not None:
+            await self._listen(*self._address, self.port)
         if self._textfile is not None:
             self._task = asyncio.create_task(self._write_forever(self._textfile))
 
@@ -75,11 +77,12 @@ class MetricsExporter:
         if self._site is not None:
             await self._site.stop()
 
-    async def _listen(self, host: str, port: int) -> None:
+    async def _listen(self, host: str, port: int, state: PortState) -> None:
         app = web.Application()
         app.router.add_get("/metrics", self._scrape)
         self._site = TcpSite(app, self._handlers)
-        await self._site.start(host, port, "metrics")
+        if not await self._site.start(host, port, "metrics", state):
+            return
         log.info("metrics on http://%s/metrics", _url_host(host, port))
 
     async def _scrape(self, request: web.Request) -> web.Response:

@@ -84,9 +84,10 @@ class QueueOrder:
         return self._settings.queue_order == FAIR_SHARE
 
     def account(self, caller: Caller) -> str:
-        """Whose use sets the caller's priority: the user, or the user's primary group."""
+        """Whose use sets the caller's priority: the user, or the primary group of the user's
+        passwd entry (the account `usage` charges), never the process's gid (`sg`)."""
         if self._settings.fair_share_by == "group":
-            return _group_name(caller.gid)
+            return _primary_group_of(caller.uid)
         return caller.user
 
     def arrange(self, waiters: Sequence[W]) -> list[tuple[W, Priority | None]]:

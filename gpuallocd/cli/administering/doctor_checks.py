@@ -92,6 +92,22 @@ def config(diag: Diagnostics) -> Iterator[Check]:
         yield Check("config", WARN, warning)
 
 
+PORT_FIX = (
+    "free the port (ss -ltnp shows who holds it; the daemon tries it again every 10 s); "
+    "keep it the daemon's with a port below 1024, which only root may bind, and a reverse "
+    "proxy or socket unit in front where users need another address (docs/security.md)"
+)
+
+
+def ports(diag: Diagnostics) -> Iterator[Check]:
+    """One line per TCP port (metrics, dashboard): served, or why not."""
+    for port in diag.get("ports", ()):
+        if port["serving"]:
+            yield Check("ports", OK, f"{port['port']} on {port['listen']}")
+        else:
+            yield Check("ports", FAIL, str(port["error"]), PORT_FIX)
+
+
 def service(diag: Diagnostics) -> Check:
     systemd = diag.get("systemd", {})
     if not systemd.get("notify"):
@@ -217,6 +233,7 @@ def daemon_checks(diag: Diagnostics) -> list[Check]:
         *capabilities(diag),
         process_tracking(diag),
         service(diag),
+        *ports(diag),
         *config(diag),
     ]
 

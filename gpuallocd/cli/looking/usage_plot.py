@@ -16,6 +16,7 @@ import click
 
 from gpuallocd.charts import BarGroup, stacked_bars
 from gpuallocd.charts.daily import daily_bars
+from gpuallocd.cli.looking.plot_file import RefusedPath, write_new_file
 from gpuallocd.model import MAX_DAYS
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ MAX_PLOT_DAYS = MAX_DAYS
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 WIDTH, HEIGHT = 760, 300
 PNG_SECONDS = 60
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _days(client: Client, since: float, now: float, user: str | None) -> list[BarGroup]:
@@ -40,7 +42,8 @@ def _days(client: Client, since: float, now: float, user: str | None) -> list[Ba
 
 
 def write_plot(client: Client, path: Path, since: float, user: str | None) -> None:
-    """The chart of the days since `since` to `path` (.svg or .png)."""
+    """The chart of the days since `since` to `path` (.svg or .png), written without
+    following a link there (`plot_file.py`); ClickException where it was not written."""
     suffix = path.suffix.lower()
     if suffix not in (".svg", ".png"):
         raise click.BadParameter("the file must end in .svg or .png", param_hint="--plot")
@@ -51,14 +54,18 @@ def write_plot(client: Client, path: Path, since: float, user: str | None) -> No
         f"GPU-hours per user per day, {first} to {time.strftime('%Y-%m-%d', time.localtime(now))}"
     )
     svg = stacked_bars(groups, title=title, unit="GPU-hours", width=WIDTH, height=HEIGHT)
-    if suffix == ".svg":
-        path.write_text(svg + "\n")
-    else:
-        _png(svg, path)
+    body = (svg + "\n").encode() if suffix == ".svg" else _png(svg)
+    try:
+        write_new_file(path, body)
+    except RefusedPath as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _png(svg: str, path: Path) -> None:
-    """Chromium's own screenshot of the SVG, in a fresh profile, nothing fetched."""
+def _png(svg: str) -> bytes:
+    """Chromium's own screenshot of the SVG, in a fresh profile, nothing fetched; drawn in
+    a private directory of ours, never at the user's path."""
     browser = next((found for name in BROWSERS if (found := shutil.which(name))), None)
     if browser is None:
         raise click.ClickException(
@@ -79,7 +86,7 @@ def _png(svg: str, path: Path) -> None:
             "--hide-scrollbars",
             f"--user-data-dir={Path(work, 'profile')}",
             f"--window-size={WIDTH},{HEIGHT}",
-            f"--screenshot={path.resolve()}",
+            f"--screenshot={Path(work, 'chart.png')}",
             source.as_uri(),
         ]
         if os.geteuid() == 0:  # Chromium refuses root without it; the page is our own SVG
@@ -87,7 +94,11 @@ def _png(svg: str, path: Path) -> None:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=PNG_SECONDS, check=False
         )
-    if done.returncode != 0 or not path.exists():
-        raise click.ClickException(
-            f"{browser} could not draw the PNG: {done.stderr.strip()[-300:]}"
-        )
+        drawn = Path(work, "chart.png")
+        png = drawn.read_bytes() if drawn.is_file() else b""
+    said = done.stderr.strip()[-300:] or f"exit status {done.returncode}"
+    if done.returncode != 0:
+        raise click.ClickException(f"{browser} could not draw the PNG: {said}")
+    if not png.startswith(PNG_MAGIC):
+        raise click.ClickException(f"{browser} drew no PNG, nothing was written: {said}")
+    return png
