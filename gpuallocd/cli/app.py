@@ -30,6 +30,7 @@ _MODULES = {
     "gpuallocd.cli.limits": ("limits", "usage"),
     "gpuallocd.cli.admin": ("drain", "undrain", "admin-log", "release"),
     "gpuallocd.cli.doctor": ("doctor",),
+    "gpuallocd.cli.ledger": ("ledger",),
     "gpuallocd.cli.reserve": ("reserve", "reservations", "unreserve"),
     "gpuallocd.cli.adopt": ("adopt", "unleased"),
 }

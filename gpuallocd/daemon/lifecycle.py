@@ -31,6 +31,7 @@ from gpuallocd.allocator import (
     LeaseLifecycle,
     SiteRules,
 )
+from gpuallocd.allocator.crash_points import arm
 from gpuallocd.allocator.deadlines import boottime
 from gpuallocd.allocator.observer import LeaseObserver, Observers
 from gpuallocd.allocator.reservations import forget_members
@@ -44,13 +45,8 @@ from gpuallocd.daemon.allocator_setup import allocator_settings
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
 from gpuallocd.daemon.enforcement_setup import unleased_rules
 from gpuallocd.daemon.housekeeping import Housekeeper
-from gpuallocd.daemon.integrity import (
-    LEDGER_COMPANIONS,
-    check_ledger,
-    check_state_files,
-    mark_initialised,
-    prepare_private_dir,
-)
+from gpuallocd.daemon.integrity import prepare_private_dir
+from gpuallocd.daemon.ledger_setup import ledger_backups, open_ledger, with_ledger_status
 from gpuallocd.daemon.needs import Host, Need, check_needs
 from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watchdog
 from gpuallocd.daemon.settings import DaemonConfig
@@ -62,7 +58,6 @@ from gpuallocd.errors import (
     ConfigError,
     HardwareUnavailable,
     InventoryError,
-    LedgerError,
     NvmlError,
     StateUnusable,
 )
@@ -122,6 +117,7 @@ class Daemon:
         self._metrics = DaemonMetrics()
         self._facade_in_service: AllocatorFacade | None = None
         self._needs: list[Need] = []
+        self._rules = site_rules(config)  # in force: the config's, then each reload's
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -136,16 +132,18 @@ class Daemon:
         except ConfigError as exc:
             log.error("reload refused, the rules in force stay: %s", exc.message)
             return
+        self._rules = site_rules(config)
         forget_identities()
         forget_members()  # reservations' members, by the user database
         if self._facade_in_service is not None:
-            self._facade_in_service.set_rules(site_rules(config))
+            self._facade_in_service.set_rules(self._rules)
             self._facade_in_service.unleased.rules = unleased_rules(config)
             self._facade_in_service.unleased.forget_owners()
         log.info("reloaded the limits and admin groups")
 
     async def run(self) -> None:
         activated = listen_fd_count(os.environ, os.getpid()) > 0
+        arm()  # crash points, for tests only (allocator/crash_points.py)
         self._needs = check_needs(self.config, Host.current(socket_activated=activated))
         for warning in config_warnings(self.config):
             log.warning("%s", warning)
@@ -161,7 +159,7 @@ class Daemon:
     async def _run_locked(self) -> None:
         inventory = self._inventory()
         try:
-            ledger = _open_ledger(self.config, self._initialise, self._metrics)
+            ledger = open_ledger(self.config, self._initialise, self._metrics)
             try:
                 await self._serve(inventory, ledger)
             finally:
@@ -186,7 +184,7 @@ class Daemon:
             inventory.topology(),
             clock=self._clock,
             settings=allocator_settings(self.config),
-            rules=site_rules(self.config),
+            rules=self._rules,
             monotonic=self._monotonic,
         )
         facade = AllocatorFacade(
@@ -256,14 +254,19 @@ class Daemon:
             facade, ledger.path, self._clock, listen=listen, handlers=self._handlers(limiter)
         )
         started_at = self._clock()
+        backups = ledger_backups(self.config, lambda: self._rules)
         ctx = ApiContext(
             facade,
             discover=inventory.rescan,
             started_at=started_at,
             body_timeout_seconds=self.config.request_body_timeout_seconds,
-            diagnostics=functools.partial(
-                diagnostics, self.config, self._needs, facade.process_tracking_stats, started_at
+            diagnostics=with_ledger_status(
+                functools.partial(
+                    diagnostics, self.config, self._needs, facade.process_tracking_stats, started_at
+                ),
+                backups,
             ),
+            ledger_admin=backups,
         )
         socket_path = Path(self.config.socket)
         activated = inherited_api_socket()  # socket activation: systemd owns the path
@@ -289,6 +292,7 @@ class Daemon:
             await exporter.start()
             await dashboard.start()
             await server.start()
+            await backups.start()
             with _stop_on_signals(self._stop), _reload_on_hangup(self.reload):
                 self._announce(facade, socket_path)
                 watchdog = start_watchdog()
@@ -304,6 +308,7 @@ class Daemon:
             await dashboard.stop()
             await server.stop()
             await facade.close()
+            await backups.stop()  # the clean stop's backup, after the last commit
             if activated is None and watch.problem() is None:
                 socket_path.unlink(missing_ok=True)  # an activated socket is systemd's
         if problem is not None:
@@ -340,18 +345,6 @@ async def _first_of(
         log.error("%s", problem.message)
         return problem
     return None
-
-
-def _open_ledger(config: DaemonConfig, initialise: bool, metrics: DaemonMetrics) -> Ledger:
-    path = config.ledger_path
-    check_state_files([path, *(path.with_name(path.name + c) for c in LEDGER_COMPANIONS)])
-    check_ledger(path, initialise=initialise)
-    try:
-        ledger = Ledger(path, sync=config.ledger_sync, commit_timer=metrics.observe_commit)
-    except LedgerError as exc:
-        raise StateUnusable(exc.message) from exc
-    mark_initialised(path)
-    return ledger
 
 
 @contextlib.contextmanager
