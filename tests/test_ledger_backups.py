@@ -158,3 +158,22 @@ def test_a_backup_is_never_written_through_a_planted_name(tmp_path: Path) -> Non
 def test_backup_settings_out_of_range_are_refused(key: str, value: float) -> None:
     with pytest.raises(ConfigError, match=key):
         load_config(None, environ={}, **{key: value})
+
+
+def test_doctor_shows_the_ledger_check_and_the_newest_backup(daemon: ThreadDaemon) -> None:
+    """Before any backup `doctor` warns with the command that takes one; after one, ok with
+    the integrity check at start and the backup's age."""
+
+    def ledger_check() -> dict[str, str]:
+        found = json.loads(ctl(daemon, "--json", "doctor").stdout)
+        (check,) = [c for c in found["checks"] if c["check"] == "ledger"]
+        return check
+
+    before = ledger_check()
+    assert before["status"] == "warn" and "no backup yet" in before["message"]
+    assert "gpuallocctl ledger backup" in before["fix"]
+    assert ctl(daemon, "ledger", "backup").returncode == 0
+    after = ledger_check()
+    assert after["status"] == "ok", after
+    assert "integrity at start: ok" in after["message"]
+    assert "newest of 1 backup(s) is 0 min old" in after["message"]
