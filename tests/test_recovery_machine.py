@@ -1,11 +1,13 @@
 """What the machine proves, after a ledger is lost: a GPU that NVML shows in use and that no
-recovered lease explains is held (not free) until its process ends, then free again."""
+recovered lease explains is held (not free) until its process ends, then free again; a
+process that forges a lease id in its environment gets nothing."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from gpuallocd.daemon.config import load_config
 from gpuallocd.daemon.recovery import recover
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.model import GpuProcess, LiveState, Topology
+from gpuallocd.processes.lease_environ import lease_carriers
 from tests.harness import DaemonPaths, ThreadDaemon, wait_for
 from tests.ledger_damage import active_leases, damage
 
@@ -52,13 +55,25 @@ def test_an_unexplained_gpu_in_use_is_held_until_its_process_ends(paths: DaemonP
     daemon.stop()
     ledger = paths.state_dir / "ledger.sqlite3"
     damage(ledger, where="start")  # nothing readable, and no backup: only the machine
+    written = time.time() - 5  # the daemon's last write, well before what starts below
+    os.utime(ledger, (written, written))
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    # A forger: a lease id the daemon never granted, every GPU named, started after the
+    # ledger's last write: its environment proves nothing, NVML shows it on no GPU.
+    forged = {**os.environ, "GPUALLOCD_LEASE_ID": "abcdefabcdef", "CUDA_VISIBLE_DEVICES": "0,1,3"}
+    forger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=forged)
+    ours = {worker.pid, forger.pid}
     try:
         config = load_config(
             None, socket=str(paths.socket), state_dir=str(paths.state_dir), inventory=INVENTORY
         )
         inventory: Inventory = BusyInventory(worker.pid, 2)
-        outcome = recover(config, inventory_opener=lambda _: inventory)
+        wait_for(lambda: any(c.pid == forger.pid for c in lease_carriers()), 30, what="forger")
+        outcome = recover(
+            config,
+            inventory_opener=lambda _: inventory,
+            carriers=lambda: [c for c in lease_carriers() if c.pid in ours],
+        )
         assert any(f"GPU {inventory.uuid} for pid {worker.pid}" in line for line in outcome.held)
         found = active_leases(ledger)
         ((units, label),) = found.values()
@@ -77,6 +92,7 @@ def test_an_unexplained_gpu_in_use_is_held_until_its_process_ends(paths: DaemonP
         finally:
             restarted.stop()
     finally:
-        worker.kill()
-        worker.wait()
+        for process in (worker, forger):
+            process.kill()
+            process.wait()
     assert list(Path(paths.state_dir, "damaged").iterdir())

@@ -35,7 +35,7 @@ from gpuallocd.errors import HardwareUnavailable, InventoryError, NvmlError, Sta
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.ledger.backups import newest_good_backup, quick_check
 from gpuallocd.ledger.salvage import SalvageReport, read_tables
-from gpuallocd.processes.lease_environ import lease_carriers
+from gpuallocd.processes.lease_environ import LeaseCarrier, lease_carriers
 
 __all__ = ["recover"]
 
@@ -45,6 +45,7 @@ WORK_DIR = "recovery-work"
 DAMAGED_DIR = "damaged"
 COMPLETE = "complete"
 WAL = "-wal"
+Carriers = Callable[[], list[LeaseCarrier]]
 
 
 def _fsync(path: Path, directory: bool = False) -> None:
@@ -63,6 +64,8 @@ def _copy(source: Path, target: Path) -> None:
         try:
             while chunk := os.read(fd_in, 1 << 20):
                 os.write(fd_out, chunk)
+            found = os.fstat(fd_in)
+            os.utime(fd_out, ns=(found.st_atime_ns, found.st_mtime_ns))  # when it was written
             os.fsync(fd_out)
         finally:
             os.close(fd_out)
@@ -96,14 +99,22 @@ def _pending(ledger: Path) -> Path:
     return pending
 
 
-def _evidence(config: DaemonConfig, opener: Callable[[str], Inventory]) -> Evidence:
+def _evidence(
+    config: DaemonConfig, opener: Callable[[str], Inventory], pending: Path, carriers: Carriers
+) -> Evidence:
     try:
         inventory = opener(config.inventory)
     except (NvmlError, InventoryError) as exc:
         raise HardwareUnavailable(exc.message) from exc
+    written = [p.stat().st_mtime for p in pending.iterdir() if p.name != COMPLETE]
     try:
-        return Evidence(inventory.topology(), inventory.sample(), lease_carriers(),
-                        config.max_ttl_seconds)  # fmt: skip
+        return Evidence(
+            inventory.topology(),
+            inventory.sample(),
+            carriers(),
+            config.max_ttl_seconds,
+            max(written, default=float("inf")),
+        )
     finally:
         inventory.close()
 
@@ -139,13 +150,16 @@ def _keep_damaged(pending: Path, state: Path) -> Path:
 
 
 def _recover_locked(
-    config: DaemonConfig, opener: Callable[[str], Inventory], clock: Callable[[], float]
+    config: DaemonConfig,
+    opener: Callable[[str], Inventory],
+    clock: Callable[[], float],
+    carriers: Carriers,
 ) -> Outcome:
     ledger = config.ledger_path
     state = ledger.parent
     check_state_files([ledger, *(ledger.with_name(ledger.name + c) for c in LEDGER_COMPANIONS)])
-    evidence = _evidence(config, opener)
     pending = _pending(ledger)
+    evidence = _evidence(config, opener, pending, carriers)
     work = state / WORK_DIR
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(mode=0o700)
@@ -169,14 +183,18 @@ def recover(
     *,
     inventory_opener: Callable[[str], Inventory] = open_inventory,
     clock: Callable[[], float] = time.time,
+    carriers: Carriers = lease_carriers,
 ) -> Outcome:
-    """Rebuild the ledger of `config`'s state directory (the daemon stopped); log each line."""
+    """Rebuild the ledger of `config`'s state directory (the daemon stopped); log each line.
+
+    `inventory_opener` and `carriers` (the processes carrying lease ids) are the machine's
+    evidence; tests give theirs."""
     arm()
     prepare_private_dir(Path(config.state_dir), "state directory", 0o700)
     lock = StateLock(config.lock_path)
     lock.acquire(config.socket)
     try:
-        outcome = _recover_locked(config, inventory_opener, clock)
+        outcome = _recover_locked(config, inventory_opener, clock, carriers)
     finally:
         lock.release()
     for line in outcome.lines():

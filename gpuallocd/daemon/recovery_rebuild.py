@@ -48,6 +48,7 @@ class Evidence:
     live: Mapping[str, LiveState]
     carriers: Sequence[LeaseCarrier]
     hold_seconds: float  # how long a recovered lease lasts, unless its process ends first
+    damaged_at: float = float("inf")  # the damaged ledger's last write (its files' mtime)
 
 
 @dataclass
@@ -150,7 +151,12 @@ def _grant(ledger: Ledger, lease: Lease, detail: str, now: float) -> bool:
 
 
 def _rebuild_carried(ledger: Ledger, evidence: Evidence, now: float, outcome: Outcome) -> None:
-    """Leases whose processes carry their id, back where the ledger lacks them."""
+    """Leases whose processes carry their id, back where the ledger lacks them.
+
+    The GPUs are those NVML shows the lease's processes on, and those its environment names
+    if its first process started before the damaged ledger's last write (a process started
+    later cannot have been granted anything by it; its environment proves nothing). Only the
+    processes of the first one's user count."""
     groups: dict[str, list[LeaseCarrier]] = {}
     for carrier in evidence.carriers:
         groups.setdefault(carrier.lease_id, []).append(carrier)
@@ -159,8 +165,10 @@ def _rebuild_carried(ledger: Ledger, evidence: Evidence, now: float, outcome: Ou
         if lease_id in active:
             continue
         holder = min(members, key=lambda c: c.start_time)
-        pids = {c.pid for c in members}
-        gpus = _named_gpus(evidence.topology, holder.devices) | _gpus_of_pids(evidence.live, pids)
+        pids = {c.pid for c in members if c.uid == holder.uid}
+        gpus = _gpus_of_pids(evidence.live, pids)
+        if holder.started_at < evidence.damaged_at:  # it ran while the daemon could grant it
+            gpus |= _named_gpus(evidence.topology, holder.devices)
         gpus -= _held(ledger)
         if not gpus:
             outcome.lost.append(f"lost: lease {lease_id} (pid {holder.pid}), no free GPU of it")

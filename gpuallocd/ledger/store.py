@@ -229,8 +229,10 @@ class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords):
 
     def active_request_ids(self) -> dict[tuple[int, str], str]:
         """The lease of each (owner uid, request id) recorded for an active lease."""
+        active = select(schema.leases.c.id).where(schema.leases.c.state == LeaseState.ACTIVE.value)
+        query = select(schema.lease_requests).where(schema.lease_requests.c.lease_id.in_(active))
         with self._read() as conn:
-            rows = conn.execute(select(schema.lease_requests)).mappings().all()
+            rows = conn.execute(query).mappings().all()
         return {(r["owner_uid"], r["request_id"]): r["lease_id"] for r in rows}
 
     def lease(self, lease_id: str) -> Lease | None:
