@@ -138,3 +138,19 @@ def test_a_second_crash_during_recovery_ends_in_the_same_state(
     restarted = process_daemon(inventory=INVENTORY, ledger_backups=0)
     with restarted.client() as client:
         assert {lease.id for lease in client.leases()} == set(once)
+
+
+def test_recover_refuses_while_the_daemon_serves(
+    process_daemon: Callable[..., ProcessDaemon], paths: DaemonPaths
+) -> None:
+    """`--recover` takes the state lock: with a daemon serving it exits 75 and changes
+    nothing (no pending copy, no damaged directory, the ledger as it was)."""
+    daemon = process_daemon(inventory=INVENTORY, ledger_backups=0)
+    with daemon.client() as client:
+        lease = client.allocate(1)
+    refused = recover(daemon)
+    assert refused.returncode == 75, refused.stderr
+    assert not (paths.state_dir / "recovery-pending").exists()
+    assert not (paths.state_dir / "damaged").exists()
+    with daemon.client() as client:
+        assert [held.id for held in client.leases()] == [lease.id]
