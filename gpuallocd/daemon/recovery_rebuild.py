@@ -99,15 +99,27 @@ def _lay_rows(new: Path, salvage: SalvageReport, now: float) -> tuple[int, list[
     return refused, orphans
 
 
+def _physical(topology: Topology) -> dict[str, str]:
+    """Each unit's UUID (a GPU's, a MIG instance's) to its GPU's: a unit is held whole."""
+    found = {g.uuid: g.uuid for g in topology.gpus}
+    found.update({m.uuid: g.uuid for g in topology.gpus for m in g.mig_devices})
+    return found
+
+
 def _named_gpus(topology: Topology, devices: Sequence[str]) -> set[str]:
-    """The whole GPUs among `devices` (UUIDs, or indices as CUDA_VISIBLE_DEVICES gives)."""
-    by_uuid = {g.uuid: g.uuid for g in topology.gpus}
+    """The GPUs among `devices` (UUIDs, or indices as CUDA_VISIBLE_DEVICES gives)."""
+    by_uuid = _physical(topology)
     by_index = {str(g.index): g.uuid for g in topology.gpus}
     return {found for d in devices if (found := by_uuid.get(d) or by_index.get(d))}
 
 
-def _gpus_of_pids(live: Mapping[str, LiveState], pids: set[int]) -> set[str]:
-    return {uuid for uuid, state in live.items() for p in state.processes if p.pid in pids}
+def _gpus_of_pids(topology: Topology, live: Mapping[str, LiveState], pids: set[int]) -> set[str]:
+    physical = _physical(topology)
+    return {
+        physical[uuid]
+        for uuid, state in live.items()
+        if uuid in physical and any(p.pid in pids for p in state.processes)
+    }
 
 
 def _held(ledger: Ledger) -> set[str]:
@@ -166,7 +178,7 @@ def _rebuild_carried(ledger: Ledger, evidence: Evidence, now: float, outcome: Ou
             continue
         holder = min(members, key=lambda c: c.start_time)
         pids = {c.pid for c in members if c.uid == holder.uid}
-        gpus = _gpus_of_pids(evidence.live, pids)
+        gpus = _gpus_of_pids(evidence.topology, evidence.live, pids)
         if holder.started_at < evidence.damaged_at:  # it ran while the daemon could grant it
             gpus |= _named_gpus(evidence.topology, holder.devices)
         gpus -= _held(ledger)
@@ -192,8 +204,10 @@ def _rebuild_carried(ledger: Ledger, evidence: Evidence, now: float, outcome: Ou
 
 def _hold_unexplained(ledger: Ledger, evidence: Evidence, now: float, outcome: Outcome) -> None:
     """A GPU NVML shows in use that no active lease explains: held for its process."""
-    for uuid, state in sorted(evidence.live.items()):
-        if uuid in _held(ledger) or not state.processes:
+    physical = _physical(evidence.topology)
+    for unit, state in sorted(evidence.live.items()):
+        uuid = physical.get(unit)
+        if uuid is None or uuid in _held(ledger) or not state.processes:
             continue
         process = min(state.processes, key=lambda p: p.pid)
         start = process_start_time(process.pid)
