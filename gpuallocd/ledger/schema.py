@@ -233,4 +233,5 @@ lease_requests = Table(
     Column("lease_id", String, primary_key=True),
     Column("owner_uid", Integer, nullable=False),
     Column("request_id", String, nullable=False),
+    sqlite_with_rowid=False,  # one b-tree, not a table and its key's index: one page a grant
 )
