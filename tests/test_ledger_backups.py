@@ -17,6 +17,7 @@ from gpuallocd.daemon.config import load_config
 from gpuallocd.errors import ConfigError
 from gpuallocd.ledger.backups import quick_check, take_backup, verify_backups
 from tests.harness import DaemonPaths, ThreadDaemon, ctl_argv, wait_for
+from tests.ledger_damage import damage
 from tests.rules_harness import daemon_with_config
 from tests.system_users import SystemUsers, open_to_everyone
 
@@ -177,3 +178,22 @@ def test_doctor_shows_the_ledger_check_and_the_newest_backup(daemon: ThreadDaemo
     assert after["status"] == "ok", after
     assert "integrity at start: ok" in after["message"]
     assert "newest of 1 backup(s) is 0 min old" in after["message"]
+
+
+def test_a_backup_of_a_damaged_ledger_never_counts(tmp_path: Path) -> None:
+    """SQLite's backup copies pages as they are: a backup of a damaged ledger fails its
+    check, is removed, and the good backups before it stay."""
+    ledger = tmp_path / "ledger.sqlite3"
+    conn = sqlite3.connect(ledger)
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    conn.execute("CREATE TABLE history (seq INTEGER PRIMARY KEY, detail TEXT)")
+    conn.executemany("INSERT INTO history (detail) VALUES (?)", [("x" * 200,)] * 2000)
+    conn.commit()
+    conn.close()
+    directory = tmp_path / "backups"
+    directory.mkdir(mode=0o700)
+    good = take_backup(ledger, directory, keep=3, now=1_800_000_000.0)
+    damage(ledger)
+    with pytest.raises(ValueError, match="failed its check"):
+        take_backup(ledger, directory, keep=3, now=1_800_000_100.0)
+    assert sorted(p.name for p in directory.iterdir()) == [good.path.name]
