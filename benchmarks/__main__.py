@@ -27,6 +27,7 @@ from benchmarks.load import BenchResult, run_bench
 from benchmarks.policies import policy_rows
 from benchmarks.process_tracking import process_tracking_rows
 from benchmarks.reads import read_rows
+from benchmarks.soak import soak_rows
 from benchmarks.startup import cli_run_ms, compile_bytecode, python_pass_ms
 
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
@@ -214,6 +215,8 @@ def main() -> None:
         rows += read_rows(seconds=SECONDS)
         rows += dashboard_rows(root / "dashboard", REPEATS, SECONDS, WARMUP_SECONDS)
         rows += _policy_rows()
+        (root / "soak").mkdir()
+        rows += soak_rows(root / "soak")  # BENCH_SOAK_SECONDS (default 60; 0 skips it)
     rows += process_tracking_rows()
     _print(rows)
 

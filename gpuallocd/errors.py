@@ -34,6 +34,7 @@
     │   ├── AlreadyRunning         75   another daemon holds the state directory or the socket
     │   ├── HardwareUnavailable    69   the GPU backend or topology file cannot be opened
     │   ├── StateUnusable          73   the state directory, ledger or socket cannot be used
+    │   │   └── LedgerDamaged      65   the ledger fails SQLite's check: run gpuallocd --recover
     │   └── MissingPrivilege       77   an enabled feature lacks a capability or a writable path
     └── InputFileError                  a file named on the command line cannot be used
         └── TraceError                  a `simulate` trace line that cannot be replayed
@@ -67,6 +68,7 @@ __all__ = [
     "InvalidRequest",
     "InventoryError",
     "LeaseNotActive",
+    "LedgerDamaged",
     "LedgerError",
     "LocalError",
     "MalformedHttp",
@@ -303,6 +305,13 @@ class StateUnusable(StartupError):
     """The state directory, the ledger or the socket's directory cannot be used."""
 
     exit_code = 73  # EX_CANTCREAT
+
+
+class LedgerDamaged(StateUnusable):
+    """The ledger fails SQLite's integrity check (or cannot be read): serving from it could
+    grant a GPU twice. `gpuallocd --recover` rebuilds it (docs/recovery.md)."""
+
+    exit_code = 65  # EX_DATAERR: restarting will not help
 
 
 class MissingPrivilege(StartupError):

@@ -26,6 +26,8 @@ SAMPLES = {
     "sample_interval_seconds": "0.5",
     "max_body_bytes": "1024",
     "ledger_sync": "normal",
+    "ledger_backups": "3",
+    "ledger_backup_interval_seconds": "60",
     "shutdown_grace_seconds": "1",
     "log_level": "DEBUG",
     "shared_gpus": "all",

@@ -18,6 +18,7 @@ CHECKS = [
     "capabilities",
     "process tracking",
     "service",
+    "ledger",
     "config",
     "socket",
     "nvml",

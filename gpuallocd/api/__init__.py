@@ -7,6 +7,7 @@ routes.py      the `/v1` routes: each one call into the allocator's façade
 admin_routes.py        drain, undrain, limits, usage, admin actions
 enforcement_routes.py  adopt, unleased use
 reservation_routes.py  advance reservations
+ledger_routes.py       the ledger's backups, for admins
 requests.py    what every route reads from its request, read one way
 limits.py      connection limits: no local user takes the daemon's file descriptors
 validation.py  a JSON body into typed values, or a stable error

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from gpuallocd.allocator import AllocatorFacade
-from gpuallocd.model import Topology
+from gpuallocd.model import Caller, Topology
 
-__all__ = ["CONTEXT", "ApiContext", "context_of"]
+__all__ = ["CONTEXT", "ApiContext", "LedgerAdmin", "context_of"]
+
+
+class LedgerAdmin(Protocol):
+    """The ledger's backups, for admins (daemon/ledger_backups.py)."""
+
+    async def backup(self, caller: Caller) -> dict[str, Any]: ...
+
+    async def verify(self, caller: Caller) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -23,6 +31,7 @@ class ApiContext:
     body_timeout_seconds: float  # request_body_timeout_seconds (daemon/settings.py)
     diagnostics: Callable[[], dict[str, Any]] = dict  # the daemon's; empty where not given
     ports: Callable[[], list[dict[str, Any]]] = list  # metrics, dashboard: served or why not
+    ledger_admin: LedgerAdmin | None = None  # backups; None where the daemon keeps none
 
 
 CONTEXT = web.AppKey("context", ApiContext)

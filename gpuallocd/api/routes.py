@@ -12,9 +12,11 @@ from aiohttp import web
 
 from gpuallocd import __version__
 from gpuallocd.allocator import AllocateSpec
+from gpuallocd.allocator.crash_points import crash_point
 from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
 from gpuallocd.api.enforcement_routes import enforcement_routes, unleased_on
+from gpuallocd.api.ledger_routes import ledger_routes
 from gpuallocd.api.peercred import user_name
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
 from gpuallocd.api.reservation_routes import reservation_routes
@@ -131,11 +133,13 @@ async def allocate(request: web.Request) -> web.StreamResponse:
 async def _deliver(request: web.Request, lease: Lease) -> web.StreamResponse:
     """Send the new lease, or withdraw it when it cannot reach its client."""
     response = _json(_lease_json(request, lease), status=201)
+    crash_point("after-commit")  # tests only (allocator/crash_points.py)
     try:
         if request.transport is None or request.transport.is_closing():
             raise ConnectionResetError("the client left before its answer")
         await response.prepare(request)
         await response.write_eof()
+        crash_point("after-reply")
     except (ConnectionError, asyncio.CancelledError):
         facade_of(request).withdraw(lease)
         raise
@@ -269,5 +273,6 @@ def routes() -> list[web.RouteDef]:
         *admin_routes(),
         *reservation_routes(),
         *enforcement_routes(),
+        *ledger_routes(),
         web.post("/v1/gpus/{gpu}/release", release_gpu),
     ]

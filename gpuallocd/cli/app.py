@@ -29,6 +29,7 @@ _MODULES = {
     "gpuallocd.cli.looking.limits": ("limits", "usage"),
     "gpuallocd.cli.administering.admin": ("drain", "undrain", "admin-log", "release"),
     "gpuallocd.cli.administering.doctor": ("doctor",),
+    "gpuallocd.cli.administering.ledger": ("ledger",),
     "gpuallocd.cli.administering.reserve": ("reserve", "reservations", "unreserve"),
     "gpuallocd.cli.leasing.adopt": ("adopt", "unleased"),
     "gpuallocd.cli.leasing.agents": ("mcp",),

@@ -7,6 +7,12 @@ limits_config.py      the `[limits]` table read strictly into a LimitsTable
 scheduling_config.py  checks of the scheduling settings their types cannot say
 wiring.py             the config turned into every domain value (at start and on reload)
 lifecycle.py          Daemon: start up, serve until signalled, shut down
+ledger_setup.py       the ledger opened at start: its files and its integrity checked
+ledger_health.py      the ledger's integrity and backups, as doctor shows them
+ledger_backups.py     backups on a timer, at a clean stop, and on an admin's request
+backup_config.py      checks of the backup settings their types cannot say
+recovery.py           `gpuallocd --recover`: rebuild a damaged ledger, never double-book
+recovery_rebuild.py   the recovered ledger: salvaged rows, a backup, what the machine proves
 housekeeping.py       background loops: expiry, live sampling, process polling
 needs.py              what the enabled features need from the host, checked at start
 integrity.py          the state and socket directories checked before they are trusted

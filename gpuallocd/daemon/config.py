@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpuallocd.daemon.backup_config import check_backup_settings
 from gpuallocd.daemon.limits_config import check_rule_settings, parse_limits
 from gpuallocd.daemon.scheduling_config import check_scheduling_settings
 from gpuallocd.daemon.settings import DaemonConfig, Setting, settings
@@ -155,4 +156,5 @@ def load_config(
     config = replace(config, **given)
     check_rule_settings(config)
     check_scheduling_settings(config)
+    check_backup_settings(config)
     return config

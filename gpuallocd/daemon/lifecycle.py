@@ -29,6 +29,7 @@ from gpuallocd.allocator import (
     AllocatorFacade,
     LeaseLifecycle,
 )
+from gpuallocd.allocator.crash_points import arm
 from gpuallocd.allocator.leases.deadlines import boottime
 from gpuallocd.allocator.observer import LeaseObserver, Observers
 from gpuallocd.allocator.site.reservation_board import forget_members
@@ -40,13 +41,8 @@ from gpuallocd.api.tcp_site import Handlers, port_report
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
 from gpuallocd.daemon.housekeeping import Housekeeper
-from gpuallocd.daemon.integrity import (
-    LEDGER_COMPANIONS,
-    check_ledger,
-    check_state_files,
-    mark_initialised,
-    prepare_private_dir,
-)
+from gpuallocd.daemon.integrity import prepare_private_dir
+from gpuallocd.daemon.ledger_setup import ledger_backups, open_ledger, with_ledger_status
 from gpuallocd.daemon.needs import Host, Need, check_needs
 from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watchdog
 from gpuallocd.daemon.settings import DaemonConfig
@@ -55,7 +51,6 @@ from gpuallocd.daemon.statelock import StateLock
 from gpuallocd.daemon.wiring import (
     allocator_settings,
     idle_rules,
-    reloadable_rules,
     site_rules,
     unleased_rules,
 )
@@ -65,7 +60,6 @@ from gpuallocd.errors import (
     ConfigError,
     HardwareUnavailable,
     InventoryError,
-    LedgerError,
     NvmlError,
     StateUnusable,
 )
@@ -112,6 +106,7 @@ class Daemon:
         self._metrics = DaemonMetrics()
         self._facade_in_service: AllocatorFacade | None = None
         self._needs: list[Need] = []
+        self._rules = site_rules(config)  # in force: the config's, then each reload's
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -126,15 +121,16 @@ class Daemon:
         except ConfigError as exc:
             log.error("reload refused, the rules in force stay: %s", exc.message)
             return
+        self._rules = site_rules(config)
         forget_identities()
         forget_members()  # reservations' members, by the user database
         if self._facade_in_service is not None:
-            rules = reloadable_rules(config)
-            self._facade_in_service.reload_rules(rules.site, rules.unleased)
+            self._facade_in_service.reload_rules(self._rules, unleased_rules(config))
         log.info("reloaded the limits and admin groups")
 
     async def run(self) -> None:
         activated = listen_fd_count(os.environ, os.getpid()) > 0
+        arm()  # crash points, for tests only (allocator/crash_points.py)
         self._needs = check_needs(self.config, Host.current(socket_activated=activated))
         for warning in config_warnings(self.config):
             log.warning("%s", warning)
@@ -150,7 +146,7 @@ class Daemon:
     async def _run_locked(self) -> None:
         inventory = self._inventory()
         try:
-            ledger = _open_ledger(self.config, self._initialise, self._metrics)
+            ledger = open_ledger(self.config, self._initialise, self._metrics)
             try:
                 await self._serve(inventory, ledger)
             finally:
@@ -175,7 +171,7 @@ class Daemon:
             inventory.topology(),
             clock=self._clock,
             settings=allocator_settings(self.config),
-            rules=site_rules(self.config),
+            rules=self._rules,
             monotonic=self._monotonic,
         )
         facade = AllocatorFacade(
@@ -250,13 +246,15 @@ class Daemon:
         started_at = self._clock()
         ports = port_report(exporter.port, dashboard.port)
         about = (self.config, self._needs, facade.process_tracking_stats, started_at, ports)
+        backups = ledger_backups(self.config, lambda: self._rules)
         ctx = ApiContext(
             facade,
             discover=inventory.rescan,
             started_at=started_at,
             body_timeout_seconds=self.config.request_body_timeout_seconds,
-            diagnostics=functools.partial(diagnostics, *about),
+            diagnostics=with_ledger_status(functools.partial(diagnostics, *about), backups),
             ports=ports,
+            ledger_admin=backups,
         )
         socket_path = Path(self.config.socket)
         activated = inherited_api_socket()  # socket activation: systemd owns the path
@@ -282,6 +280,7 @@ class Daemon:
             await exporter.start()
             await dashboard.start()
             await server.start()
+            await backups.start()
             with _stop_on_signals(self._stop), _reload_on_hangup(self.reload):
                 self._announce(facade, socket_path)
                 watchdog = start_watchdog()
@@ -297,6 +296,7 @@ class Daemon:
             await dashboard.stop()
             await server.stop()
             await facade.close()
+            await backups.stop()  # the clean stop's backup, after the last commit
             if activated is None and watch.problem() is None:
                 socket_path.unlink(missing_ok=True)  # an activated socket is systemd's
         if problem is not None:
@@ -333,18 +333,6 @@ async def _first_of(
         log.error("%s", problem.message)
         return problem
     return None
-
-
-def _open_ledger(config: DaemonConfig, initialise: bool, metrics: DaemonMetrics) -> Ledger:
-    path = config.ledger_path
-    check_state_files([path, *(path.with_name(path.name + c) for c in LEDGER_COMPANIONS)])
-    check_ledger(path, initialise=initialise)
-    try:
-        ledger = Ledger(path, sync=config.ledger_sync, commit_timer=metrics.observe_commit)
-    except LedgerError as exc:
-        raise StateUnusable(exc.message) from exc
-    mark_initialised(path)
-    return ledger
 
 
 @contextlib.contextmanager

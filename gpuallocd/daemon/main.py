@@ -111,14 +111,26 @@ def exit_code_for(exc: BaseException) -> int:
     "aside); an existing ledger is used as it is. Without it, a missing or empty ledger "
     "stops the daemon (exit 73).",
 )
+@click.option(
+    "--recover",
+    is_flag=True,
+    help="Rebuild a damaged ledger (the daemon stopped): salvage what SQLite reads, else the "
+    "newest good backup, then the leases the machine proves; the damaged files are kept. "
+    "Prints what was lost, then exits (docs/recovery.md).",
+)
 @_setting_options
 @click.version_option(__version__, prog_name="gpuallocd")
-def main(config_file: Path | None, initialise: bool, **options: Any) -> None:
+def main(config_file: Path | None, initialise: bool, recover: bool, **options: Any) -> None:
     """Run the GPU allocation daemon in the foreground."""
     config: DaemonConfig | None = None
     try:
         config = load_config(config_file, **options)
         _configure_logging(config.log_level)
+        if recover:
+            from gpuallocd.daemon.recovery import recover as rebuild_ledger
+
+            rebuild_ledger(config)
+            return
         reload = functools.partial(load_config, config_file, **options)  # on SIGHUP
         run_event_loop(Daemon(config, reload_config=reload, initialise=initialise).run())
     except GpuallocError as exc:

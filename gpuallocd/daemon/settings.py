@@ -85,6 +85,14 @@ class DaemonConfig:
         "a daemon crash (kill -9) but not a power loss, and allocates faster on slow disks",
         choices=("full", "normal"),
     )
+    ledger_backups: int = _setting(
+        8,
+        "how many backups of the ledger `state_dir/backups/` keeps, each checked before it "
+        "counts (taken on a timer and at every clean stop); 0: none (docs/recovery.md)",
+    )
+    ledger_backup_interval_seconds: float = _setting(
+        3 * 3600.0, "how often the ledger is backed up while the daemon runs (3 hours)"
+    )
     shutdown_grace_seconds: float = _setting(
         5.0, "how long requests in flight may take after SIGTERM"
     )

@@ -7,17 +7,15 @@ becomes one of them, at start and again on a reload.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 from gpuallocd.allocator import AllocatorSettings, IdleRules, SiteRules
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.enforcement import UnleasedRules
 
 __all__ = [
-    "ReloadableRules",
     "allocator_settings",
     "idle_rules",
-    "reloadable_rules",
     "site_rules",
     "terminates",
     "unleased_rules",
@@ -64,15 +62,3 @@ def terminates(config: DaemonConfig) -> bool:
     rules = unleased_rules(config)
     modes = {rules.mode, *rules.user_modes.values(), *rules.group_modes.values()}
     return "terminate" in modes or ("adopt" in modes and rules.over_limit == "terminate")
-
-
-@dataclass(frozen=True)
-class ReloadableRules:
-    """What a reload (SIGHUP) changes in a running daemon: the rules of the shared box."""
-
-    site: SiteRules
-    unleased: UnleasedRules
-
-
-def reloadable_rules(config: DaemonConfig) -> ReloadableRules:
-    return ReloadableRules(site=site_rules(config), unleased=unleased_rules(config))

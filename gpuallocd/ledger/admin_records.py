@@ -89,6 +89,11 @@ class AdminRecords(LedgerAccess):
         with self._write() as conn:
             _record_action(conn, AdminActionKind.REVOKE, lease_id, actor_uid, actor, at, reason)
 
+    def record_recovery(self, at: float, actor_uid: int, actor: str, summary: str) -> None:
+        """Record a rebuild of the ledger (`gpuallocd --recover`) and what it found lost."""
+        with self._write() as conn:
+            _record_action(conn, AdminActionKind.RECOVER, "ledger", actor_uid, actor, at, summary)
+
     def admin_actions(self, limit: int = 100) -> list[AdminAction]:
         """The last `limit` admin actions, oldest first."""
         query = (

@@ -34,13 +34,15 @@ _INSERT_LEASE_GPU = (
 _INSERT_EVENT = (
     "INSERT INTO history (lease_id, event, actor_uid, at, detail) VALUES (?, ?, ?, ?, ?)"
 )
+_INSERT_REQUEST = "INSERT INTO lease_requests (lease_id, owner_uid, request_id) VALUES (?, ?, ?)"
+_FORGET_REQUEST = "DELETE FROM lease_requests WHERE lease_id = ?"
 _END_LEASE = "UPDATE leases SET state = ?, ended_at = ? WHERE id = ?"
 _RELEASE_GPUS = "UPDATE lease_gpus SET active = 0 WHERE lease_id = ?"
 _GRANTED = LeaseEvent.GRANTED.value
 
 
-def grant_steps(lease: Lease, actor_uid: int) -> list[Step]:
-    """The lease, its GPUs and its `granted` event."""
+def grant_steps(lease: Lease, actor_uid: int, request_id: str | None = None) -> list[Step]:
+    """The lease, its GPUs, its `granted` event, and the client's request id if given."""
     steps: list[Step] = [
         (
             _INSERT_LEASE,
@@ -65,6 +67,8 @@ def grant_steps(lease: Lease, actor_uid: int) -> list[Step]:
         unit = (gpu.kind.value, gpu.gpu_uuid, gpu.memory_bytes, gpu.profile, gpu.fraction)
         steps.append((_INSERT_LEASE_GPU, (lease.id, gpu.uuid, gpu.index, position, *unit)))
     steps.append((_INSERT_EVENT, (lease.id, _GRANTED, actor_uid, lease.created_at, None)))
+    if request_id is not None:
+        steps.append((_INSERT_REQUEST, (lease.id, lease.owner_uid, request_id)))
     return steps
 
 
@@ -76,6 +80,7 @@ def end_steps(leases: Sequence[Lease], actor_uid: int, detail: str | None) -> li
         event = ENDING_EVENT[lease.state].value
         steps.append((_END_LEASE, (lease.state.value, lease.ended_at, lease.id)))
         steps.append((_RELEASE_GPUS, (lease.id,)))
+        steps.append((_FORGET_REQUEST, (lease.id,)))
         steps.append((_INSERT_EVENT, (lease.id, event, actor_uid, at, detail)))
     return steps
 

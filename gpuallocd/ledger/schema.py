@@ -34,6 +34,7 @@ __all__ = [
     "gpus",
     "history",
     "lease_gpus",
+    "lease_requests",
     "leases",
     "meta",
     "metadata",
@@ -221,4 +222,16 @@ unleased_use = Table(
     Column("lease_id", String),
     Column("detail", Text, nullable=False),
     Index("unleased_use_by_time", "at"),
+)
+
+# The client's request id of each active lease that gave one: a retry with the same id after
+# a crash between the grant's commit and its answer gets the same lease (allocator/
+# request_ids.py). Written in the grant's transaction; the row goes when the lease ends.
+lease_requests = Table(
+    "lease_requests",
+    metadata,
+    Column("lease_id", String, primary_key=True),
+    Column("owner_uid", Integer, nullable=False),
+    Column("request_id", String, nullable=False),
+    sqlite_with_rowid=False,  # one b-tree, not a table and its key's index: one page a grant
 )

@@ -191,10 +191,12 @@ class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords):
 
     # Leases ---------------------------------------------------------------------------------
 
-    def grant(self, lease: Lease, actor_uid: int) -> None:
-        """Record a new active lease; GpuBusy if any of its GPUs is in another active lease."""
+    def grant(self, lease: Lease, actor_uid: int, request_id: str | None = None) -> None:
+        """Record a new active lease (and the client's request id, if given); GpuBusy if any
+        of its GPUs is in another active lease."""
+        steps = grant_steps(lease, actor_uid, request_id)
         try:
-            self._hot.write(grant_steps(lease, actor_uid), nested=self._batch is not None)
+            self._hot.write(steps, nested=self._batch is not None)
         except sqlite3.IntegrityError as exc:
             raise GpuBusy(
                 f"a GPU of this request is already leased ({_constraint(exc)})",
@@ -224,6 +226,14 @@ class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords):
 
     def active_leases(self) -> list[Lease]:
         return self._leases(schema.leases.c.state == LeaseState.ACTIVE.value)
+
+    def active_request_ids(self) -> dict[tuple[int, str], str]:
+        """The lease of each (owner uid, request id) recorded for an active lease."""
+        active = select(schema.leases.c.id).where(schema.leases.c.state == LeaseState.ACTIVE.value)
+        query = select(schema.lease_requests).where(schema.lease_requests.c.lease_id.in_(active))
+        with self._read() as conn:
+            rows = conn.execute(query).mappings().all()
+        return {(r["owner_uid"], r["request_id"]): r["lease_id"] for r in rows}
 
     def lease(self, lease_id: str) -> Lease | None:
         found = self._leases(schema.leases.c.id == lease_id)

@@ -13,6 +13,7 @@ class AdminActionKind(str, enum.Enum):
     REVOKE = "revoke"
     DRAIN = "drain"
     UNDRAIN = "undrain"
+    RECOVER = "recover"  # `gpuallocd --recover` rebuilt the ledger; the reason lists what was lost
 
 
 @dataclass(frozen=True, slots=True)

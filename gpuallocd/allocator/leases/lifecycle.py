@@ -81,7 +81,7 @@ class LeaseLifecycle:
         self._ledger = ledger
         self._clock = clock
         self._deadlines = Deadlines(clock, monotonic or clock, settings.max_ttl_seconds)
-        self._request_ids = RequestIds()
+        self._request_ids = RequestIds(ledger.active_request_ids())
         self._start_time_of = start_time_of
         self._settings = settings
         self._enforcer = ShareEnforcer(settings.share_enforcement, self.note)
@@ -241,13 +241,13 @@ class LeaseLifecycle:
         if request.kind != "whole":
             self.quota.check_units(caller, self._active.values(), units)
         lease = self._new_lease(caller, spec, policy_name, units, ttl, waited_since)
-        self.record_grant(lease)
+        self.record_grant(lease, spec.request_id)
         self._request_ids.remember(caller.uid, spec.request_id, lease.id)
         return lease
 
-    def record_grant(self, lease: Lease) -> Lease:
+    def record_grant(self, lease: Lease, request_id: str | None = None) -> Lease:
         """Record a lease decided here or by an adoption (allocator/adoption.py)."""
-        self._ledger.grant(lease, lease.owner_uid)
+        self._ledger.grant(lease, lease.owner_uid, request_id)
         self._active[lease.id] = lease
         self._journal.append(Transition(LeaseEvent.GRANTED, lease, lease.owner_uid))
         self._deadlines.start(lease.id, lease.expires_at - lease.created_at)

@@ -2,12 +2,14 @@
 
 A client that lost the answer to an allocate (a timeout, a dropped connection) may send it
 again with the same `request_id`; while the lease it was granted is active, the retry gets
-that lease instead of a second one. Ids are per uid, kept in memory for active leases only.
+that lease instead of a second one. Ids are per uid, for active leases only; the ledger keeps
+them with the grant (`lease_requests`), so a retry after a crash between the grant's commit
+and its answer gets the same lease from the restarted daemon.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Mapping
 
 __all__ = ["RequestIds"]
 
@@ -15,8 +17,9 @@ __all__ = ["RequestIds"]
 class RequestIds:
     """The active lease of each (uid, request id)."""
 
-    def __init__(self) -> None:
-        self._leases: dict[tuple[int, str], str] = {}
+    def __init__(self, known: Mapping[tuple[int, str], str] | None = None) -> None:
+        """`known`: the ids the ledger recorded for its active leases."""
+        self._leases: dict[tuple[int, str], str] = dict(known or {})
 
     def remember(self, uid: int, request_id: str | None, lease_id: str) -> None:
         if request_id is not None:

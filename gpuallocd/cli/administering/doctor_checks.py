@@ -228,12 +228,37 @@ def clock(diag: Diagnostics | None) -> Check:
     return Check("clock", OK, message)
 
 
+def _age(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def ledger(diag: Diagnostics) -> Check:
+    """The ledger's check at start, and how old its newest backup is (docs/recovery.md)."""
+    found = diag.get("ledger")
+    if found is None:
+        return Check("ledger", WARN, "this daemon does not report its ledger", None)
+    message = f"integrity at start: {found['integrity_at_start']}"
+    if found["backups_kept"] == 0:
+        fix = "set ledger_backups (docs/recovery.md): without a backup, a damaged ledger loses"
+        return Check("ledger", WARN, f"{message}; backups are off", fix + " what it cannot read")
+    age = found["newest_backup_age_seconds"]
+    if age is None:
+        fix = "take one now: gpuallocctl ledger backup"
+        return Check("ledger", WARN, f"{message}; no backup yet", fix)
+    message += f"; newest of {found['backups']} backup(s) is {_age(age)} old"
+    if age > 2 * found["backup_interval_seconds"] + 60:
+        fix = "backups are late: see the daemon's log; gpuallocctl ledger verify"
+        return Check("ledger", WARN, message, fix)
+    return Check("ledger", OK, message)
+
+
 def daemon_checks(diag: Diagnostics) -> list[Check]:
     return [
         *capabilities(diag),
         process_tracking(diag),
         service(diag),
         *ports(diag),
+        ledger(diag),
         *config(diag),
     ]
 

@@ -1,0 +1,92 @@
+"""Living processes that carry a lease id in their environment, read from /proc.
+
+`gpu_lease` and `gpuallocctl run` export `GPUALLOCD_LEASE_ID` and `CUDA_VISIBLE_DEVICES`
+(the lease's unit UUIDs, or GPU indices) to the job and its children. After the ledger is
+lost, these are what the machine itself proves of the leases in use: who (the process's
+uid), which lease, which GPUs. Reading another user's environment needs root (or
+CAP_SYS_PTRACE); an unreadable one is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuallocd.processes.proc import CLOCK_TICKS, PROC, process_start_time
+
+__all__ = ["LeaseCarrier", "lease_carriers"]
+
+ENVIRON_BYTES = 1 << 20  # an environment is at most a few hundred KiB (ARG_MAX)
+_LEASE = b"GPUALLOCD_LEASE_ID="
+_VISIBLE = b"CUDA_VISIBLE_DEVICES="
+LEASE_ID = re.compile(r"[0-9a-f]{12}")  # as the daemon makes them (secrets.token_hex(6))
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseCarrier:
+    """One process carrying a lease id: its pid, start time (clock ticks since boot, and
+    wall-clock seconds), uid, the id, and the devices its environment names (UUIDs or
+    indices, as given)."""
+
+    pid: int
+    start_time: int
+    uid: int
+    lease_id: str
+    devices: tuple[str, ...]
+    started_at: float
+
+
+def _boot_time(proc: Path) -> float:
+    """When the machine booted, in wall-clock seconds (now less the uptime)."""
+    try:
+        uptime = float((proc / "uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return time.time() - uptime
+
+
+def _environ(pid: int, proc: Path) -> bytes | None:
+    try:
+        fd = os.open(f"{proc}/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, ENVIRON_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _carrier(pid: int, proc: Path, booted: float) -> LeaseCarrier | None:
+    environ = _environ(pid, proc)
+    if environ is None or _LEASE not in environ:
+        return None
+    lease_id, devices = None, ""
+    for entry in environ.split(b"\0"):
+        if entry.startswith(_LEASE):
+            lease_id = entry[len(_LEASE) :].decode(errors="replace").strip()
+        elif entry.startswith(_VISIBLE):
+            devices = entry[len(_VISIBLE) :].decode(errors="replace")
+    start = process_start_time(pid, proc)
+    if lease_id is None or not LEASE_ID.fullmatch(lease_id) or start is None:
+        return None
+    try:
+        uid = os.stat(f"{proc}/{pid}").st_uid
+    except OSError:
+        return None
+    named = tuple(d.strip() for d in devices.split(",") if d.strip())
+    return LeaseCarrier(pid, start, uid, lease_id, named, booted + start / CLOCK_TICKS)
+
+
+def lease_carriers(proc: Path = PROC) -> list[LeaseCarrier]:
+    """Every living process whose environment names a lease, by pid."""
+    found = []
+    booted = _boot_time(proc)
+    for entry in sorted(proc.iterdir(), key=lambda p: (len(p.name), p.name)):
+        if entry.name.isdigit() and (carrier := _carrier(int(entry.name), proc, booted)):
+            found.append(carrier)
+    return found

@@ -1,0 +1,98 @@
+"""What the machine proves, after a ledger is lost: a GPU that NVML shows in use and that no
+recovered lease explains is held (not free) until its process ends, then free again; a
+process that forges a lease id in its environment gets nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from gpuallocd.daemon.config import load_config
+from gpuallocd.daemon.recovery import recover
+from gpuallocd.inventory import Inventory, open_inventory
+from gpuallocd.model import GpuProcess, LiveState, Topology
+from gpuallocd.processes.lease_environ import lease_carriers
+from tests.harness import DaemonPaths, ThreadDaemon, wait_for
+from tests.ledger_damage import active_leases, damage
+
+INVENTORY = "example:workstation-4gpu-nvbridge"
+
+
+class BusyInventory:
+    """The example machine, with NVML showing process `pid` on GPU `uuid` (a fake of what
+    this machine lacks: a GPU)."""
+
+    def __init__(self, pid: int, index: int) -> None:
+        self._inner = open_inventory(INVENTORY)
+        self._pid = pid
+        self.uuid = self._inner.topology().gpus[index].uuid
+
+    def topology(self) -> Topology:
+        return self._inner.topology()
+
+    def rescan(self) -> Topology:
+        return self._inner.rescan()
+
+    def sample(self) -> Mapping[str, LiveState]:
+        states = dict(self._inner.sample())
+        states[self.uuid] = LiveState(processes=(GpuProcess(self._pid, uid=os.geteuid()),))
+        return states
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def test_an_unexplained_gpu_in_use_is_held_until_its_process_ends(paths: DaemonPaths) -> None:
+    daemon = ThreadDaemon(paths, inventory=INVENTORY, ledger_backups=0).start()
+    with daemon.client() as client:
+        for _ in range(120):
+            client.free(client.allocate(1).id)
+        kept = client.allocate_specific([0])
+    daemon.stop()
+    ledger = paths.state_dir / "ledger.sqlite3"
+    damage(ledger, where="start")  # nothing readable, and no backup: only the machine
+    written = time.time() - 5  # the daemon's last write, well before what starts below
+    os.utime(ledger, (written, written))
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    # A forger: a lease id the daemon never granted, every GPU named, started after the
+    # ledger's last write: its environment proves nothing, NVML shows it on no GPU.
+    forged = {**os.environ, "GPUALLOCD_LEASE_ID": "abcdefabcdef", "CUDA_VISIBLE_DEVICES": "0,1,3"}
+    forger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=forged)
+    ours = {worker.pid, forger.pid}
+    try:
+        config = load_config(
+            None, socket=str(paths.socket), state_dir=str(paths.state_dir), inventory=INVENTORY
+        )
+        inventory: Inventory = BusyInventory(worker.pid, 2)
+        wait_for(lambda: any(c.pid == forger.pid for c in lease_carriers()), 30, what="forger")
+        outcome = recover(
+            config,
+            inventory_opener=lambda _: inventory,
+            carriers=lambda: [c for c in lease_carriers() if c.pid in ours],
+        )
+        assert any(f"GPU {inventory.uuid} for pid {worker.pid}" in line for line in outcome.held)
+        found = active_leases(ledger)
+        ((units, label),) = found.values()
+        assert units == {inventory.uuid} and label == f"recovered: in use by pid {worker.pid}"
+        assert kept.id not in found  # lost with the file: no process carries it
+
+        restarted = ThreadDaemon(paths, inventory=INVENTORY, initialise=False).start()
+        try:
+            with restarted.client() as client:
+                state = {gpu.uuid: gpu.state for gpu in client.status()}
+                assert state[inventory.uuid] == "leased"
+                worker.kill()
+                worker.wait()
+                wait_for(lambda: not client.leases(), 60, what="the hold to end with its process")
+                assert {gpu.state for gpu in client.status()} == {"free"}
+        finally:
+            restarted.stop()
+    finally:
+        for process in (worker, forger):
+            process.kill()
+            process.wait()
+    assert list(Path(paths.state_dir, "damaged").iterdir())
