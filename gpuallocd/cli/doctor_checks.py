@@ -212,9 +212,26 @@ def clock(diag: Diagnostics | None) -> Check:
     return Check("clock", OK, message)
 
 
+def driver(diag: Diagnostics) -> Check:
+    """Whether a GPU driver call hangs: its name and for how long (docs/driver-faults.md)."""
+    found = diag.get("driver")
+    if not isinstance(found, dict) or not found:
+        return Check("driver", OK, "no GPU driver calls watched (a topology file)")
+    hung = found.get("hung_calls") or []
+    if not hung:
+        deadline = found.get("deadline_seconds")
+        return Check("driver", OK, f"every GPU driver call answers within {deadline} s")
+    calls = ", ".join(f"{c['call']} for {c['seconds']:.1f} s" for c in hung)
+    paused = ", ".join(found.get("paused") or []) or "nothing"
+    message = f"GPU driver call hung: {calls}; paused: {paused}; the API answers from the ledger"
+    fix = "look for Xid errors in `dmesg` and a stuck nvidia process; a GPU reset or reboot ends it"
+    return Check("driver", FAIL, message, fix)
+
+
 def daemon_checks(diag: Diagnostics) -> list[Check]:
     return [
         *capabilities(diag),
+        driver(diag),
         process_tracking(diag),
         service(diag),
         *config(diag),

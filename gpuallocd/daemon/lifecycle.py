@@ -6,7 +6,7 @@ and SIGINT stop it: the socket stops accepting, requests in flight finish within
 period, then everything is closed in reverse order. SIGHUP reads the config again and adopts
 its limits and admin groups (and group memberships afresh) without touching leases or
 waiters. Everything runs on one event loop thread; only blocking inventory calls (sampling,
-rediscovery) go to a thread pool.
+rediscovery) go to a thread of their own, one at a time, with a deadline (driver_guard.py).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.allocator_setup import allocator_settings
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
 from gpuallocd.daemon.enforcement_setup import unleased_rules
+from gpuallocd.daemon.driver_guard import DriverGuard, close_within
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.integrity import (
     LEDGER_COMPANIONS,
@@ -167,7 +168,7 @@ class Daemon:
             finally:
                 ledger.close()
         finally:
-            inventory.close()
+            close_within(inventory.close, self.config.driver_call_timeout_seconds)
 
     def _inventory(self) -> Inventory:
         try:
@@ -243,11 +244,13 @@ class Daemon:
 
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
         facade = self._facade(inventory, ledger)
+        guard = DriverGuard.of(inventory, deadline_seconds=self.config.driver_call_timeout_seconds)
         housekeeper = Housekeeper(
             facade,
             inventory,
             self.config.sample_interval_seconds,
             retention_seconds=self.config.history_retention_days * 86400.0,
+            guard=guard,
         )
         limiter = self._limiter()  # the API socket's, metrics and dashboard ports' connections
         exporter = self._exporter(facade, inventory, limiter)
@@ -258,7 +261,8 @@ class Daemon:
         started_at = self._clock()
         ctx = ApiContext(
             facade,
-            discover=inventory.rescan,
+            discover=functools.partial(guard.answer, "rescan", inventory.rescan),
+            driver=guard.report,
             started_at=started_at,
             body_timeout_seconds=self.config.request_body_timeout_seconds,
             diagnostics=functools.partial(

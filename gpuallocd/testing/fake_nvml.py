@@ -5,8 +5,9 @@ parameters, returning the same shapes and raising `pynvml.NVMLError` with the sa
 so `NvmlInventory(nvml=FakeNvml.from_recording("dgx-a100-mig"))` runs the real backend
 code. Test hooks change the machine while it runs: `inject_xid`, `lose_gpu`,
 `restore_gpu`, `set_processes`, `set_memory_used`, `set_utilization`, `set_error`,
-`fail_init`; `follow_live_file` makes it read what runs now from a file at each sample
-(`gpuallocd/testing/live.py`). `calls` counts every NVML call by name.
+`fail_init`; `follow_live_file` makes it read what runs now from a file at each call
+(`gpuallocd/testing/live.py`), which may also make a GPU lost or a chosen call hang until
+the test releases it. `calls` counts every NVML call by name.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ class FakeNvml:
         self.initialised = 0
         self.calls: Counter[str] = Counter()
         self._live: LiveFile | None = None
+        self._live_lock = threading.Lock()
 
     @classmethod
     def from_recording(cls, spec: str | Path) -> FakeNvml:
@@ -157,9 +159,24 @@ class FakeNvml:
         self._live = LiveFile(path)
 
     def _apply_live_file(self) -> None:
-        if self._live is not None:
-            for uuid, xid in self._live.apply(self._devices):
-                self.inject_xid(uuid, xid)
+        if self._live is None:
+            return
+        with self._live_lock:  # the sampler and the Xid watcher call from two threads
+            fresh = self._live.apply(self._devices)
+        for uuid, xid in fresh:
+            self.inject_xid(uuid, xid)
+
+    def _hang_if_told(self, name: str) -> None:
+        """Block for real while the live file says this call hangs: in open() of its FIFO,
+        until a test opens the FIFO for writing and closes it."""
+        hang = None if self._live is None else self._live.hang
+        if hang is None or hang[0] != name:
+            return
+        try:
+            with open(hang[1], "rb") as release:
+                release.read()
+        except OSError:
+            return  # no FIFO there: the call does not hang
 
     def destroy_mig_device(self, mig_uuid: str) -> None:
         """An admin destroys a MIG instance (nvidia-smi mig -dci/-dgi): its slot is empty."""
@@ -192,6 +209,8 @@ class FakeNvml:
         self.calls[name] += 1
         if self.initialised <= 0:
             raise nvml_error("UNINITIALIZED")
+        self._apply_live_file()
+        self._hang_if_told(name)
 
     def _gpu(self, handle: Any) -> dict[str, Any]:
         if not isinstance(handle, FakeHandle) or not 0 <= handle.index < len(self._devices):
@@ -349,7 +368,6 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         self._enter("nvmlDeviceGetComputeRunningProcesses")
-        self._apply_live_file()
         found = _answer(self._gpu(handle).get("processes", []))
         return [
             SimpleNamespace(

@@ -84,7 +84,8 @@ class AmdGate(LibraryGate):
         """Call the amdsmi function `name`; amdsmi errors come back as InventoryError."""
         self.start()
         try:
-            return getattr(self._lib, name)(*args)
+            with self.calls.track(name):
+                return getattr(self._lib, name)(*args)
         except self._lib.AmdSmiException as exc:
             code = _status(exc)
             raise InventoryError(

@@ -138,8 +138,12 @@ class NvmlGate(LibraryGate):
             classes.append(mismatch)
         return tuple(classes)
 
-    def call(self, name: str, *args: object) -> Any:
-        """Call the NVML function `name`; NVML errors come back as NvmlError."""
+    def call(self, name: str, *args: object, waits_seconds: float = 0.0) -> Any:
+        """Call the NVML function `name`; NVML errors come back as NvmlError.
+
+        `waits_seconds` is how long the call may block by its own asking (an event wait's
+        timeout); only past that and the daemon's deadline is it reported as hung.
+        """
         self.start()
         function = getattr(self._lib, name, None)
         if function is None:
@@ -149,7 +153,8 @@ class NvmlGate(LibraryGate):
                 nvml_call=name,
             )
         try:
-            return function(*args)
+            with self.calls.track(name, allowance_seconds=waits_seconds):
+                return function(*args)
         except self._error_classes() as exc:
             raise self._call_error(name, exc) from exc
 
