@@ -74,11 +74,13 @@ class DriverGuard:
         if self.busy:
             return None
         future = self._start(task, call)
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), self._deadline)
-        except TimeoutError:
+        # asyncio.wait, not wait_for: it never cancels the call's future, and on Python 3.11
+        # wait_for can swallow a cancellation that comes as the call returns (a stop hangs).
+        done, _ = await asyncio.wait({future}, timeout=self._deadline)
+        if not done:
             self._overdue(task, future)
             return None
+        return future.result()
 
     async def answer(self, task: str, call: Callable[[], T]) -> T:
         """`call()`'s answer, or InventoryError naming the hung call where there is none."""

@@ -42,8 +42,8 @@ from gpuallocd.api.tcp_site import Handlers
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.allocator_setup import allocator_settings
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
-from gpuallocd.daemon.enforcement_setup import unleased_rules
 from gpuallocd.daemon.driver_guard import DriverGuard, close_within
+from gpuallocd.daemon.enforcement_setup import unleased_rules
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.integrity import (
     LEDGER_COMPANIONS,

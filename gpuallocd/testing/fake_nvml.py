@@ -108,7 +108,6 @@ class FakeNvml:
         self.initialised = 0
         self.calls: Counter[str] = Counter()
         self._live: LiveFile | None = None
-        self._live_lock = threading.Lock()
 
     @classmethod
     def from_recording(cls, spec: str | Path) -> FakeNvml:
@@ -158,25 +157,11 @@ class FakeNvml:
         """From now on, each sample first applies what `path` says runs on the GPUs now."""
         self._live = LiveFile(path)
 
-    def _apply_live_file(self) -> None:
-        if self._live is None:
-            return
-        with self._live_lock:  # the sampler and the Xid watcher call from two threads
-            fresh = self._live.apply(self._devices)
-        for uuid, xid in fresh:
-            self.inject_xid(uuid, xid)
-
-    def _hang_if_told(self, name: str) -> None:
-        """Block for real while the live file says this call hangs: in open() of its FIFO,
-        until a test opens the FIFO for writing and closes it."""
-        hang = None if self._live is None else self._live.hang
-        if hang is None or hang[0] != name:
-            return
-        try:
-            with open(hang[1], "rb") as release:
-                release.read()
-        except OSError:
-            return  # no FIFO there: the call does not hang
+    def _apply_live_file(self, call: str) -> None:
+        if self._live is not None:
+            for uuid, xid in self._live.apply(self._devices):
+                self.inject_xid(uuid, xid)
+            self._live.hold(call)
 
     def destroy_mig_device(self, mig_uuid: str) -> None:
         """An admin destroys a MIG instance (nvidia-smi mig -dci/-dgi): its slot is empty."""
@@ -209,8 +194,7 @@ class FakeNvml:
         self.calls[name] += 1
         if self.initialised <= 0:
             raise nvml_error("UNINITIALIZED")
-        self._apply_live_file()
-        self._hang_if_told(name)
+        self._apply_live_file(name)
 
     def _gpu(self, handle: Any) -> dict[str, Any]:
         if not isinstance(handle, FakeHandle) or not 0 <= handle.index < len(self._devices):

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,7 @@ class LiveFile:
     delivered_xids: set[int] = field(default_factory=set)
     hang: tuple[str, Path] | None = None  # (call, FIFO) while the file names a hang
     _recorded: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # sampler and Xid watcher
 
     def changed(self) -> dict[str, Any] | None:
         """The file's content if it changed since the last call; None if not, or unreadable."""
@@ -89,6 +91,22 @@ class LiveFile:
     def apply(self, devices: list[dict[str, Any]]) -> list[tuple[str, int]]:
         """Update the recorded `devices` from the file if it changed; the Xid events to
         deliver now, as (uuid, xid)."""
+        with self._lock:
+            return self._apply(devices)
+
+    def hold(self, call: str) -> None:
+        """Block for real while the file says `call` hangs: in open() of its FIFO, until a
+        test opens the FIFO for writing and closes it."""
+        hang = self.hang
+        if hang is None or hang[0] != call:
+            return
+        try:
+            with open(hang[1], "rb") as release:
+                release.read()
+        except OSError:
+            return  # no FIFO there: the call does not hang
+
+    def _apply(self, devices: list[dict[str, Any]]) -> list[tuple[str, int]]:
         content = self.changed()
         if content is None:
             return []
