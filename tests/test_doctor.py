@@ -16,6 +16,7 @@ from tests.harness import DaemonPaths, ProcessDaemon, ThreadDaemon, ctl_argv
 CHECKS = [
     "daemon",
     "capabilities",
+    "driver",
     "process tracking",
     "service",
     "config",

@@ -216,7 +216,7 @@ def driver(diag: Diagnostics) -> Check:
     """Whether a GPU driver call hangs: its name and for how long (docs/driver-faults.md)."""
     found = diag.get("driver")
     if not isinstance(found, dict) or not found:
-        return Check("driver", OK, "no GPU driver calls watched (a topology file)")
+        return Check("driver", WARN, "the daemon does not report its GPU driver calls (older)")
     hung = found.get("hung_calls") or []
     if not hung:
         deadline = found.get("deadline_seconds")
