@@ -84,7 +84,7 @@ async def get_diagnostics(request: web.Request) -> web.Response:
     caller_of(request)
     ctx = context_of(request)
     found = await asyncio.get_running_loop().run_in_executor(None, ctx.diagnostics)
-    return _json(found | {"driver": ctx.driver()})
+    return _json(found | {"driver": ctx.driver(), "pending_cleanups": ctx.cleanups()})
 
 
 async def list_gpus(request: web.Request) -> web.Response:

@@ -41,6 +41,7 @@ from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handle
 from gpuallocd.api.tcp_site import Handlers
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.allocator_setup import allocator_settings
+from gpuallocd.daemon.cleanup_setup import cleanup_runner, device_access
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
 from gpuallocd.daemon.driver_guard import DriverGuard, close_within
 from gpuallocd.daemon.enforcement_setup import unleased_rules
@@ -58,7 +59,7 @@ from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.socketwatch import SocketWatch
 from gpuallocd.daemon.statelock import StateLock
 from gpuallocd.dashboard import DashboardServer
-from gpuallocd.enforcement.devices import DeviceAccess, unit_files
+from gpuallocd.enforcement.devices import DeviceAccess
 from gpuallocd.errors import (
     ConfigError,
     HardwareUnavailable,
@@ -122,6 +123,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self._metrics = DaemonMetrics()
         self._facade_in_service: AllocatorFacade | None = None
+        self._device_access: DeviceAccess | None = None
         self._needs: list[Need] = []
 
     def request_stop(self) -> None:
@@ -210,9 +212,9 @@ class Daemon:
         observers: list[LeaseObserver] = [self._metrics]
         if path is not None:
             observers.append(CdiSpecWriter(path, lifecycle.topology.gpus, lifecycle.leases()))
-        if self.config.device_access == "acl":
-            files = unit_files(lifecycle.topology.gpus, self.config.device_dir)
-            observers.append(DeviceAccess(files, lifecycle.leases()))
+        self._device_access = device_access(self.config, lifecycle)
+        if self._device_access is not None:
+            observers.append(self._device_access)
         return observers[0] if len(observers) == 1 else Observers(*observers)
 
     def _exporter(
@@ -251,6 +253,7 @@ class Daemon:
             self.config.sample_interval_seconds,
             retention_seconds=self.config.history_retention_days * 86400.0,
             guard=guard,
+            cleanups=(cleanups := cleanup_runner(ledger, self._clock, self._device_access)),
         )
         limiter = self._limiter()  # the API socket's, metrics and dashboard ports' connections
         exporter = self._exporter(facade, inventory, limiter)
@@ -263,6 +266,7 @@ class Daemon:
             facade,
             discover=functools.partial(guard.answer, "rescan", inventory.rescan),
             driver=guard.report,
+            cleanups=cleanups.report,
             started_at=started_at,
             body_timeout_seconds=self.config.request_body_timeout_seconds,
             diagnostics=functools.partial(

@@ -37,6 +37,7 @@ __all__ = [
     "leases",
     "meta",
     "metadata",
+    "pending_cleanups",
     "reservation_events",
 ]
 
@@ -221,4 +222,20 @@ unleased_use = Table(
     Column("lease_id", String),
     Column("detail", Text, nullable=False),
     Index("unleased_use_by_time", "at"),
+)
+
+# Work owed to the machine after a lease ends (model/cleanup.py), written in the transaction
+# that ends the lease and deleted once done; a restart finds what is left and finishes it.
+pending_cleanups = Table(
+    "pending_cleanups",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String, nullable=False),
+    Column("target", String, nullable=False),
+    Column("payload", Text, nullable=False, default="{}"),
+    Column("lease_id", String),
+    Column("created_at", Float, nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_try", Float, nullable=False),
+    Column("last_error", Text),
 )

@@ -39,6 +39,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from gpuallocd.errors import GpuBusy, LedgerError
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.admin_records import AdminRecords
+from gpuallocd.ledger.cleanup_records import CleanupPlan, CleanupRecords, cleanup_steps
 from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.ledger.reader import LedgerReader
@@ -109,9 +110,16 @@ def _make_engine(path: Path, sync: str) -> Engine:
     return engine
 
 
-class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords):
+class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords, CleanupRecords):
     """GPUs, leases and their history, in one SQLite file (drains, admin actions,
-    accounting reads, advance reservations and unleased use in the base classes)."""
+    accounting reads, advance reservations, unleased use and pending cleanups in the base
+    classes).
+
+    `plan_cleanups`, where set, says what each ended lease owes the machine; it is recorded
+    in the transaction that ends the lease (cleanup_records.py).
+    """
+
+    plan_cleanups: CleanupPlan | None = None
 
     def __init__(
         self,
@@ -213,7 +221,8 @@ class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords):
         if not leases:
             return
         try:
-            self._hot.write(end_steps(leases, actor_uid, detail), nested=self._batch is not None)
+            steps = end_steps(leases, actor_uid, detail) + cleanup_steps(leases, self.plan_cleanups)
+            self._hot.write(steps, nested=self._batch is not None)
         except sqlite3.Error as exc:
             raise LedgerError(f"the ledger write failed: {exc}") from exc
 
