@@ -17,6 +17,7 @@ CHECKS = [
     "daemon",
     "capabilities",
     "driver",
+    "cleanups",
     "process tracking",
     "service",
     "config",

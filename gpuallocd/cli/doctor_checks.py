@@ -228,10 +228,26 @@ def driver(diag: Diagnostics) -> Check:
     return Check("driver", FAIL, message, fix)
 
 
+def cleanups(diag: Diagnostics) -> Check:
+    """Cleanups owed after leases ended that have failed so far (docs/driver-faults.md)."""
+    owed = diag.get("pending_cleanups")
+    if not isinstance(owed, list):
+        return Check("cleanups", WARN, "the daemon does not report its pending cleanups (older)")
+    failing = [c for c in owed if c.get("attempts")]
+    if not failing:
+        return Check("cleanups", OK, f"{len(owed)} owed, none failing")
+    shown = "; ".join(
+        f"{c['kind']} {c['target']} ({c['attempts']} failed: {c['last_error']})" for c in failing
+    )
+    fix = "fix what the error names; the daemon retries each until it is done (no restart)"
+    return Check("cleanups", WARN, f"{len(failing)} failing: {shown}", fix)
+
+
 def daemon_checks(diag: Diagnostics) -> list[Check]:
     return [
         *capabilities(diag),
         driver(diag),
+        cleanups(diag),
         process_tracking(diag),
         service(diag),
         *config(diag),
