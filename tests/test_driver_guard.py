@@ -52,7 +52,7 @@ def test_a_hung_call_holds_one_thread_and_later_calls_are_skipped() -> None:
         assert [(c["call"], c["seconds"]) for c in report["hung_calls"]] == [
             ("nvmlDeviceGetMemoryInfo", 30.0)
         ]
-        with pytest.raises(InventoryError, match="nvmlDeviceGetMemoryInfo running for 30.0 s"):
+        with pytest.raises(InventoryError, match=r"nvmlDeviceGetMemoryInfo running for 30\.0 s"):
             await guard.answer("rescan", lambda: "never")
         release.set()
         await until(lambda: not guard.busy)
