@@ -54,6 +54,18 @@ def test_the_end_of_a_lease_writes_what_it_owes_in_the_same_transaction(ledger: 
     assert len(ledger.pending_cleanups()) == 1
 
 
+def test_the_same_work_is_owed_once(ledger: Ledger) -> None:
+    """Alice frees GPU 0 a hundred times while its cleanup fails: one row, not a hundred."""
+    for n in range(100):
+        again = lease(f"L{n}")
+        ledger.grant(again, 1000)
+        ledger.end([again.ended(LeaseState.FREED, 5.0 + n)], 1000)
+    ledger.add_cleanups(owes(lease("L0")), now=500.0)
+    assert [p.cleanup.target for p in ledger.pending_cleanups()] == ["/dev/nvidia0"]
+    ledger.add_cleanups(owes(lease("L0", owner=1001)), now=500.0)  # bob's entry is other work
+    assert len(ledger.pending_cleanups()) == 2
+
+
 def test_a_failing_cleanup_is_retried_with_backoff_until_done(ledger: Ledger) -> None:
     """Fails twice (next tries 1 s then 2 s later, none before), then done and deleted."""
     clock = HandClock(10.0)

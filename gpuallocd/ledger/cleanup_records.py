@@ -3,7 +3,8 @@
 The rows of a lease's end are written by `cleanup_steps` in the very transaction that ends
 the lease (store.py's `end`), so a crash can lose neither the end nor what it owes; others
 (a power limit to restore, say) come through `add_cleanups`. A runner (allocator/cleanups.py)
-does each, and deletes it when done or puts off its next try when it fails.
+does each, and deletes it when done or puts off its next try when it fails. Work already
+owed (the same kind, target and payload) is not added twice.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, select, update
+from sqlalchemy.dialects.sqlite import insert
 
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.access import LedgerAccess
@@ -25,9 +27,10 @@ CleanupPlan = Callable[[Lease], Sequence[Cleanup]]
 
 _INSERT = (
     "INSERT INTO pending_cleanups (kind, target, payload, lease_id, created_at, attempts, "
-    "next_try) VALUES (?, ?, ?, ?, ?, 0, ?)"
+    "next_try) VALUES (?, ?, ?, ?, ?, 0, ?) ON CONFLICT (kind, target, payload) DO NOTHING"
 )
 _COLUMNS = ("kind", "target", "payload", "lease_id", "created_at", "next_try")
+_KEY = ("kind", "target", "payload")  # the unique index `one_pending_cleanup`
 
 
 def _row(cleanup: Cleanup, now: float) -> tuple[Any, ...]:
@@ -70,7 +73,8 @@ class CleanupRecords(LedgerAccess):
         if not rows:
             return
         with self._write() as conn:
-            conn.execute(insert(schema.pending_cleanups), rows)
+            owed = insert(schema.pending_cleanups).on_conflict_do_nothing(index_elements=_KEY)
+            conn.execute(owed, rows)
 
     def pending_cleanups(self, due_by: float | None = None) -> list[PendingCleanup]:
         """The cleanups not done yet, oldest first; only those due by `due_by` if given."""

@@ -226,6 +226,8 @@ unleased_use = Table(
 
 # Work owed to the machine after a lease ends (model/cleanup.py), written in the transaction
 # that ends the lease and deleted once done; a restart finds what is left and finishes it.
+# The same work is owed once: a user who frees the same GPU again and again while its
+# cleanup fails adds no row (the table stays as small as the distinct work owed).
 pending_cleanups = Table(
     "pending_cleanups",
     metadata,
@@ -238,4 +240,5 @@ pending_cleanups = Table(
     Column("attempts", Integer, nullable=False, default=0),
     Column("next_try", Float, nullable=False),
     Column("last_error", Text),
+    Index("one_pending_cleanup", "kind", "target", "payload", unique=True),
 )
