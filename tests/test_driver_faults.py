@@ -147,3 +147,19 @@ def test_a_lost_gpu_keeps_its_lease_is_granted_to_nobody_and_comes_back(
         machine.write(**{GPU3: None})
         wait_for(lambda: gpu(client, GPU3).state == "free", 30, what="GPU 3 back")
         assert client.allocate(gpus=[3]).uuids == (GPU3,)
+
+
+@pytest.mark.parametrize("call", [HUNG, "nvmlShutdown"])
+def test_a_daemon_stops_while_a_driver_call_hangs(
+    daemon: ProcessDaemon, machine: Machine, call: str
+) -> None:
+    """SIGTERM while a sample hangs, or while NVML's own shutdown hangs: the daemon exits 0
+    all the same (a hung call holds a daemon thread, and closing is given the deadline)."""
+    machine.hang(call)
+    if call == HUNG:
+        with daemon.client() as client:
+            wait_for(lambda: hung_calls(client), timeout=30, what="the hung call in health")
+    assert daemon.stop() == 0, daemon.stderr()
+    if call == "nvmlShutdown":
+        assert "closing the GPU backend did not finish within 0.5 s" in daemon.stderr()
+    assert daemon.process is not None and daemon.process.poll() == 0  # nobody left in the FIFO
