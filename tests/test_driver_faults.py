@@ -138,6 +138,12 @@ def test_a_lost_gpu_keeps_its_lease_is_granted_to_nobody_and_comes_back(
         machine.write(**{GPU3: {"lost": True}})
         wait_for(lambda: gpu(client, GPU3).state == "lost", 30, what="GPU 3 lost")
         assert client.lease(held.id) == held
+
+        def told() -> list[dict[str, Any]]:
+            return [e for e in client.history(held.id) if e["event"] == "unhealthy"]
+
+        wait_for(told, timeout=30, what="the holder told")
+        assert "fallen off the bus" in told()[0]["detail"]
         client.free(held.id)
         with pytest.raises(GpuallocError):
             client.allocate(gpus=[3])
