@@ -30,7 +30,7 @@ def owes(ended: Lease) -> list[Cleanup]:
 def ledger(tmp_path: Path) -> Ledger:
     found = Ledger(tmp_path / "ledger.sqlite3")
     found.sync_gpus([Gpu(index=0, uuid=UUID, name="A100")], now=0.0)
-    found.plan_cleanups = owes
+    found.cleanup_plans = (owes,)
     return found
 
 
@@ -45,7 +45,7 @@ def test_the_end_of_a_lease_writes_what_it_owes_in_the_same_transaction(ledger: 
     def broken(ended: Lease) -> list[Cleanup]:
         return [Cleanup("device_acl", None, {}, ended.id)]  # type: ignore[arg-type]
 
-    ledger.plan_cleanups = broken  # its row breaks NOT NULL: the whole end is rolled back
+    ledger.cleanup_plans = (broken,)  # its row breaks NOT NULL: the whole end is rolled back
     other = lease("L2")
     ledger.grant(other, 1000)
     with pytest.raises(LedgerError):

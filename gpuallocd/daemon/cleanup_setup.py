@@ -38,6 +38,6 @@ def cleanup_runner(
     """The runner of the ledger's pending cleanups; tells the ledger what a lease's end owes."""
     handlers: dict[str, CleanupHandler] = {DEVICE_ACL: _revoke_entry}
     if access is not None:
-        ledger.plan_cleanups = access.cleanups_of
+        ledger.cleanup_plans = (*ledger.cleanup_plans, access.cleanups_of)
         handlers[DEVICE_ACL] = access.settle
     return CleanupRunner(ledger, handlers, clock=clock)

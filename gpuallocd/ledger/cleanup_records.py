@@ -39,15 +39,15 @@ def _row(cleanup: Cleanup, now: float) -> tuple[Any, ...]:
 
 
 def cleanup_steps(
-    leases: Iterable[Lease], plan: CleanupPlan | None
+    leases: Iterable[Lease], plans: Sequence[CleanupPlan]
 ) -> list[tuple[str, Sequence[Any]]]:
-    """The inserts of what the ended `leases` owe, for the transaction that ends them."""
-    if plan is None:
-        return []
+    """The inserts of what the ended `leases` owe by each plan, for the transaction that
+    ends them."""
     steps: list[tuple[str, Sequence[Any]]] = []
-    for lease in leases:
+    for lease in leases if plans else ():
         at = lease.ended_at if lease.ended_at is not None else lease.expires_at
-        steps.extend((_INSERT, _row(cleanup, at)) for cleanup in plan(lease))
+        for plan in plans:
+            steps.extend((_INSERT, _row(cleanup, at)) for cleanup in plan(lease))
     return steps
 
 

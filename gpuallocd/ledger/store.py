@@ -115,11 +115,12 @@ class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords, Cl
     accounting reads, advance reservations, unleased use and pending cleanups in the base
     classes).
 
-    `plan_cleanups`, where set, says what each ended lease owes the machine; it is recorded
+    `cleanup_plans` say what each ended lease owes the machine (one plan per feature that
+    needs cleaning up after a lease: device ACLs, a power limit); it is recorded
     in the transaction that ends the lease (cleanup_records.py).
     """
 
-    plan_cleanups: CleanupPlan | None = None
+    cleanup_plans: tuple[CleanupPlan, ...] = ()
 
     def __init__(
         self,
@@ -221,7 +222,7 @@ class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords, Cl
         if not leases:
             return
         try:
-            steps = end_steps(leases, actor_uid, detail) + cleanup_steps(leases, self.plan_cleanups)
+            steps = end_steps(leases, actor_uid, detail) + cleanup_steps(leases, self.cleanup_plans)
             self._hot.write(steps, nested=self._batch is not None)
         except sqlite3.Error as exc:
             raise LedgerError(f"the ledger write failed: {exc}") from exc
