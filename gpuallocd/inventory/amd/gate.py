@@ -83,14 +83,16 @@ class AmdGate(LibraryGate):
     def call(self, name: str, *args: object) -> Any:
         """Call the amdsmi function `name`; amdsmi errors come back as InventoryError."""
         self.start()
+        running = self.calls.enter(name)
         try:
-            with self.calls.track(name):
-                return getattr(self._lib, name)(*args)
+            return getattr(self._lib, name)(*args)
         except self._lib.AmdSmiException as exc:
             code = _status(exc)
             raise InventoryError(
                 f"amdsmi {name} failed: {exc}", amdsmi_code=code, amdsmi_call=name
             ) from exc
+        finally:
+            self.calls.leave(running)
 
     def vram(self) -> object:
         """The VRAM memory type argument of the memory queries."""

@@ -152,11 +152,13 @@ class NvmlGate(LibraryGate):
                 nvml_code=int(NvmlCode.FUNCTION_NOT_FOUND),
                 nvml_call=name,
             )
+        running = self.calls.enter(name, waits_seconds)
         try:
-            with self.calls.track(name, allowance_seconds=waits_seconds):
-                return function(*args)
+            return function(*args)
         except self._error_classes() as exc:
             raise self._call_error(name, exc) from exc
+        finally:
+            self.calls.leave(running)
 
     def constant(self, name: str) -> int:
         """An integer constant of the NVML binding, such as NVML_NVLINK_MAX_LINKS."""
