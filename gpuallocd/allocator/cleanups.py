@@ -6,6 +6,10 @@ handler is idempotent (doing it twice does no harm) and raises when it could not
 the row is then tried again later, one second after its first failure and twice as long
 after each next one, up to a minute apart, for as long as it takes, across restarts. A
 kind with no handler in this version waits the longest and is shown, never dropped.
+
+The runner reads and writes the ledger, so it runs on the allocator's serial worker like
+every other ledger write (`CleanupDesk`, a base of the façade): never beside a group commit
+in flight on the commit thread.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.ledger import Ledger
 from gpuallocd.model.cleanup import Cleanup, PendingCleanup
 
-__all__ = ["CleanupHandler", "CleanupRunner", "retry_delay"]
+__all__ = ["CleanupDesk", "CleanupHandler", "CleanupRunner", "retry_delay"]
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +99,24 @@ class CleanupRunner:
     def report(self) -> list[dict[str, Any]]:
         """The cleanups not done yet, for diagnostics and `doctor`."""
         return [pending.to_json() for pending in self._ledger.pending_cleanups()]
+
+
+class CleanupDesk:
+    """The façade's door to the cleanups: `cleanups` is the runner (None: nothing owed is
+    ever done, as in tests of the allocator alone); each call runs on the serial worker."""
+
+    _worker: SerialWorker
+    cleanups: CleanupRunner | None = None
+
+    async def run_cleanups(self) -> int:
+        """Try every cleanup that is due, in turn with the other ledger writes; how many
+        were done."""
+        if self.cleanups is None:
+            return 0
+        return await self._worker.run(self.cleanups.run_due)
+
+    async def pending_cleanups(self) -> list[dict[str, Any]]:
+        """The cleanups not done yet (diagnostics, `doctor`)."""
+        if self.cleanups is None:
+            return []
+        return await self._worker.run(self.cleanups.report)

@@ -17,6 +17,7 @@ from typing import Any
 from gpuallocd.allocator import gpu_admin
 from gpuallocd.allocator.adoption import adopt_own
 from gpuallocd.allocator.bells import LeaseBells
+from gpuallocd.allocator.cleanups import CleanupDesk
 from gpuallocd.allocator.health_notice import HealthNotices
 from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
@@ -54,7 +55,7 @@ __all__ = ["AllocatorFacade"]
 log = logging.getLogger(__name__)
 
 
-class AllocatorFacade:
+class AllocatorFacade(CleanupDesk):
     """Async entry points over one lease lifecycle, its worker, wait queue and process watcher."""
 
     def __init__(

@@ -23,7 +23,6 @@ class ApiContext:
     body_timeout_seconds: float  # request_body_timeout_seconds (daemon/settings.py)
     diagnostics: Callable[[], dict[str, Any]] = dict  # the daemon's; empty where not given
     driver: Callable[[], dict[str, Any]] = dict  # the GPU driver's calls (driver_guard.py)
-    cleanups: Callable[[], list[dict[str, Any]]] = list  # cleanups owed (allocator/cleanups.py)
 
 
 CONTEXT = web.AppKey("context", ApiContext)

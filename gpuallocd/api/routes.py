@@ -84,7 +84,8 @@ async def get_diagnostics(request: web.Request) -> web.Response:
     caller_of(request)
     ctx = context_of(request)
     found = await asyncio.get_running_loop().run_in_executor(None, ctx.diagnostics)
-    return _json(found | {"driver": ctx.driver(), "pending_cleanups": ctx.cleanups()})
+    owed = await ctx.facade.pending_cleanups()
+    return _json(found | {"driver": ctx.driver(), "pending_cleanups": owed})
 
 
 async def list_gpus(request: web.Request) -> web.Response:

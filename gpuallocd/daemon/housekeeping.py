@@ -1,6 +1,6 @@
 """What the daemon does between requests: expire leases, sample live GPU state (through the
 driver guard), poll processes that have no pidfd, finish pending cleanups and purge history
-past its retention. Each loop calls the allocator (its façade or its cleanup runner)."""
+past its retention. Each loop calls the allocator's façade and nothing else."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from collections.abc import Coroutine
 from typing import Any
 
 from gpuallocd.allocator import AllocatorFacade
-from gpuallocd.allocator.cleanups import CleanupRunner
 from gpuallocd.daemon.driver_guard import DriverGuard
 from gpuallocd.errors import GpuallocError
 from gpuallocd.inventory import Inventory
@@ -34,14 +33,12 @@ class Housekeeper:
         *,
         retention_seconds: float | None = None,
         guard: DriverGuard | None = None,
-        cleanups: CleanupRunner | None = None,
     ) -> None:
         self._facade = facade
         self._guard = guard or DriverGuard.of(inventory, deadline_seconds=10.0)
         self._retention = retention_seconds
         self._inventory = inventory
         self._sample_interval = sample_interval_seconds
-        self._cleanups = cleanups
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -52,8 +49,7 @@ class Housekeeper:
         self._spawn(self._facade.poll_processes())
         if self._retention is not None:
             self._spawn(self._purge_forever(self._retention))
-        if self._cleanups is not None:
-            self._spawn(self._clean_forever(self._cleanups))
+        self._spawn(self._clean_forever())
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -83,11 +79,11 @@ class Housekeeper:
                 log.exception("sampling live GPU state failed; will retry")
             await asyncio.sleep(self._sample_interval)
 
-    async def _clean_forever(self, cleanups: CleanupRunner) -> None:
+    async def _clean_forever(self) -> None:
         """Cleanups owed after leases ended (and left by an earlier run), until done."""
         while True:
             try:
-                cleanups.run_due()
+                await self._facade.run_cleanups()
             except GpuallocError as exc:
                 log.error("doing the pending cleanups failed: %s", exc.message)
             await asyncio.sleep(EXPIRY_TICK_SECONDS)

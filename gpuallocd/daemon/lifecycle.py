@@ -246,6 +246,7 @@ class Daemon:
 
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
         facade = self._facade(inventory, ledger)
+        facade.cleanups = cleanup_runner(ledger, self._clock, self._device_access)
         guard = DriverGuard.of(inventory, deadline_seconds=self.config.driver_call_timeout_seconds)
         housekeeper = Housekeeper(
             facade,
@@ -253,7 +254,6 @@ class Daemon:
             self.config.sample_interval_seconds,
             retention_seconds=self.config.history_retention_days * 86400.0,
             guard=guard,
-            cleanups=(cleanups := cleanup_runner(ledger, self._clock, self._device_access)),
         )
         limiter = self._limiter()  # the API socket's, metrics and dashboard ports' connections
         exporter = self._exporter(facade, inventory, limiter)
@@ -266,7 +266,6 @@ class Daemon:
             facade,
             discover=functools.partial(guard.answer, "rescan", inventory.rescan),
             driver=guard.report,
-            cleanups=cleanups.report,
             started_at=started_at,
             body_timeout_seconds=self.config.request_body_timeout_seconds,
             diagnostics=functools.partial(
