@@ -24,6 +24,7 @@ SAMPLES = {
     "default_ttl_seconds": "120",
     "max_ttl_seconds": "3600.5",
     "sample_interval_seconds": "0.5",
+    "driver_call_timeout_seconds": "3.0",
     "max_body_bytes": "1024",
     "ledger_sync": "normal",
     "ledger_backups": "3",

@@ -16,6 +16,8 @@ from tests.harness import DaemonPaths, ProcessDaemon, ThreadDaemon, ctl_argv
 CHECKS = [
     "daemon",
     "capabilities",
+    "driver",
+    "cleanups",
     "process tracking",
     "service",
     "ledger",

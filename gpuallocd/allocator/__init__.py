@@ -13,6 +13,7 @@ The door, which the API and the daemon call:
     worker.py           SerialWorker: one call at a time on the loop, group commit off it
     long_reads.py       history and accounting read off the event loop
     crash_points.py     named points where a test may have the daemon kill itself
+    cleanups.py         work owed after a lease ended, retried from the ledger until done
 
 Its rooms, each with a map of its own (floors guarded by tests/test_architecture.py):
 

@@ -17,6 +17,7 @@ from typing import Any
 from gpuallocd.allocator import gpu_admin
 from gpuallocd.allocator.adoption import adopt_own
 from gpuallocd.allocator.bells import LeaseBells
+from gpuallocd.allocator.cleanups import CleanupDesk
 from gpuallocd.allocator.leases.health_notice import HealthNotices
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.node_view import GpuStatus
@@ -55,7 +56,7 @@ __all__ = ["AllocatorFacade"]
 log = logging.getLogger(__name__)
 
 
-class AllocatorFacade:
+class AllocatorFacade(CleanupDesk):
     """Async entry points over one lease lifecycle, its worker, wait queue and process watcher."""
 
     def __init__(

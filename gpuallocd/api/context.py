@@ -1,9 +1,10 @@
 """What the routes share: the allocator's façade, how to rediscover the node, the start time,
-the daemon's diagnostics (for `gpuallocctl doctor`) and its TCP ports' states (health)."""
+the daemon's diagnostics (for `gpuallocctl doctor`), its TCP ports' states (health) and the
+GPU driver's state."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,12 +27,13 @@ class LedgerAdmin(Protocol):
 @dataclass(frozen=True)
 class ApiContext:
     facade: AllocatorFacade
-    discover: Callable[[], Topology]
+    discover: Callable[[], Awaitable[Topology]]  # off the event loop, with a deadline
     started_at: float
     body_timeout_seconds: float  # request_body_timeout_seconds (daemon/settings.py)
     diagnostics: Callable[[], dict[str, Any]] = dict  # the daemon's; empty where not given
     ports: Callable[[], list[dict[str, Any]]] = list  # metrics, dashboard: served or why not
     ledger_admin: LedgerAdmin | None = None  # backups; None where the daemon keeps none
+    driver: Callable[[], dict[str, Any]] = dict  # the GPU driver's calls (driver_guard.py)
 
 
 CONTEXT = web.AppKey("context", ApiContext)

@@ -77,6 +77,7 @@ async def health(request: web.Request) -> web.Response:
             "started_at": ctx.started_at,
             "process_tracking": ctx.facade.process_tracking(),
             "ports": ctx.ports(),
+            "driver": ctx.driver(),
         }
     )
 
@@ -85,8 +86,10 @@ async def get_diagnostics(request: web.Request) -> web.Response:
     """What `gpuallocctl doctor` checks on the daemon's side; read off the event loop (it
     reads /proc and /sys)."""
     caller_of(request)
-    probe = context_of(request).diagnostics
-    return _json(await asyncio.get_running_loop().run_in_executor(None, probe))
+    ctx = context_of(request)
+    found = await asyncio.get_running_loop().run_in_executor(None, ctx.diagnostics)
+    owed = await ctx.facade.pending_cleanups()
+    return _json(found | {"driver": ctx.driver(), "pending_cleanups": owed})
 
 
 async def list_gpus(request: web.Request) -> web.Response:
@@ -228,7 +231,7 @@ async def rescan(request: web.Request) -> web.Response:
         raise PermissionDenied("only root may rescan the node")
     ctx = context_of(request)
     # Discovery may take seconds on a real node: off the event loop, then adopted in order.
-    topology = await asyncio.get_running_loop().run_in_executor(None, ctx.discover)
+    topology = await ctx.discover()
     return _json(topology_to_json(await ctx.facade.adopt_topology(topology)))
 
 

@@ -37,6 +37,7 @@ STATE_COLOURS = {
     "draining": "yellow",
     "drained": "yellow",
     "unhealthy": "red",
+    "lost": "red",
 }
 
 
@@ -71,7 +72,7 @@ def short_uuid(uuid: str) -> str:
 
 def state_cell(state: str) -> Styled:
     """A GPU or lease state in its colour; a state this version does not know stays plain."""
-    return Styled(state, fg=STATE_COLOURS.get(state), bold=state == "unhealthy")
+    return Styled(state, fg=STATE_COLOURS.get(state), bold=state in ("unhealthy", "lost"))
 
 
 def _text(cell: object) -> str:

@@ -14,6 +14,8 @@ backup_config.py      checks of the backup settings their types cannot say
 recovery.py           `gpuallocd --recover`: rebuild a damaged ledger, never double-book
 recovery_rebuild.py   the recovered ledger: salvaged rows, a backup, what the machine proves
 housekeeping.py       background loops: expiry, live sampling, process polling
+driver_guard.py       GPU driver calls off the loop, one at a time, with a deadline
+cleanup_setup.py      the cleanups a lease's end owes the machine, and their handlers
 needs.py              what the enabled features need from the host, checked at start
 integrity.py          the state and socket directories checked before they are trusted
 diagnostics.py        what the running daemon tells `doctor`; config warnings

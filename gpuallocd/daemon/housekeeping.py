@@ -1,6 +1,6 @@
-"""What the daemon does between requests: expire leases, sample live GPU state, poll
-processes that have no pidfd, and purge history past its retention. Each loop calls the
-allocator's façade and nothing else."""
+"""What the daemon does between requests: expire leases, sample live GPU state (through the
+driver guard), poll processes that have no pidfd, finish pending cleanups and purge history
+past its retention. Each loop calls the allocator's façade and nothing else."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from gpuallocd.allocator import AllocatorFacade
+from gpuallocd.daemon.driver_guard import DriverGuard
 from gpuallocd.errors import GpuallocError
 from gpuallocd.inventory import Inventory
 
@@ -31,8 +32,10 @@ class Housekeeper:
         sample_interval_seconds: float,
         *,
         retention_seconds: float | None = None,
+        guard: DriverGuard | None = None,
     ) -> None:
         self._facade = facade
+        self._guard = guard or DriverGuard.of(inventory, deadline_seconds=10.0)
         self._retention = retention_seconds
         self._inventory = inventory
         self._sample_interval = sample_interval_seconds
@@ -46,6 +49,7 @@ class Housekeeper:
         self._spawn(self._facade.poll_processes())
         if self._retention is not None:
             self._spawn(self._purge_forever(self._retention))
+        self._spawn(self._clean_forever())
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -64,15 +68,25 @@ class Housekeeper:
             await asyncio.sleep(EXPIRY_TICK_SECONDS)
 
     async def _sample_forever(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             try:
-                # NVML calls block: they run in the loop's default thread pool.
-                states = await loop.run_in_executor(None, self._inventory.sample)
-                await self._facade.update_live(states)
+                # Driver calls block and may hang: the guard runs them on a thread of their
+                # own with a deadline; None while the driver hangs (the last sample stands).
+                states = await self._guard.run("sample", self._inventory.sample)
+                if states is not None:
+                    await self._facade.update_live(states)
             except Exception:
                 log.exception("sampling live GPU state failed; will retry")
             await asyncio.sleep(self._sample_interval)
+
+    async def _clean_forever(self) -> None:
+        """Cleanups owed after leases ended (and left by an earlier run), until done."""
+        while True:
+            try:
+                await self._facade.run_cleanups()
+            except GpuallocError as exc:
+                log.error("doing the pending cleanups failed: %s", exc.message)
+            await asyncio.sleep(EXPIRY_TICK_SECONDS)
 
     async def _purge_forever(self, retention_seconds: float) -> None:
         while True:

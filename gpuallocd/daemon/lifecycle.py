@@ -6,7 +6,7 @@ and SIGINT stop it: the socket stops accepting, requests in flight finish within
 period, then everything is closed in reverse order. SIGHUP reads the config again and adopts
 its limits and admin groups (and group memberships afresh) without touching leases or
 waiters. Everything runs on one event loop thread; only blocking inventory calls (sampling,
-rediscovery) go to a thread pool.
+rediscovery) go to a thread of their own, one at a time, with a deadline (driver_guard.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ from gpuallocd.api.peercred import forget_identities
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handlers
 from gpuallocd.api.tcp_site import Handlers, port_report
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
+from gpuallocd.daemon.cleanup_setup import cleanup_runner, device_access
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
+from gpuallocd.daemon.driver_guard import DriverGuard, close_within
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.integrity import prepare_private_dir
 from gpuallocd.daemon.ledger_setup import ledger_backups, open_ledger, with_ledger_status
@@ -55,7 +57,7 @@ from gpuallocd.daemon.wiring import (
     unleased_rules,
 )
 from gpuallocd.dashboard import DashboardServer
-from gpuallocd.enforcement.devices import DeviceAccess, unit_files
+from gpuallocd.enforcement.devices import DeviceAccess
 from gpuallocd.errors import (
     ConfigError,
     HardwareUnavailable,
@@ -105,6 +107,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self._metrics = DaemonMetrics()
         self._facade_in_service: AllocatorFacade | None = None
+        self._device_access: DeviceAccess | None = None
         self._needs: list[Need] = []
         self._rules = site_rules(config)  # in force: the config's, then each reload's
 
@@ -152,7 +155,7 @@ class Daemon:
             finally:
                 ledger.close()
         finally:
-            inventory.close()
+            close_within(inventory.close, self.config.driver_call_timeout_seconds)
 
     def _inventory(self) -> Inventory:
         try:
@@ -194,9 +197,9 @@ class Daemon:
         observers: list[LeaseObserver] = [self._metrics]
         if path is not None:
             observers.append(CdiSpecWriter(path, lifecycle.topology.gpus, lifecycle.leases()))
-        if self.config.device_access == "acl":
-            files = unit_files(lifecycle.topology.gpus, self.config.device_dir)
-            observers.append(DeviceAccess(files, lifecycle.leases()))
+        self._device_access = device_access(self.config, lifecycle)
+        if self._device_access is not None:
+            observers.append(self._device_access)
         return observers[0] if len(observers) == 1 else Observers(*observers)
 
     def _exporter(
@@ -231,11 +234,14 @@ class Daemon:
 
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
         facade = self._facade(inventory, ledger)
+        facade.cleanups = cleanup_runner(ledger, self._clock, self._device_access)
+        guard = DriverGuard.of(inventory, deadline_seconds=self.config.driver_call_timeout_seconds)
         housekeeper = Housekeeper(
             facade,
             inventory,
             self.config.sample_interval_seconds,
             retention_seconds=self.config.history_retention_days * 86400.0,
+            guard=guard,
         )
         limiter, on_ports = self._limiters()  # the API socket's; the TCP ports'
         exporter = self._exporter(facade, inventory, on_ports)
@@ -249,7 +255,8 @@ class Daemon:
         backups = ledger_backups(self.config, lambda: self._rules)
         ctx = ApiContext(
             facade,
-            discover=inventory.rescan,
+            discover=functools.partial(guard.answer, "rescan", inventory.rescan),
+            driver=guard.report,
             started_at=started_at,
             body_timeout_seconds=self.config.request_body_timeout_seconds,
             diagnostics=with_ledger_status(functools.partial(diagnostics, *about), backups),

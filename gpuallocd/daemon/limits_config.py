@@ -97,5 +97,7 @@ def check_rule_settings(config: DaemonConfig) -> None:
         raise ConfigError("idle_grace_minutes must be at least 0")
     if config.history_retention_days <= 0:
         raise ConfigError("history_retention_days must be positive")
+    if config.driver_call_timeout_seconds <= 0:
+        raise ConfigError("driver_call_timeout_seconds must be positive")
     if any(not group for group in config.admin_groups):
         raise ConfigError("admin_groups must name groups (no empty names)")

@@ -78,6 +78,11 @@ class DaemonConfig:
     sample_interval_seconds: float = _setting(
         2.0, "how often live GPU state (memory, processes, health) is read"
     )
+    driver_call_timeout_seconds: float = _setting(
+        10.0,
+        "how long a GPU driver call (NVML, amdsmi) may run before health and `doctor` name it "
+        "as hung; sampling skips while it hangs and resumes when it answers",
+    )
     max_body_bytes: int = _setting(64 * 1024, "larger request bodies get `body_too_large`")
     ledger_sync: str = _setting(
         "full",

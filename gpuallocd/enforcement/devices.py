@@ -10,6 +10,11 @@ Which files a unit has:
   `/proc/driver/nvidia-caps/mig-minors`);
 - an AMD GPU: its render node `dri/renderD*` (from sysfs by PCI address; else 128 + index).
 Files every process needs (`nvidiactl`, `nvidia-uvm`, AMD's `kfd`) are left as they are.
+
+Taking an ended lease's entries away is owed work: `cleanups_of` names it (one `device_acl`
+cleanup per file), the ledger keeps it in the transaction that ends the lease, and `settle`
+does it, as often as it takes (allocator/cleanups.py), until the file says what the ledger
+says. A failure at grant is logged; the next grant or end on the file, or a restart, sets it.
 """
 
 from __future__ import annotations
@@ -23,8 +28,11 @@ from pathlib import Path
 from gpuallocd.enforcement.acl import RW, read_acl, write_acl
 from gpuallocd.integrations.devices import nvidia_device_nodes
 from gpuallocd.model import Gpu, Lease
+from gpuallocd.model.cleanup import Cleanup
 
-__all__ = ["DeviceAccess", "unit_files"]
+__all__ = ["DEVICE_ACL", "DeviceAccess", "unit_files"]
+
+DEVICE_ACL = "device_acl"  # the kind of cleanup that takes an ended lease's entry away
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +117,16 @@ class DeviceAccess:
 
     def allocation_finished(self, seconds: float, *, waited: bool, outcome: str) -> None:
         return None
+
+    def cleanups_of(self, lease: Lease) -> list[Cleanup]:
+        """What the end of `lease` owes: its owner's entry off each of its files."""
+        payload = {"uid": lease.owner_uid}
+        return [Cleanup(DEVICE_ACL, path, payload, lease.id) for path in sorted(self._paths(lease))]
+
+    def settle(self, cleanup: Cleanup) -> None:
+        """Make the cleanup's file's entries those of the active leases; OSError when the
+        file's ACL cannot be read or written (the cleanup is tried again)."""
+        self._set(cleanup.target, self.holders(cleanup.target))
 
     def _paths(self, lease: Lease) -> set[str]:
         return {path for unit in lease.gpus for path in self._files.get(unit.uuid, ())}

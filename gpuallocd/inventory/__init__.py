@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuallocd.inventory.base import Inventory, XidCounting
+from gpuallocd.inventory.base import DriverCalls, Inventory, XidCounting
 from gpuallocd.inventory.file import FileInventory
 from gpuallocd.inventory.select import open_inventory
 
-__all__ = ["FileInventory", "Inventory", "XidCounting", "open_inventory"]
+__all__ = ["DriverCalls", "FileInventory", "Inventory", "XidCounting", "open_inventory"]

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
+from gpuallocd.inventory.calls import CallWatch
 from gpuallocd.model import LiveState, Topology
 
-__all__ = ["NO_GPU_HINT", "Inventory", "XidCounting"]
+__all__ = ["NO_GPU_HINT", "DriverCalls", "Inventory", "XidCounting"]
 
 NO_GPU_HINT = (
     "to run without a GPU, start on a topology file instead, "
@@ -42,4 +43,14 @@ class XidCounting(Protocol):
     def xid_counts(self) -> Mapping[str, int]:
         """Xid events seen per GPU UUID since the backend started; GPUs without any may be
         missing."""
+        ...
+
+
+@runtime_checkable
+class DriverCalls(Protocol):
+    """An inventory that talks to a vendor library through a gate, and can say which of its
+    calls run now (NVML and amdsmi can; a topology file makes none)."""
+
+    def driver_calls(self) -> CallWatch:
+        """The gate's record of the library calls in flight (calls.py)."""
         ...

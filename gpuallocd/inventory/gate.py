@@ -8,15 +8,20 @@ import threading
 from typing import Any
 
 from gpuallocd.errors import GpuallocError
+from gpuallocd.inventory.calls import CallWatch
 
 __all__ = ["LibraryGate"]
 
 
 class LibraryGate:
-    """Lifecycle of one vendor library; subclasses say how to load, start and stop it."""
+    """Lifecycle of one vendor library; subclasses say how to load, start and stop it.
+
+    `calls` records every library call while it runs (see calls.py).
+    """
 
     def __init__(self, library: Any | None = None) -> None:
         self._lib: Any = library
+        self.calls = CallWatch()
         self._lock = threading.Lock()
         self._started = False
         self._closed = False

@@ -38,6 +38,7 @@ __all__ = [
     "leases",
     "meta",
     "metadata",
+    "pending_cleanups",
     "reservation_events",
 ]
 
@@ -234,4 +235,23 @@ lease_requests = Table(
     Column("owner_uid", Integer, nullable=False),
     Column("request_id", String, nullable=False),
     sqlite_with_rowid=False,  # one b-tree, not a table and its key's index: one page a grant
+)
+
+# Work owed to the machine after a lease ends (model/cleanup.py), written in the transaction
+# that ends the lease and deleted once done; a restart finds what is left and finishes it.
+# The same work is owed once: a user who frees the same GPU again and again while its
+# cleanup fails adds no row (the table stays as small as the distinct work owed).
+pending_cleanups = Table(
+    "pending_cleanups",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String, nullable=False),
+    Column("target", String, nullable=False),
+    Column("payload", Text, nullable=False, default="{}"),
+    Column("lease_id", String),
+    Column("created_at", Float, nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_try", Float, nullable=False),
+    Column("last_error", Text),
+    Index("one_pending_cleanup", "kind", "target", "payload", unique=True),
 )

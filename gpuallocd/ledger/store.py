@@ -39,6 +39,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from gpuallocd.errors import GpuBusy, LedgerError
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.admin_records import AdminRecords
+from gpuallocd.ledger.cleanup_records import CleanupPlan, CleanupRecords, cleanup_steps
 from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.ledger.reader import LedgerReader
@@ -109,9 +110,17 @@ def _make_engine(path: Path, sync: str) -> Engine:
     return engine
 
 
-class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords):
+class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords, CleanupRecords):
     """GPUs, leases and their history, in one SQLite file (drains, admin actions,
-    accounting reads, advance reservations and unleased use in the base classes)."""
+    accounting reads, advance reservations, unleased use and pending cleanups in the base
+    classes).
+
+    `cleanup_plans` say what each ended lease owes the machine (one plan per feature that
+    needs cleaning up after a lease: device ACLs, a power limit); it is recorded
+    in the transaction that ends the lease (cleanup_records.py).
+    """
+
+    cleanup_plans: tuple[CleanupPlan, ...] = ()
 
     def __init__(
         self,
@@ -215,7 +224,8 @@ class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords):
         if not leases:
             return
         try:
-            self._hot.write(end_steps(leases, actor_uid, detail), nested=self._batch is not None)
+            steps = end_steps(leases, actor_uid, detail) + cleanup_steps(leases, self.cleanup_plans)
+            self._hot.write(steps, nested=self._batch is not None)
         except sqlite3.Error as exc:
             raise LedgerError(f"the ledger write failed: {exc}") from exc
 

@@ -154,6 +154,7 @@ class LiveState:
 
     healthy: bool = True
     health_reason: str | None = None
+    lost: bool = False  # fallen off the bus (NVML: GPU is lost); unhealthy until it answers
     memory_used_bytes: int | None = None
     utilization_percent: float | None = None
     processes: tuple[GpuProcess, ...] = ()

@@ -5,8 +5,9 @@ parameters, returning the same shapes and raising `pynvml.NVMLError` with the sa
 so `NvmlInventory(nvml=FakeNvml.from_recording("dgx-a100-mig"))` runs the real backend
 code. Test hooks change the machine while it runs: `inject_xid`, `lose_gpu`,
 `restore_gpu`, `set_processes`, `set_memory_used`, `set_utilization`, `set_error`,
-`fail_init`; `follow_live_file` makes it read what runs now from a file at each sample
-(`gpuallocd/testing/live.py`). `calls` counts every NVML call by name.
+`fail_init`; `follow_live_file` makes it read what runs now from a file at each call
+(`gpuallocd/testing/live.py`), which may also make a GPU lost or a chosen call hang until
+the test releases it. `calls` counts every NVML call by name.
 """
 
 from __future__ import annotations
@@ -156,10 +157,11 @@ class FakeNvml:
         """From now on, each sample first applies what `path` says runs on the GPUs now."""
         self._live = LiveFile(path)
 
-    def _apply_live_file(self) -> None:
+    def _apply_live_file(self, call: str) -> None:
         if self._live is not None:
             for uuid, xid in self._live.apply(self._devices):
                 self.inject_xid(uuid, xid)
+            self._live.hold(call)
 
     def destroy_mig_device(self, mig_uuid: str) -> None:
         """An admin destroys a MIG instance (nvidia-smi mig -dci/-dgi): its slot is empty."""
@@ -192,6 +194,7 @@ class FakeNvml:
         self.calls[name] += 1
         if self.initialised <= 0:
             raise nvml_error("UNINITIALIZED")
+        self._apply_live_file(name)
 
     def _gpu(self, handle: Any) -> dict[str, Any]:
         if not isinstance(handle, FakeHandle) or not 0 <= handle.index < len(self._devices):
@@ -349,7 +352,6 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         self._enter("nvmlDeviceGetComputeRunningProcesses")
-        self._apply_live_file()
         found = _answer(self._gpu(handle).get("processes", []))
         return [
             SimpleNamespace(

@@ -11,20 +11,30 @@ list them. The file maps a GPU's UUID to what NVML reports for it now; every key
         "utilization_gpu_percent": 97,
         "memory_used_bytes": 13958643712
       },
-      "xid": [{"seq": 1, "uuid": "GPU-...", "xid": 79}]
+      "xid": [{"seq": 1, "uuid": "GPU-...", "xid": 79}],
+      "hang": {"call": "nvmlDeviceGetMemoryInfo", "until": "/run/gpuallocd-test/release"}
     }
 
 The file says what runs now: a GPU it does not name (or names without `processes`) runs no
 process; utilisation and memory it does not give are the recording's. A process on one of a
 GPU's MIG instances carries `gpu_instance_id` and `compute_instance_id`. `xid` delivers each
-critical-error event once, by its `seq`. The file is read again only when it changed (size or
-modification time); one that is missing, unreadable or not JSON leaves the machine as it was.
+critical-error event once, by its `seq`. A GPU given `"lost": true` has fallen off the bus:
+every call about it fails with GPU_IS_LOST until the file no longer says so.
+
+`hang` makes a driver call hang for real, as NVML's do when the driver is stuck: while the
+file names it, each call of that name blocks opening `until`, a FIFO (`mkfifo`), until a test
+opens it for writing and closes it; the call then answers as NVML would. Take `hang` out of the
+file before releasing the FIFO, or the next call of that name hangs again.
+
+The file is read again only when it changed (size or modification time); one that is missing,
+unreadable or not JSON leaves the machine as it was.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +58,9 @@ class LiveFile:
     path: Path
     _seen: tuple[int, int] | None = None
     delivered_xids: set[int] = field(default_factory=set)
+    hang: tuple[str, Path] | None = None  # (call, FIFO) while the file names a hang
     _recorded: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # sampler and Xid watcher
 
     def changed(self) -> dict[str, Any] | None:
         """The file's content if it changed since the last call; None if not, or unreadable."""
@@ -79,6 +91,22 @@ class LiveFile:
     def apply(self, devices: list[dict[str, Any]]) -> list[tuple[str, int]]:
         """Update the recorded `devices` from the file if it changed; the Xid events to
         deliver now, as (uuid, xid)."""
+        with self._lock:
+            return self._apply(devices)
+
+    def hold(self, call: str) -> None:
+        """Block for real while the file says `call` hangs: in open() of its FIFO, until a
+        test opens the FIFO for writing and closes it."""
+        hang = self.hang
+        if hang is None or hang[0] != call:
+            return
+        try:
+            with open(hang[1], "rb") as release:
+                release.read()
+        except OSError:
+            return  # no FIFO there: the call does not hang
+
+    def _apply(self, devices: list[dict[str, Any]]) -> list[tuple[str, int]]:
         content = self.changed()
         if content is None:
             return []
@@ -90,4 +118,13 @@ class LiveFile:
             now = now if isinstance(now, dict) else {}
             device.update({key: now.get(key, recorded[key]) for key in LIVE_KEYS})
             device["processes"] = now.get("processes", [])
+            device["lost"] = bool(now.get("lost", False))
+        self.hang = _hang(content.get("hang"))
         return self.new_xids(content)
+
+
+def _hang(entry: Any) -> tuple[str, Path] | None:
+    """The call to hang and the FIFO that releases it, from the file's `hang` entry."""
+    if not isinstance(entry, dict) or not entry.get("call") or not entry.get("until"):
+        return None
+    return str(entry["call"]), Path(str(entry["until"]))

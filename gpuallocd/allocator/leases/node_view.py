@@ -22,6 +22,7 @@ GPU_STATES = (
     "leased",
     "in-use",
     "unhealthy",
+    "lost",
     "mig",
     "shared",
     "reserved",
@@ -79,7 +80,7 @@ class GpuStatus:
         if self.drain is not None:  # an admin's drain: `draining` until its lease ends
             return "draining" if self.lease is not None else "drained"
         if not self.live.healthy:
-            return "unhealthy"
+            return "lost" if self.live.lost else "unhealthy"
         if self.lease is not None:
             return "leased"
         if self.gpu.mig_mode:
@@ -107,6 +108,7 @@ class GpuStatus:
             "numa_node": self.gpu.numa_node,
             "state": self.state,
             "healthy": self.live.healthy,
+            "lost": self.live.lost,
             "health_reason": self.live.health_reason,
             "foreign_pids": list(self.foreign_pids),
             "foreign_processes": self._foreign_processes(),

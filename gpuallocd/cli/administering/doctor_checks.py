@@ -252,9 +252,42 @@ def ledger(diag: Diagnostics) -> Check:
     return Check("ledger", OK, message)
 
 
+def driver(diag: Diagnostics) -> Check:
+    """Whether a GPU driver call hangs: its name and for how long (docs/driver-faults.md)."""
+    found = diag.get("driver")
+    if not isinstance(found, dict) or not found:
+        return Check("driver", WARN, "the daemon does not report its GPU driver calls (older)")
+    hung = found.get("hung_calls") or []
+    if not hung:
+        deadline = found.get("deadline_seconds")
+        return Check("driver", OK, f"every GPU driver call answers within {deadline} s")
+    calls = ", ".join(f"{c['call']} for {c['seconds']:.1f} s" for c in hung)
+    paused = ", ".join(found.get("paused") or []) or "nothing"
+    message = f"GPU driver call hung: {calls}; paused: {paused}; the API answers from the ledger"
+    fix = "look for Xid errors in `dmesg` and a stuck nvidia process; a GPU reset or reboot ends it"
+    return Check("driver", FAIL, message, fix)
+
+
+def cleanups(diag: Diagnostics) -> Check:
+    """Cleanups owed after leases ended that have failed so far (docs/driver-faults.md)."""
+    owed = diag.get("pending_cleanups")
+    if not isinstance(owed, list):
+        return Check("cleanups", WARN, "the daemon does not report its pending cleanups (older)")
+    failing = [c for c in owed if c.get("attempts")]
+    if not failing:
+        return Check("cleanups", OK, f"{len(owed)} owed, none failing")
+    shown = "; ".join(
+        f"{c['kind']} {c['target']} ({c['attempts']} failed: {c['last_error']})" for c in failing
+    )
+    fix = "fix what the error names; the daemon retries each until it is done (no restart)"
+    return Check("cleanups", WARN, f"{len(failing)} failing: {shown}", fix)
+
+
 def daemon_checks(diag: Diagnostics) -> list[Check]:
     return [
         *capabilities(diag),
+        driver(diag),
+        cleanups(diag),
         process_tracking(diag),
         service(diag),
         *ports(diag),

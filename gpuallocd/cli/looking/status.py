@@ -200,8 +200,9 @@ def status(ctx: click.Context, verbose: bool, watch: float | None) -> None:
     """Every GPU: index, UUID, name, memory used, utilisation, state, holder.
 
     States: free, leased, reserved (held for a waiter), in-use (someone's process outside a
-    lease), draining, unhealthy. HOLDER gives the lease's user, label and time left, the
-    waiter a reserved GPU is held for, and foreign processes as user(pid).
+    lease), draining, unhealthy, lost (fallen off the bus). HOLDER gives the lease's user,
+    label and time left, the waiter a reserved GPU is held for, and foreign processes as
+    user(pid).
     """
     colour = colour_enabled()
     if watch is None:

@@ -24,6 +24,7 @@ from gpuallocd.inventory.amd.gate import (
     AmdGate,
     amdsmi_code,
 )
+from gpuallocd.inventory.calls import CallWatch
 from gpuallocd.inventory.procs import process_uid
 from gpuallocd.model import Gpu, GpuProcess, Link, LiveState, PcieLevel, Topology, pair_key
 
@@ -185,6 +186,10 @@ class AmdInventory:
     def sample(self) -> dict[str, LiveState]:
         found = self._found
         return {g.uuid: sample_gpu(self._gate, found.handles[g.uuid]) for g in found.topology.gpus}
+
+    def driver_calls(self) -> CallWatch:
+        """The amdsmi calls running now."""
+        return self._gate.calls
 
     def close(self) -> None:
         self._gate.shutdown()

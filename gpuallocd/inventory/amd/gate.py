@@ -83,6 +83,7 @@ class AmdGate(LibraryGate):
     def call(self, name: str, *args: object) -> Any:
         """Call the amdsmi function `name`; amdsmi errors come back as InventoryError."""
         self.start()
+        running = self.calls.enter(name)
         try:
             return getattr(self._lib, name)(*args)
         except self._lib.AmdSmiException as exc:
@@ -90,6 +91,8 @@ class AmdGate(LibraryGate):
             raise InventoryError(
                 f"amdsmi {name} failed: {exc}", amdsmi_code=code, amdsmi_call=name
             ) from exc
+        finally:
+            self.calls.leave(running)
 
     def vram(self) -> object:
         """The VRAM memory type argument of the memory queries."""

@@ -206,7 +206,8 @@ class NvmlApi:
     def wait_xid(self, events: object, timeout_ms: int) -> XidEvent | None:
         """The next critical-error event, or None when none came within the timeout."""
         try:
-            data = self.gate.call("nvmlEventSetWait", events, timeout_ms)
+            waits = timeout_ms / 1000
+            data = self.gate.call("nvmlEventSetWait", events, timeout_ms, waits_seconds=waits)
         except NvmlError as exc:
             if nvml_code(exc) == NvmlCode.TIMEOUT:
                 return None

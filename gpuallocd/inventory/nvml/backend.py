@@ -14,6 +14,7 @@ from collections.abc import Collection
 from typing import Any
 
 from gpuallocd.errors import NvmlError
+from gpuallocd.inventory.calls import CallWatch
 from gpuallocd.inventory.nvml.api import NvmlApi
 from gpuallocd.inventory.nvml.discovery import Discovery, discover
 from gpuallocd.inventory.nvml.gate import NvmlGate
@@ -101,6 +102,10 @@ class NvmlInventory:
     def xid_counts(self) -> dict[str, int]:
         """Xid events seen per GPU UUID since start (every Xid, critical or not)."""
         return self._health.counts()
+
+    def driver_calls(self) -> CallWatch:
+        """The NVML calls running now, from any thread (the sampler's, the Xid watcher's)."""
+        return self._api.gate.calls
 
     def close(self) -> None:
         """Stop the Xid watcher and shut NVML down; safe to call twice."""

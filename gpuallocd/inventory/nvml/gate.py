@@ -138,8 +138,12 @@ class NvmlGate(LibraryGate):
             classes.append(mismatch)
         return tuple(classes)
 
-    def call(self, name: str, *args: object) -> Any:
-        """Call the NVML function `name`; NVML errors come back as NvmlError."""
+    def call(self, name: str, *args: object, waits_seconds: float = 0.0) -> Any:
+        """Call the NVML function `name`; NVML errors come back as NvmlError.
+
+        `waits_seconds` is how long the call may block by its own asking (an event wait's
+        timeout); only past that and the daemon's deadline is it reported as hung.
+        """
         self.start()
         function = getattr(self._lib, name, None)
         if function is None:
@@ -148,10 +152,13 @@ class NvmlGate(LibraryGate):
                 nvml_code=int(NvmlCode.FUNCTION_NOT_FOUND),
                 nvml_call=name,
             )
+        running = self.calls.enter(name, waits_seconds)
         try:
             return function(*args)
         except self._error_classes() as exc:
             raise self._call_error(name, exc) from exc
+        finally:
+            self.calls.leave(running)
 
     def constant(self, name: str) -> int:
         """An integer constant of the NVML binding, such as NVML_NVLINK_MAX_LINKS."""

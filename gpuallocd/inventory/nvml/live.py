@@ -2,21 +2,24 @@
 
 Three NVML queries per GPU plus one stat of /proc per process: cheap enough for a sampling
 interval of a second or two (docs/hardware.md gives the measured cost over the fake). A GPU
-that cannot be read comes back unhealthy with the reason; sampling never raises for it.
+that cannot be read comes back unhealthy with the reason; sampling never raises for it. One
+that has fallen off the bus is also `lost`; it comes back to service at the first sample that
+reads it again (its leases are left as they are meanwhile).
 """
 
 from __future__ import annotations
 
 from gpuallocd.errors import NvmlError
 from gpuallocd.inventory.nvml.api import NvmlApi, optional
+from gpuallocd.inventory.nvml.gate import NvmlCode, nvml_code
 from gpuallocd.inventory.procs import process_uid
 from gpuallocd.model import GpuProcess, LiveState
 
 __all__ = ["sample_gpu", "unreadable"]
 
 
-def unreadable(reason: str) -> LiveState:
-    return LiveState(healthy=False, health_reason=f"GPU cannot be read: {reason}")
+def unreadable(reason: str, *, lost: bool = False) -> LiveState:
+    return LiveState(healthy=False, health_reason=f"GPU cannot be read: {reason}", lost=lost)
 
 
 def _processes(api: NvmlApi, handle: object) -> tuple[GpuProcess, ...]:
@@ -40,7 +43,7 @@ def sample_gpu(api: NvmlApi, handle: object) -> LiveState:
         utilization = optional(api.utilization_percent, handle)
         processes = _processes(api, handle)
     except NvmlError as exc:
-        return unreadable(exc.message)
+        return unreadable(exc.message, lost=nvml_code(exc) == NvmlCode.GPU_IS_LOST)
     return LiveState(
         memory_used_bytes=memory.used_bytes,
         utilization_percent=None if utilization is None else float(utilization),
