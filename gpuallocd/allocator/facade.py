@@ -185,10 +185,14 @@ class AllocatorFacade:
         return lease
 
     async def revoke(self, caller: Caller, lease_id: str, reason: str | None) -> Lease:
-        lease = await self._worker.run(self._lifecycle.revoke, caller, lease_id, reason)
+        lease = await self._worker.run(self._revoke, caller, lease_id, reason)
         self._processes.revoked(lease)
         self._queue.kick()
         return lease
+
+    def _revoke(self, caller: Caller, lease_id: str, reason: str | None) -> Lease:
+        """In one worker call, so that no sample adopts a revoked adoption's process again."""
+        return self.unleased.revoked(self._lifecycle.revoke(caller, lease_id, reason))
 
     async def release_gpu(self, caller: Caller, ref: str | int) -> GpuStatus:
         """Root's override for a GPU its former holder's processes keep draining."""
@@ -331,8 +335,8 @@ class AllocatorFacade:
         return self.unleased.covered(leases)
 
     async def _watch_all(self, leases: list[Lease]) -> list[Lease]:
-        for lease in leases:
-            self._processes.watch(lease)
+        for lease in leases:  # adopted: a revoke stops the work, as it does `run`'s
+            self._processes.watch(lease, terminate=True)
         return leases
 
     async def unleased_history(self, limit: int) -> list[dict[str, Any]]:
