@@ -9,6 +9,7 @@ import os
 import platform
 import shutil
 import signal
+import stat
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,9 +17,12 @@ from typing import Any
 
 import pytest
 
+from gpuallocd.enforcement.acl import read_acl
+from gpuallocd.errors import MissingPrivilege
 from tests.harness import DaemonPaths, ProcessDaemon, ThreadDaemon, wait_for
 from tests.rules_harness import SteppedClock, daemon_with_config
 from tests.system_users import SystemUsers
+from tests.test_unit_enforcement import NVIDIA_MAJOR, probe
 from tests.unleased_helpers import STUBBORN, Node, alive, exec_code, node, ran, root_xorg
 
 __all__ = ["node", "root_xorg"]
@@ -360,3 +364,57 @@ def test_adopting_a_recycled_pid_binds_no_one_elses_process(
     finally:
         bobs.kill()
         bobs.wait(10)
+
+
+# Case 26 (issue case 5): device ACLs only on a device reached without a link ---------------
+
+
+def device_dir(paths: DaemonPaths, mode: int, missing: int | None = None) -> Path:
+    """`nvidia0`..`nvidia7` (root's, 0600) in a directory of root's with `mode`."""
+    directory = paths.root / "dev"
+    directory.mkdir()
+    directory.chmod(mode)
+    for minor in range(8):
+        if minor != missing:
+            node_mode = 0o600 | stat.S_IFCHR
+            os.mknod(directory / f"nvidia{minor}", node_mode, os.makedev(NVIDIA_MAJOR, minor))
+    return directory
+
+
+def test_a_device_directory_users_may_write_is_refused_at_start(
+    unit_daemon: Callable[..., ProcessDaemon], node: Node
+) -> None:
+    """`device_access = "acl"` with a device directory anyone may write (where a user could
+    rename a node aside and keep her entry on it): the daemon does not start, and says why
+    (before: it started without a word)."""
+    devices = device_dir(node.paths, 0o777)
+    devices.chmod(0o777)  # past the umask
+    daemon = unit_daemon(
+        wait=False, inventory=node.inventory, device_access="acl", device_dir=str(devices)
+    )
+    assert daemon.process is not None
+    assert daemon.process.wait(60) == MissingPrivilege.exit_code, daemon.stderr()
+    assert str(devices) in daemon.stderr() and "only root may change" in daemon.stderr()
+
+
+def test_no_acl_is_put_through_a_link(
+    paths: DaemonPaths, node: Node, system_users: SystemUsers
+) -> None:
+    """In a sticky device directory (alice may add names, not move root's), alice puts a
+    link at the missing `nvidia3` to a root-only file and leases GPU 3 from a daemon with
+    every capability: the file gets no entry of hers (before: she could read it)."""
+    devices = device_dir(node.paths, 0o1777, missing=3)
+    devices.chmod(0o1777)
+    secret = node.paths.root / "secret"
+    secret.write_text("root's own\n")
+    secret.chmod(0o600)
+    made = system_users.run(
+        "alice", ["-c", f"import os; os.symlink({str(secret)!r}, {str(devices / 'nvidia3')!r})"]
+    )
+    assert made.returncode == 0, made.stderr
+    start(paths, node, device_access="acl", device_dir=str(devices))
+    granted = system_users.ctl("alice", node.paths.socket, "allocate", "--gpu", "3")
+    assert granted.returncode == 0, granted.stderr
+    assert read_acl(str(secret)).users() == {}
+    assert probe(system_users, "alice", secret) == "EACCES"
+    assert probe(system_users, "alice", devices / "nvidia2") == "EACCES"

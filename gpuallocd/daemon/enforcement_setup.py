@@ -4,6 +4,7 @@ what they need from the host, checked at start with the other needs (needs.py)."
 from __future__ import annotations
 
 import os
+import stat
 
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.enforcement import UnleasedRules
@@ -34,14 +35,16 @@ def terminates(config: DaemonConfig) -> bool:
 
 
 def device_owners(directory: str) -> set[int]:
-    """The owners of the GPU device files in `directory` (NVIDIA's and AMD's render nodes)."""
+    """The owners of the GPU device files in `directory` (NVIDIA's and AMD's render nodes:
+    character devices only)."""
     owners = set()
     for sub in ("", "nvidia-caps", "dri"):
         try:
             with os.scandir(os.path.join(directory, sub)) as entries:
                 for entry in entries:
-                    if entry.name.startswith(("nvidia", "renderD")) and not entry.is_dir():
-                        owners.add(entry.stat(follow_symlinks=False).st_uid)
+                    info = entry.stat(follow_symlinks=False)
+                    if entry.name.startswith(("nvidia", "renderD")) and stat.S_ISCHR(info.st_mode):
+                        owners.add(info.st_uid)  # a link or a plain file gets no ACL
         except OSError:
             continue
     return owners

@@ -211,7 +211,7 @@ class Daemon:
             observers.append(CdiSpecWriter(path, lifecycle.topology.gpus, lifecycle.leases()))
         if self.config.device_access == "acl":
             files = unit_files(lifecycle.topology.gpus, self.config.device_dir)
-            observers.append(DeviceAccess(files, lifecycle.leases()))
+            observers.append(DeviceAccess(files, lifecycle.leases(), self.config.device_dir))
         return observers[0] if len(observers) == 1 else Observers(*observers)
 
     def _exporter(

@@ -20,6 +20,7 @@ from typing import Any
 from gpuallocd.daemon.enforcement_setup import device_owners, terminates
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.errors import MissingPrivilege
+from gpuallocd.enforcement.devices import open_to_users
 from gpuallocd.host import (
     Capabilities,
     ProcVisibility,
@@ -172,6 +173,7 @@ def _enforcement_needs(config: DaemonConfig, host: Host) -> Iterator[Need]:
             required=True,
         )
     if config.device_access == "acl":
+        yield _device_dir_closed(config.device_dir)
         foreign = sorted(device_owners(config.device_dir) - {host.euid})
         if foreign:
             yield _capability(
@@ -190,6 +192,19 @@ def _enforcement_needs(config: DaemonConfig, host: Host) -> Iterator[Need]:
                 required=True,
                 met=True,
             )
+
+
+def _device_dir_closed(directory: str) -> Need:
+    problem = open_to_users(directory)
+    return Need(
+        feature='device_access = "acl"',
+        requirement=f"a device directory only root may change ({problem or directory})",
+        consequence="a user could rename a device file aside or put a link in its place "
+        "and keep the ACL entry a lease gave them",
+        fix=f"make {directory} and its subdirectories root's, writable by root only",
+        required=True,
+        met=problem is None,
+    )
 
 
 def _not_root(host: Host) -> Need:
