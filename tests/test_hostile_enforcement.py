@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpulease import Client
 
 from gpuallocd.enforcement.acl import read_acl
 from gpuallocd.errors import MissingPrivilege
 from tests.harness import DaemonPaths, ProcessDaemon, ThreadDaemon, wait_for
 from tests.rules_harness import SteppedClock, daemon_with_config
 from tests.system_users import SystemUsers
+from tests.test_unit_capabilities import start_run
 from tests.test_unit_enforcement import NVIDIA_MAJOR, probe
 from tests.unleased_helpers import STUBBORN, Node, alive, exec_code, node, ran, root_xorg
 
@@ -187,17 +189,17 @@ def test_a_holder_whose_main_thread_exits_keeps_its_lease(
         lease_id, child = words[words.index("lease") + 1], int(words[words.index("child") + 1])
         with daemon.client() as client:
             wait_for(
-                lambda: child in client.lease(lease_id).raw["processes"]
-                or client.lease(lease_id).state != "active",
+                lambda: (
+                    child in client.lease(lease_id).raw["processes"]
+                    or client.lease(lease_id).state != "active"
+                ),
                 timeout=30,
                 what="the child's fork to be applied",
             )
             assert client.lease(lease_id).state == "active"
             holder.kill()
             os.kill(child, signal.SIGKILL)
-            wait_for(
-                lambda: client.lease(lease_id).state == "freed", timeout=30, what="the end"
-            )
+            wait_for(lambda: client.lease(lease_id).state == "freed", timeout=30, what="the end")
     finally:
         holder.kill()
         holder.wait(10)
@@ -321,9 +323,7 @@ def test_a_revoked_adoption_stops_its_process_and_is_not_adopted_again(
 NS_LAST_PID = Path("/proc/sys/kernel/ns_last_pid")
 
 
-def take_pid(
-    users: SystemUsers, short: str, pid: int, log: Path
-) -> subprocess.Popen[str] | None:
+def take_pid(users: SystemUsers, short: str, pid: int, log: Path) -> subprocess.Popen[str] | None:
     """A process of `short` that the kernel gave `pid` (steered with ns_last_pid, standing
     in for winning the race); None when other forks on the machine kept taking it."""
     for _ in range(200):
@@ -418,3 +418,96 @@ def test_no_acl_is_put_through_a_link(
     assert read_acl(str(secret)).users() == {}
     assert probe(system_users, "alice", secret) == "EACCES"
     assert probe(system_users, "alice", devices / "nvidia2") == "EACCES"
+
+
+# Case 34 (issue case 15): a revoke after a restart stops a dead holder's work -------------
+
+
+@pytest.fixture
+def commands() -> Iterator[list[int]]:
+    """Pids of user commands a test may leave behind; killed at the end."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        if group_lives(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_after_a_restart_a_revoke_stops_the_work_of_a_dead_run(
+    unit_daemon: Callable[..., ProcessDaemon],
+    node: Node,
+    system_users: SystemUsers,
+    commands: list[int],
+) -> None:
+    """alice's `gpuallocctl run`; the daemon is killed, then `run` too (kill -9), and the
+    daemon starts again: the lease stays active while the command runs, and root's revoke
+    stops the command (before: the lease ended at the start, the command ran on)."""
+    daemon = unit_daemon(revoke_grace_seconds=2.0)
+    wrapper, lease_id, command = start_run(system_users, daemon, "-n", "1")
+    commands.append(command)
+    daemon.kill()
+    wrapper.kill()
+    wrapper.wait(10)
+    unit_daemon(revoke_grace_seconds=2.0)
+    with Client(node.paths.socket) as client:
+        assert client.lease(lease_id).state == "active"
+        assert command in client.lease(lease_id).raw["processes"]
+        client.revoke(lease_id, reason="maintenance")
+    wait_for(lambda: not alive(command), timeout=30, what="the daemon to stop the command")
+
+
+# Case 35 (issue case 16): a clone(CLONE_PARENT) child of an orphaned member ----------------
+
+CLONE_PARENT_WORK = """
+import ctypes, os, sys, time
+from gpulease import gpu_lease
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}[os.uname().machine]
+CLONE_PARENT, SIGCHLD = 0x00008000, 17
+WORKER = '''
+import ctypes, os, sys, time
+if os.fork():
+    os._exit(0)  # the worker leaves; its child is an orphan, handed to init
+while os.getppid() != 1:
+    time.sleep(0.01)
+libc = ctypes.CDLL(None, use_errno=True)
+child = libc.syscall(%d, %d, 0, 0, 0, 0)  # a sibling, not a child: its parent is init
+if child == 0:
+    time.sleep(600)
+    os._exit(0)
+print('clone', child, flush=True)
+time.sleep(600)
+''' % (SYS_CLONE, CLONE_PARENT | SIGCHLD)
+
+with gpu_lease(1, socket=sys.argv[1]) as lease:
+    print('lease', lease.id, flush=True)
+    import subprocess
+    subprocess.run([sys.executable, '-c', WORKER])  # started with the lease in its environment
+    time.sleep(600)
+"""
+
+
+def test_a_clone_parent_child_of_an_orphan_stays_under_the_lease(
+    paths: DaemonPaths, node: Node, system_users: SystemUsers, commands: list[int]
+) -> None:
+    """With the kernel's process events: bob's worker, orphaned and handed to init, starts a
+    process with clone(CLONE_PARENT), whose parent is init, no member: it is covered by the
+    lease named in its environment (before: it escaped)."""
+    if Path("/proc/1/status").read_text().find("PPid:\t0") < 0:
+        pytest.skip("init here is not the reaper of orphans")
+    start(paths, node, process_tracking="connector")
+    log = paths.root / "clone.log"
+    holder = system_users.start("bob", ["-c", CLONE_PARENT_WORK, str(paths.socket)], log)
+    try:
+        wait_for(lambda: "clone" in log.read_text(), timeout=30, what="the clone")
+        words = log.read_text().split()
+        lease_id, clone = words[words.index("lease") + 1], int(words[words.index("clone") + 1])
+        commands.append(clone)
+        with Client(paths.socket) as client:
+            wait_for(
+                lambda: clone in client.lease(lease_id).raw["processes"],
+                timeout=10,
+                what="the clone to be covered",
+            )
+    finally:
+        holder.kill()
+        holder.wait(10)

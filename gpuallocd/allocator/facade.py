@@ -290,16 +290,20 @@ class AllocatorFacade:
     # Housekeeping ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """End bound leases whose process died while the daemon was down; watch the others."""
-        for lease in await self._worker.run(self._lifecycle.reconcile_processes):
+        """Watch bound leases and find their work again (a dead holder's too, by the lease in
+        its environment); end those whose processes all died while the daemon was down."""
+        for lease in await self._worker.run(self._lifecycle.bound_leases):
+            self._processes.watch(lease)
+        gone = self._processes.start()
+        ended = await self._worker.run(
+            self._lifecycle.reconcile_processes, self._processes.has_work
+        )
+        for lease in ended:
             log.info(
                 "lease %s ended: its process %s exited while the daemon was down",
                 lease.id,
                 lease.pid,
             )
-        for lease in await self._worker.run(self._lifecycle.bound_leases):
-            self._processes.watch(lease)
-        gone = self._processes.start()
         if gone:
             await self._end_for_exited(gone)
 

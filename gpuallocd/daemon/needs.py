@@ -19,8 +19,8 @@ from typing import Any
 
 from gpuallocd.daemon.enforcement_setup import device_owners, terminates
 from gpuallocd.daemon.settings import DaemonConfig
-from gpuallocd.errors import MissingPrivilege
 from gpuallocd.enforcement.devices import open_to_users
+from gpuallocd.errors import MissingPrivilege
 from gpuallocd.host import (
     Capabilities,
     ProcVisibility,

@@ -5,6 +5,7 @@ a reload."""
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import pwd
@@ -71,10 +72,8 @@ def owner_and_start(pid: int, proc: Path = Path("/proc")) -> tuple[int, int] | N
     try:
         uid = _effective_uid(pid, proc)
         start = process_start_time(pid, proc)
-        try:
+        with contextlib.suppress(PermissionError):  # it lives (signalling it is not ours)
             signal.pidfd_send_signal(fd, 0)
-        except PermissionError:
-            pass  # it lives (signalling it is not ours to do)
     except (OSError, ValueError, IndexError):
         return None
     finally:

@@ -5,9 +5,10 @@ the child a member at once (with the start time it really has: read from /proc a
 against the time of the fork event, so a pid reused before we looked is never adopted); an
 exit takes a member out when its whole thread group has exited (the kernel reports each
 thread's exit; a process whose main thread exits first lives on in its other threads, and is
-looked at again until the last of them is gone), and a family left empty ends its lease. Lost events (the kernel's
-buffer overran) make the families learn everything again from /proc. How long a fork took to
-be covered is kept for the numbers shown to people (`stats`) and the benchmark.
+looked at again until the last of them is gone), and a family left empty ends its lease.
+Lost events (the kernel's buffer overran) make the families learn everything again from
+/proc, with the lease in their environment for those whose parents were lost. How long a
+fork took to be covered is kept for the numbers shown to people (`stats`) and the benchmark.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
 from gpuallocd.processes.connector import Connector, EventKind, Overrun, ProcEvent
@@ -85,7 +86,13 @@ class FamilyEvents:
         families: ProcessFamilies,
         on_gone: Callable[[list[str]], None],
         rescan: Callable[[], list[str]],
+        stray: Callable[[Member], None] | None = None,
+        stray_parents: Container[int] = (),
     ) -> None:
+        """`stray(child)` hears of a fork by one of `stray_parents` (not members: a holder's
+        parent, where a `clone(CLONE_PARENT)` child of a member lands)."""
+        self._stray = stray
+        self._stray_parents = stray_parents
         self._connector = connector
         self._families = families
         self._on_gone = on_gone
@@ -124,9 +131,16 @@ class FamilyEvents:
                 offset = boottime_offset_ns() if offset is None else offset
                 families.forked(event.parent_tgid, _member(event, offset))
                 self._covered(event)
-            elif event.kind is EventKind.EXIT and families.covers(event.tgid):
-                if self._group_exited(event):
-                    gone += families.exited(event.tgid)
+            elif event.kind is EventKind.FORK and event.parent_tgid in self._stray_parents:
+                if event.is_process and self._stray is not None:
+                    offset = boottime_offset_ns() if offset is None else offset
+                    self._stray(_member(event, offset))
+            elif (
+                event.kind is EventKind.EXIT
+                and families.covers(event.tgid)
+                and self._group_exited(event)
+            ):
+                gone += families.exited(event.tgid)
         self.stats.events += len(events)
         return gone
 

@@ -18,6 +18,7 @@ __all__ = [
     "descendants",
     "parse_stat",
     "process_start_time",
+    "read_parent",
     "read_process_table",
     "thread_group_lives",
 ]
@@ -90,6 +91,12 @@ def process_start_time(pid: int, proc: Path = PROC) -> int | None:
     (a leader whose own thread exited counts as living while another of its threads runs)."""
     found = _stat_of(pid, proc)
     return None if found is None else found[1]
+
+
+def read_parent(pid: int, proc: Path = PROC) -> int | None:
+    """The parent of process `pid`; None if it is gone."""
+    found = _stat_of(pid, proc)
+    return None if found is None else found[0]
 
 
 def read_process_table(proc: Path = PROC) -> ProcessTable:
