@@ -511,3 +511,84 @@ def test_a_clone_parent_child_of_an_orphan_stays_under_the_lease(
     finally:
         holder.kill()
         holder.wait(10)
+
+
+# Case 27 (issue case 6): families repaired after lost process events ----------------------
+
+ORPHANING_WORK = """
+import os, subprocess, sys, time
+from gpulease import gpu_lease
+WORKER = '''
+import os, sys, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+child = os.fork()
+if child == 0:
+    time.sleep(600)
+    os._exit(0)
+print('grandchild', child, flush=True)
+'''  # the worker exits at once: its child is an orphan, its ancestry gone
+with gpu_lease(1, socket=sys.argv[1]) as lease:
+    print('lease', lease.id, flush=True)
+    worker = subprocess.Popen([sys.executable, '-c', WORKER, sys.argv[2]])
+    print('worker', worker.pid, flush=True)
+    worker.wait()
+    time.sleep(600)
+"""
+
+
+def lose_events_while(daemon: ThreadDaemon, work: Callable[[], None]) -> None:
+    """Hold the daemon's event loop while `work` runs, drop the process events the kernel
+    queued meanwhile (as it drops them when the buffer overruns) and let the daemon handle
+    the overrun as it does on ENOBUFS."""
+    import threading
+
+    events = daemon._daemon._facade_in_service._processes._events  # type: ignore[union-attr]
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        done.wait(60)
+        events._connector.discard()
+        events.stats.overruns += 1
+        events._tell(events._rescan())
+
+    assert daemon._loop is not None
+    daemon._loop.call_soon_threadsafe(hold)
+    held.wait(30)
+    try:
+        work()
+    finally:
+        done.set()
+
+
+def test_after_lost_events_an_orphaned_grandchild_stays_under_the_lease(
+    paths: DaemonPaths, node: Node, system_users: SystemUsers, commands: list[int]
+) -> None:
+    """bob's worker forks a grandchild and exits while the daemon's events are lost: the
+    rescan after the overrun finds the grandchild by the lease in its environment (before:
+    it escaped, its parent gone with the events)."""
+    daemon, _ = start(paths, node, process_tracking="connector")
+    log, go = paths.root / "orphan.log", paths.root / "go"
+    holder = system_users.start("bob", ["-c", ORPHANING_WORK, str(paths.socket), str(go)], log)
+    try:
+        wait_for(lambda: "worker" in log.read_text(), timeout=30, what="the worker")
+        lease_id = log.read_text().split()[1]
+
+        def orphan() -> None:
+            go.touch()
+            wait_for(lambda: "grandchild" in log.read_text(), timeout=30, what="the fork")
+
+        worker = int(log.read_text().split()[3])
+        with Client(paths.socket) as client:
+            wait_for(lambda: worker in client.lease(lease_id).raw["processes"], timeout=10)
+        lose_events_while(daemon, orphan)
+        words = log.read_text().split()
+        grandchild = int(words[words.index("grandchild") + 1])
+        commands.append(grandchild)
+        with Client(paths.socket) as client:
+            assert client.health()["process_tracking"] == "connector"
+            assert grandchild in client.lease(lease_id).raw["processes"]  # the rescan ran
+    finally:
+        holder.kill()
+        holder.wait(10)
