@@ -205,7 +205,7 @@ def test_a_holder_whose_main_thread_exits_keeps_its_lease(
         holder.wait(10)
 
 
-# Case 33 (issue case 12): group leniency follows /etc/group -------------------------------
+# Case 29 (issue case 12): group leniency follows /etc/group -------------------------------
 
 
 @pytest.fixture
@@ -420,7 +420,7 @@ def test_no_acl_is_put_through_a_link(
     assert probe(system_users, "alice", devices / "nvidia2") == "EACCES"
 
 
-# Case 34 (issue case 15): a revoke after a restart stops a dead holder's work -------------
+# Case 30 (issue case 15): a revoke after a restart stops a dead holder's work -------------
 
 
 @pytest.fixture
@@ -456,7 +456,7 @@ def test_after_a_restart_a_revoke_stops_the_work_of_a_dead_run(
     wait_for(lambda: not alive(command), timeout=30, what="the daemon to stop the command")
 
 
-# Case 35 (issue case 16): a clone(CLONE_PARENT) child of an orphaned member ----------------
+# Case 31 (issue case 16): a clone(CLONE_PARENT) child of an orphaned member ----------------
 
 CLONE_PARENT_WORK = """
 import ctypes, os, sys, time

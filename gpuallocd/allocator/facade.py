@@ -185,14 +185,11 @@ class AllocatorFacade:
         return lease
 
     async def revoke(self, caller: Caller, lease_id: str, reason: str | None) -> Lease:
-        lease = await self._worker.run(self._revoke, caller, lease_id, reason)
+        revoke, guard = self._lifecycle.revoke, self.unleased  # one call: no sample re-adopts
+        lease = await self._worker.run(lambda: guard.revoked(revoke(caller, lease_id, reason)))
         self._processes.revoked(lease)
         self._queue.kick()
         return lease
-
-    def _revoke(self, caller: Caller, lease_id: str, reason: str | None) -> Lease:
-        """In one worker call, so that no sample adopts a revoked adoption's process again."""
-        return self.unleased.revoked(self._lifecycle.revoke(caller, lease_id, reason))
 
     async def release_gpu(self, caller: Caller, ref: str | int) -> GpuStatus:
         """Root's override for a GPU its former holder's processes keep draining."""
@@ -290,19 +287,13 @@ class AllocatorFacade:
     # Housekeeping ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Watch bound leases and find their work again (a dead holder's too, by the lease in
-        its environment); end those whose processes all died while the daemon was down."""
+        """Watch bound leases, their work found again; end those whose work all died."""
         for lease in await self._worker.run(self._lifecycle.bound_leases):
             self._processes.watch(lease)
-        gone = self._processes.start()
-        ended = await self._worker.run(
-            self._lifecycle.reconcile_processes, self._processes.has_work
-        )
-        for lease in ended:
+        gone, has_work = self._processes.start(), self._processes.has_work
+        for lease in await self._worker.run(self._lifecycle.reconcile_processes, has_work):
             log.info(
-                "lease %s ended: its process %s exited while the daemon was down",
-                lease.id,
-                lease.pid,
+                "lease %s ended: holder %s died while the daemon was down", lease.id, lease.pid
             )
         if gone:
             await self._end_for_exited(gone)
