@@ -95,8 +95,13 @@ def test_a_name_a_user_chose_exempts_nothing(
     root_xorg: str,
 ) -> None:
     """bob's job renamed Xorg (prctl), run as `exec -a Xorg sleep`, a copy of sleep named
-    Xorg, and a link named nvidia-persistenced are each stopped under `terminate`; dave's
-    Xorg that root installed is left alone and not reported."""
+    Xorg, a link named nvidia-persistenced, and a hard link of root's sleep named Xorg in a
+    sticky directory (what a user may make where fs.protected_hardlinks is 0) are each stopped
+    under `terminate`; dave's Xorg that root installed is left alone and not reported."""
+    shared = node.paths.root / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    os.link(os.path.realpath(shutil.which("sleep") or "/bin/sleep"), shared / "Xorg")
     daemon = unit_daemon(
         inventory=node.inventory,
         unleased_use="terminate",
@@ -114,6 +119,7 @@ def test_a_name_a_user_chose_exempts_nothing(
         ),
         node.start("bob", exec_code(str(bobs_bin / "Xorg"), "600")),
         node.start("bob", exec_code(str(bobs_bin / "nvidia-persistenced"), "600")),
+        node.start("bob", exec_code(str(shared / "Xorg"), "600")),
     ]
     display = node.start("dave", exec_code(root_xorg, "600"))
     for pid in (*disguised, display):
@@ -123,7 +129,7 @@ def test_a_name_a_user_chose_exempts_nothing(
         wait_for(lambda pid=pid: not alive(pid), timeout=30, what=f"bob's pid {pid} to stop")
     with daemon.client() as client:
         node.sampled(client)
-    assert [actions(daemon, pid) for pid in disguised] == [["reported", "terminated"]] * 4
+    assert [actions(daemon, pid) for pid in disguised] == [["reported", "terminated"]] * 5
     assert alive(display) and actions(daemon, display) == []
 
 

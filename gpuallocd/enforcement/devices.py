@@ -85,7 +85,8 @@ def open_device(path: str, directory: str) -> int | None:
         return None
     finally:
         os.close(fd)
-    if not stat.S_ISCHR(os.fstat(found).st_mode):
+    info = os.fstat(found)
+    if not stat.S_ISCHR(info.st_mode) or info.st_nlink != 1:  # a hard link is no device's name
         os.close(found)
         return None
     return found
