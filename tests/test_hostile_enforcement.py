@@ -573,7 +573,8 @@ def test_after_lost_events_an_orphaned_grandchild_stays_under_the_lease(
 ) -> None:
     """bob's worker forks a grandchild and exits while the daemon's events are lost: the
     rescan after the overrun finds the grandchild by the lease in its environment (before:
-    it escaped, its parent gone with the events)."""
+    it escaped, its parent gone with the events); alice's process that names bob's lease in
+    its environment is not taken into it."""
     daemon, _ = start(paths, node, process_tracking="connector")
     log, go = paths.root / "orphan.log", paths.root / "go"
     holder = system_users.start("bob", ["-c", ORPHANING_WORK, str(paths.socket), str(go)], log)
@@ -586,6 +587,13 @@ def test_after_lost_events_an_orphaned_grandchild_stays_under_the_lease(
             wait_for(lambda: "grandchild" in log.read_text(), timeout=30, what="the fork")
 
         worker = int(log.read_text().split()[3])
+        impostor = node.start(
+            "alice",
+            "import os, sys; os.execve(sys.executable, [sys.executable, '-c', "
+            "'import time; print(\"ready\", flush=True); time.sleep(600)'], "
+            f"{{**os.environ, 'GPUALLOCD_LEASE_ID': {lease_id!r}, "
+            "'GPUALLOCD_ON_REVOKE': 'terminate'})",
+        )
         with Client(paths.socket) as client:
             wait_for(lambda: worker in client.lease(lease_id).raw["processes"], timeout=10)
         lose_events_while(daemon, orphan)
@@ -595,6 +603,7 @@ def test_after_lost_events_an_orphaned_grandchild_stays_under_the_lease(
         with Client(paths.socket) as client:
             assert client.health()["process_tracking"] == "connector"
             assert grandchild in client.lease(lease_id).raw["processes"]  # the rescan ran
+            assert impostor not in client.lease(lease_id).raw["processes"]
     finally:
         holder.kill()
         holder.wait(10)
