@@ -19,9 +19,13 @@ GPU = "GPU-a"
 
 
 def seen(
-    pid: int = 100, uid: int | None = 1001, user: str = "bob", command: str = "python3"
+    pid: int = 100,
+    uid: int | None = 1001,
+    user: str = "bob",
+    command: str = "python3",
+    program: str | None = None,
 ) -> Seen:
-    return Seen(pid, 5, uid, user, command, command, GPU, 3, GPU)
+    return Seen(pid, 5, uid, user, command, command, GPU, 3, GPU, program=program)
 
 
 def steps(actions: list) -> list[Step]:  # type: ignore[type-arg]
@@ -47,19 +51,25 @@ def test_terminate_follows_the_grace_then_kill_after() -> None:
 
 
 def test_holders_exempt_and_root_are_spared() -> None:
-    """The holder's own process is no offender; an exempt command or user is not looked at;
-    root's process and one of an unknown owner are reported and never signalled."""
+    """The holder's own process is no offender; an exempt command (by its trusted program) or
+    user is not looked at; root's process and one of an unknown owner are reported and never
+    signalled; a process merely named like an exempt command is terminated."""
     rules = UnleasedRules(mode="terminate", grace_seconds=0, exempt_users=frozenset({"carol"}))
     use = {GPU: UnitUse(holders=frozenset({1001}), lease_ids=("L",))}
     processes = [
         seen(1, 1001),
-        seen(2, 1002, "dave", "Xorg"),
+        seen(2, 1002, "dave", "Xorg", program="Xorg"),
         seen(3, 1003, "carol"),
         seen(4, 0, "root"),
         seen(5, None, "unknown"),
+        seen(6, 1004, "bob", "Xorg", program="sleep"),
     ]
     actions, _ = decide(processes, use, {}, rules, 0.0)
-    assert [(a.seen.pid, a.step) for a in actions] == [(4, Step.REPORT)]
+    assert [(a.seen.pid, a.step) for a in actions] == [
+        (4, Step.REPORT),
+        (6, Step.REPORT),
+        (6, Step.TERMINATE),
+    ]
 
 
 def test_adopt_where_free_else_falls_back() -> None:

@@ -12,9 +12,9 @@ from gpuallocd.cli.leasing.revoke_watch import descendants
 from tests.harness import DaemonPaths, ThreadDaemon, wait_for
 from tests.rules_harness import daemon_with_config
 from tests.system_users import SystemUsers
-from tests.unleased_helpers import AS_XORG, Node, alive, node
+from tests.unleased_helpers import Node, alive, exec_code, node, ran, root_xorg
 
-__all__ = ["node"]
+__all__ = ["node", "root_xorg"]
 
 UUID3 = "GPU-f06d330d-af21-5a36-84a7-d3d20d41fb7f"
 UUID7 = "GPU-495f5088-1f28-519e-b665-7c23402fd3b3"
@@ -83,19 +83,20 @@ def test_a_process_on_a_free_gpu_is_reported_and_shows_in_the_queue(
 
 
 def test_exempt_commands_users_and_owners_are_left_alone(
-    paths: DaemonPaths, node: Node, system_users: SystemUsers
+    paths: DaemonPaths, node: Node, system_users: SystemUsers, root_xorg: str
 ) -> None:
-    """A display server (by program name), an exempt user's job, and alice's job on her own
-    GPU are not reported; bob's job beside them is."""
+    """A display server (a program of root's named Xorg), an exempt user's job, and alice's
+    job on her own GPU are not reported; bob's job beside them is."""
     daemon = start(paths, node, unleased_exempt_users=[system_users.name("carol")])
     alice = system_users.ctl("alice", paths.socket, "allocate", "--gpu", "3")
     assert alice.returncode == 0, alice.stderr
     xorg, carols, alices, bobs = (
-        node.start("dave", AS_XORG),
+        node.start("dave", exec_code(root_xorg, "600")),
         node.start("carol"),
         node.start("alice"),
         node.start("bob"),
     )
+    ran(xorg)
     for pid in (xorg, carols, alices, bobs):
         node.put(UUID3, pid)
     wait_for(lambda: actions(daemon, bobs) == ["reported"], timeout=30, what="bob's report")

@@ -106,3 +106,36 @@ def node(system_users: SystemUsers, paths: DaemonPaths) -> Iterator[Node]:
     found = Node(system_users, paths)
     yield found
     found.stop_all()
+
+
+def exec_code(program: str, *args: str) -> str:
+    """Code that says `ready` and then runs `program` in its place (the pid stays)."""
+    argv = [program, *args]
+    return f"import os; print('ready', flush=True); os.execv({program!r}, {argv!r})"
+
+
+def ran(pid: int) -> None:
+    """Return once `pid` no longer runs Python (it has exec'd, or renamed itself)."""
+    wait_for(
+        lambda: not Path(f"/proc/{pid}/comm").read_text().startswith("python"),
+        timeout=30,
+        what=f"pid {pid} to run its program",
+    )
+
+
+@pytest.fixture
+def root_xorg() -> Iterator[str]:
+    """A copy of `sleep` named `Xorg` where only root can have put it: a root-owned file
+    (0755) in a root-owned directory (0755) of /tmp (root's, sticky)."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("a program of root's takes root to install")
+    directory = tempfile.mkdtemp(prefix="ga-bin-", dir="/tmp")
+    os.chmod(directory, 0o755)
+    program = os.path.join(directory, "Xorg")
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", program)
+    os.chmod(program, 0o755)
+    yield program
+    shutil.rmtree(directory, ignore_errors=True)

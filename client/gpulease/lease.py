@@ -25,6 +25,7 @@ ENV_KEYS = (
     "CUDA_DEVICE_ORDER",
     "GPUALLOCD_LEASE_ID",
     "GPUALLOCD_MEMORY_BYTES",
+    "GPUALLOCD_ON_REVOKE",
 )
 
 
@@ -140,7 +141,10 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
             raise
         self._client, self.lease = client, lease
         self._entered_in = os.getpid()
-        self._set_env(visible_devices_env(lease, self._visible))
+        env = visible_devices_env(lease, self._visible)
+        if self._on_revoke == "terminate":  # the daemon finds the work again after a restart
+            env["GPUALLOCD_ON_REVOKE"] = "terminate"
+        self._set_env(env)
         idle = {"on_idle": self._on_idle} if self._on_idle else {}
         self._renewer = Renewer(
             client,

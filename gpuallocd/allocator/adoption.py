@@ -1,5 +1,8 @@
 """Adoption: a process already running on a free GPU (or MIG instance) becomes a lease of its
-owner, bound to that process, under the owner's limits like any grant.
+owner, bound to that process, under every rule a grant obeys: the owner's limits, drains,
+the queue's holds for waiters and advance reservations (a reservation of someone else's that
+starts later shortens the lease to end before it, as a grant's defaulted TTL is; one running
+now refuses it).
 
 Used by `unleased_use = "adopt"` (allocator/unleased.py) and by `gpuallocctl adopt`. The
 lease lives as long as the process (and what it starts), up to the owner's longest TTL.
@@ -13,7 +16,7 @@ from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.sharing import UnitHolders
 from gpuallocd.allocator.leases.slices import leased_units
 from gpuallocd.allocator.site.ttl import longest_ttl
-from gpuallocd.enforcement.proc_facts import proc_facts
+from gpuallocd.enforcement.proc_facts import owner_and_start, proc_facts
 from gpuallocd.errors import CallerError, CapacityError, GpuBusy, InvalidRequest, PermissionDenied
 from gpuallocd.model import Caller, Gpu, GpuProcess, Lease, LeaseEvent
 from gpuallocd.policies.rules import request_for
@@ -41,6 +44,21 @@ def _check_free(lifecycle: LeaseLifecycle, unit_uuid: str, reserved: frozenset[s
     lifecycle.drains.check_not_drained((unit_uuid,), lifecycle.topology)
 
 
+def _beside_reservations(
+    lifecycle: LeaseLifecycle, owner: Caller, unit_uuid: str, now: float, ttl: float
+) -> float:
+    """The TTL an adoption may have beside the advance reservations, or ReservationConflict."""
+    board = lifecycle.reservations
+    gpu = lifecycle.topology.instances().get(unit_uuid, (None, None))[0]
+    gpu_uuid = gpu.uuid if gpu is not None else unit_uuid
+    if gpu_uuid not in board.held(owner, now, ttl):
+        return ttl
+    shorter = board.backfill_ttl(owner, now, ttl)
+    if shorter is not None and gpu_uuid not in board.held(owner, now, shorter):
+        return shorter
+    raise board.conflict(owner, now, ttl, [gpu_uuid])
+
+
 def adopt(
     lifecycle: LeaseLifecycle,
     owner: Caller,
@@ -53,11 +71,12 @@ def adopt(
     reserved: frozenset[str] = frozenset(),
 ) -> Lease:
     """Record a lease of `owner` on `unit_uuid` bound to `pid` (started at `started`), or
-    raise (GpuBusy, QuotaExceeded) and change nothing."""
+    raise (GpuBusy, QuotaExceeded, ReservationConflict) and change nothing."""
     _check_free(lifecycle, unit_uuid, reserved)
     topology = lifecycle.topology
     (unit,) = leased_units(topology, request_for(topology, 1, (unit_uuid,)), [unit_uuid])
     ttl = longest_ttl(lifecycle.ttl_bounds(owner))
+    ttl = _beside_reservations(lifecycle, owner, unit_uuid, now, ttl)
     lifecycle.quota.check_grant(owner, lifecycle.leases(), gpus=unit.fraction)
     lease = Lease(
         id=secrets.token_hex(6),
@@ -139,12 +158,15 @@ def adopt_own(
         u.uuid for lease in lifecycle.leases() if lease.owner_uid == caller.uid for u in lease.gpus
     }
     for unit, (gpu_, process) in _wanted(lifecycle, caller, pid, gpu).items():
-        facts = proc_facts(process.pid)
-        if unit in held or facts is None or facts.start_time is None:
+        pinned = owner_and_start(process.pid)
+        if unit in held or pinned is None:
             continue
-        detail = (
-            f"adopted by {caller.user}: pid {process.pid} ({facts.command}) on GPU {gpu_.index}"
-        )
+        if pinned[0] != caller.uid:  # the pid is another process's since the sample
+            refused.append(PermissionDenied(f"process {process.pid} is not yours"))
+            continue
+        facts = proc_facts(process.pid)
+        command = facts.command if facts is not None else "?"
+        detail = f"adopted by {caller.user}: pid {process.pid} ({command}) on GPU {gpu_.index}"
         owner = Caller(caller.uid, caller.gid, process.pid, caller.user, caller.groups)
         try:
             adopted.append(
@@ -153,7 +175,7 @@ def adopt_own(
                     owner,
                     unit,
                     pid=process.pid,
-                    started=facts.start_time,
+                    started=pinned[1],
                     now=now,
                     detail=detail,
                     reserved=reserved,

@@ -187,7 +187,8 @@ class AllocatorFacade(CleanupDesk):
         return lease
 
     async def revoke(self, caller: Caller, lease_id: str, reason: str | None) -> Lease:
-        lease = await self._worker.run(self._lifecycle.revoke, caller, lease_id, reason)
+        revoke, guard = self._lifecycle.revoke, self.unleased  # one call: no sample re-adopts
+        lease = await self._worker.run(lambda: guard.revoked(revoke(caller, lease_id, reason)))
         self._processes.revoked(lease)
         self._queue.kick()
         return lease
@@ -301,16 +302,14 @@ class AllocatorFacade(CleanupDesk):
     # Housekeeping ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """End bound leases whose process died while the daemon was down; watch the others."""
-        for lease in await self._worker.run(self._lifecycle.reconcile_processes):
-            log.info(
-                "lease %s ended: its process %s exited while the daemon was down",
-                lease.id,
-                lease.pid,
-            )
+        """Watch bound leases, their work found again; end those whose work all died."""
         for lease in await self._worker.run(self._lifecycle.bound_leases):
             self._processes.watch(lease)
-        gone = self._processes.start()
+        gone, has_work = self._processes.start(), self._processes.has_work
+        for lease in await self._worker.run(self._lifecycle.reconcile_processes, has_work):
+            log.info(
+                "lease %s ended: holder %s died while the daemon was down", lease.id, lease.pid
+            )
         if gone:
             await self._end_for_exited(gone)
 
@@ -346,8 +345,8 @@ class AllocatorFacade(CleanupDesk):
         return self.unleased.covered(leases)
 
     async def _watch_all(self, leases: list[Lease]) -> list[Lease]:
-        for lease in leases:
-            self._processes.watch(lease)
+        for lease in leases:  # adopted: a revoke stops the work, as it does `run`'s
+            self._processes.watch(lease, terminate=True)
         return leases
 
     async def unleased_history(self, limit: int) -> list[dict[str, Any]]:

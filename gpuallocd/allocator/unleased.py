@@ -12,13 +12,14 @@ import collections
 import logging
 import signal
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
-from gpuallocd.allocator.adoption import adopt, unit_of
+from gpuallocd.allocator.adoption import ADOPTED_POLICY, adopt, unit_of
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.sharing import UnitHolders
 from gpuallocd.enforcement import Action, Seen, Step, Track, UnitUse, UnleasedRules, decide
-from gpuallocd.enforcement.proc_facts import Owner, owner_of, proc_facts
+from gpuallocd.enforcement.proc_facts import Owner, OwnerCache, owner_and_start, proc_facts
 from gpuallocd.enforcement.signals import send_signal
 from gpuallocd.errors import CallerError, CapacityError
 from gpuallocd.ledger import Ledger
@@ -85,7 +86,9 @@ class UnleasedGuard:
         self._send = send
         self._tracks: dict[tuple[int, int | None], Track] = {}
         self._seen: dict[tuple[int, int | None], Seen] = {}
-        self._owners: dict[int, Owner | None] = {}
+        self._owners = OwnerCache()
+        self._revoked: dict[tuple[int, int | None], None] = {}  # adopted, then revoked
+        self._odd: set[tuple[int, str]] = set()  # (pid, what went wrong), logged once
         self.counts: collections.Counter[str] = collections.Counter()
 
     def check(self, reserved: frozenset[str] = frozenset()) -> list[Lease]:
@@ -96,30 +99,50 @@ class UnleasedGuard:
         uses = unit_uses(self._lifecycle, reserved)
         seen = list(self._candidates(uses))
         now = self._clock()
+        for process in seen:  # a revoked adoption is never made again
+            if process.key in self._revoked:
+                track = self._tracks.get(process.key) or Track(now)
+                self._tracks[process.key] = replace(track, adopt_refused=True)
         actions, tracks = decide(seen, uses, self._tracks, self.rules, now)
         self._tracks, self._seen = tracks, {s.key: s for s in seen if s.key in tracks}
         adopted = []
         for action in actions:
-            lease = self._act(action, now, reserved)
+            try:
+                lease = self._act(action, now, reserved)
+            except Exception as exc:  # one odd process never stops the others' actions
+                self._log_odd(action.seen.pid, f"{action.step.value}: {exc!r}")
+                continue
             if lease is not None:
                 adopted.append(lease)
         return adopted
 
     def _candidates(self, uses: dict[str, UnitUse]) -> Iterator[Seen]:
-        """The processes whose owner holds no lease on their unit, described from /proc."""
+        """The processes whose owner holds no lease on their unit, described from /proc (each
+        on its own: one that cannot be described is logged once and left out)."""
         for gpu in self._lifecycle.node.topology.gpus:
             for process in self._lifecycle.node.live(gpu.uuid).processes:
                 unit = unit_of(gpu, process)
                 if process.uid is not None and process.uid in uses[unit].holders:
                     continue
-                seen = self._describe(gpu, unit, process)
+                try:
+                    seen = self._describe(gpu, unit, process)
+                except Exception as exc:
+                    self._log_odd(process.pid, f"cannot be described: {exc!r}")
+                    continue
                 if seen is not None:
                     yield seen
 
+    def _log_odd(self, pid: int, what: str) -> None:
+        if (pid, what) not in self._odd:
+            if len(self._odd) > 4096:
+                self._odd.clear()
+            self._odd.add((pid, what))
+            log.error("unleased GPU use: pid %d %s", pid, what)
+
     def _describe(self, gpu: Gpu, unit: str, process: GpuProcess) -> Seen | None:
         facts = proc_facts(process.pid)
-        if facts is None:
-            return None  # gone since the sample
+        if facts is None or facts.start_time is None:
+            return None  # gone since the sample (exited: a zombie until its parent reaps it)
         owner = self._owner(process.uid)
         return Seen(
             pid=process.pid,
@@ -132,14 +155,11 @@ class UnleasedGuard:
             gpu_index=gpu.index,
             unit_uuid=unit,
             groups=owner.groups if owner else frozenset(),
+            program=facts.program,
         )
 
     def _owner(self, uid: int | None) -> Owner | None:
-        if uid is None:
-            return None
-        if uid not in self._owners:
-            self._owners[uid] = owner_of(uid)
-        return self._owners[uid]
+        return self._owners.get(uid)
 
     def covered(self, leases: list[Lease]) -> list[Lease]:
         """Leases were just adopted: their owners' processes on them offend no more."""
@@ -149,6 +169,15 @@ class UnleasedGuard:
                     del self._seen[key]
                     self._tracks.pop(key, None)
         return leases
+
+    def revoked(self, lease: Lease) -> Lease:
+        """A lease was revoked: if it was adopted, its process is never adopted again (it is
+        stopped by the revoke; while it runs on, it counts as unleased use, without a lease)."""
+        if lease.policy == ADOPTED_POLICY and lease.pid is not None:
+            if len(self._revoked) >= 4096:
+                self._revoked.pop(next(iter(self._revoked)))
+            self._revoked[(lease.pid, lease.pid_start_time)] = None
+        return lease
 
     def reload(self, rules: UnleasedRules) -> None:
         """Adopt reloaded rules, and read users and groups afresh (SIGHUP)."""
@@ -178,7 +207,10 @@ class UnleasedGuard:
     def _adopt(self, action: Action, now: float, reserved: frozenset[str]) -> Lease | None:
         seen = action.seen
         owner = self._owner(seen.uid)
-        assert owner is not None and seen.start_time is not None  # decide adopts only those
+        if owner is None or seen.start_time is None:
+            return None  # decide adopts only those; never on a guess
+        if owner_and_start(seen.pid) != (seen.uid, seen.start_time):
+            return None  # another process has the pid now, or it is gone
         caller = Caller(owner.uid, owner.gid, seen.pid, owner.user, owner.groups)
         detail = f"pid {seen.pid} of {seen.user} ({seen.command}) was using {seen.where}"
         try:

@@ -24,7 +24,7 @@ def device_access(config: DaemonConfig, lifecycle: LeaseLifecycle) -> DeviceAcce
     if config.device_access != "acl":
         return None
     files = unit_files(lifecycle.topology.gpus, config.device_dir)
-    return DeviceAccess(files, lifecycle.leases())
+    return DeviceAccess(files, lifecycle.leases(), config.device_dir)
 
 
 def _revoke_entry(cleanup: Cleanup) -> None:

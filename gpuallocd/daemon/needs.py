@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.wiring import terminates
+from gpuallocd.enforcement.devices import open_to_users
 from gpuallocd.errors import MissingPrivilege
 from gpuallocd.host import (
     Capabilities,
@@ -172,6 +174,7 @@ def _enforcement_needs(config: DaemonConfig, host: Host) -> Iterator[Need]:
             required=True,
         )
     if config.device_access == "acl":
+        yield _device_dir_closed(config.device_dir)
         foreign = sorted(device_owners(config.device_dir) - {host.euid})
         if foreign:
             yield _capability(
@@ -190,6 +193,19 @@ def _enforcement_needs(config: DaemonConfig, host: Host) -> Iterator[Need]:
                 required=True,
                 met=True,
             )
+
+
+def _device_dir_closed(directory: str) -> Need:
+    problem = open_to_users(directory)
+    return Need(
+        feature='device_access = "acl"',
+        requirement=f"a device directory only root may change ({problem or directory})",
+        consequence="a user could rename a device file aside or put a link in its place "
+        "and keep the ACL entry a lease gave them",
+        fix=f"make {directory} and its subdirectories root's, writable by root only",
+        required=True,
+        met=problem is None,
+    )
 
 
 def _not_root(host: Host) -> Need:
@@ -266,14 +282,16 @@ def check_needs(config: DaemonConfig, host: Host) -> list[Need]:
 
 
 def device_owners(directory: str) -> set[int]:
-    """The owners of the GPU device files in `directory` (NVIDIA's and AMD's render nodes)."""
+    """The owners of the GPU device files in `directory` (NVIDIA's and AMD's render nodes:
+    character devices only)."""
     owners = set()
     for sub in ("", "nvidia-caps", "dri"):
         try:
             with os.scandir(os.path.join(directory, sub)) as entries:
                 for entry in entries:
-                    if entry.name.startswith(("nvidia", "renderD")) and not entry.is_dir():
-                        owners.add(entry.stat(follow_symlinks=False).st_uid)
+                    info = entry.stat(follow_symlinks=False)
+                    if entry.name.startswith(("nvidia", "renderD")) and stat.S_ISCHR(info.st_mode):
+                        owners.add(info.st_uid)  # a link or a plain file gets no ACL
         except OSError:
             continue
     return owners

@@ -228,8 +228,9 @@ class DaemonConfig:
     )
     unleased_exempt_commands: tuple[str, ...] = _setting(
         DEFAULT_EXEMPT_COMMANDS,
-        "programs that may use GPUs without a lease (by process name or program file name): "
-        "display servers and GPU services",
+        "programs that may use GPUs without a lease: display servers and GPU services, by the "
+        "file name of the program the process runs, where only root can have put it "
+        "(docs/enforcement.md)",
     )
     device_access: str = _setting(
         "off",

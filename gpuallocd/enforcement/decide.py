@@ -10,7 +10,7 @@ once the grace has passed since it was first seen and SIGKILL `kill_after_second
 `adopt` turns it into a lease of its owner where its unit is free, and where it is not (or
 the owner is over a limit) falls back to `over_limit` (report, or terminate after the grace).
 Root's processes, and those whose owner cannot be read, are reported and never signalled
-nor adopted; exempt ones are not looked at.
+nor adopted (nor one whose start time cannot be read); exempt ones are not looked at.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class Seen:
     gpu_index: int
     unit_uuid: str  # the GPU's UUID, or the MIG instance's where the process runs in one
     groups: frozenset[str] = frozenset()
+    program: str | None = None  # where only root can have named it so (programs.py)
 
     @property
     def key(self) -> Key:
@@ -94,7 +95,7 @@ class Track:
 def offends(seen: Seen, use: UnitUse, rules: UnleasedRules) -> bool:
     """A process whose owner holds no lease on its unit, and is not exempt. One whose owner
     cannot be read (another PID namespace) counts on a free unit only."""
-    if rules.exempt(seen.user, seen.command, seen.argv0):
+    if rules.exempt(seen.user, seen.program):
         return False
     if seen.uid is None:
         return not use.holders
@@ -117,7 +118,8 @@ def _steps(seen: Seen, use: UnitUse, track: Track, rules: UnleasedRules, now: fl
     mode = rules.mode_for(seen.user, seen.groups)
     if mode == "off":
         return []
-    if mode == "adopt" and use.adoptable and not track.adopt_refused and _signalable(seen):
+    adoptable = use.adoptable and not track.adopt_refused and seen.start_time is not None
+    if mode == "adopt" and adoptable and _signalable(seen):
         return [Step.ADOPT]
     steps = [] if track.reported else [Step.REPORT]
     enforce = mode == "terminate" or (mode == "adopt" and rules.over_limit == "terminate")

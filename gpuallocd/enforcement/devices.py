@@ -15,29 +15,90 @@ Taking an ended lease's entries away is owed work: `cleanups_of` names it (one `
 cleanup per file), the ledger keeps it in the transaction that ends the lease, and `settle`
 does it, as often as it takes (allocator/cleanups.py), until the file says what the ledger
 says. A failure at grant is logged; the next grant or end on the file, or a restart, sets it.
+
+An ACL goes only on a character device reached without following a link: each name under
+the device directory is opened through its parent's descriptor with `O_NOFOLLOW` (the file
+itself with `O_PATH`), checked with `fstat`, and its ACL read and written through that
+descriptor. A device directory that anyone but root may write is refused at start
+(`open_to_users`): there a user could rename a real node aside, and keep the entry the
+daemon gave them on it.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
 from gpuallocd.enforcement.acl import RW, read_acl, write_acl
+from gpuallocd.enforcement.programs import closed_to_users
 from gpuallocd.integrations.devices import nvidia_device_nodes
 from gpuallocd.model import Gpu, Lease
 from gpuallocd.model.cleanup import Cleanup
 
-__all__ = ["DEVICE_ACL", "DeviceAccess", "unit_files"]
+__all__ = ["DEVICE_ACL", "DeviceAccess", "open_device", "open_to_users", "unit_files"]
 
 DEVICE_ACL = "device_acl"  # the kind of cleanup that takes an ended lease's entry away
 
 log = logging.getLogger(__name__)
 
 MIG_MINORS = Path("/proc/driver/nvidia-caps/mig-minors")
+SUBDIRECTORIES = ("nvidia-caps", "dri")
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 _MIG_LINE = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)$")
+
+
+def open_to_users(directory: str) -> str | None:
+    """Why the device files in `directory` could be moved or replaced by someone other than
+    root (it, or a subdirectory of device files, is not root's or others may write it); None
+    when they cannot."""
+    for sub in ("", *SUBDIRECTORIES):
+        path = os.path.join(directory, sub) if sub else directory
+        try:
+            info = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            if sub:
+                continue
+            return f"{path} does not exist"
+        except OSError as exc:
+            return f"{path} cannot be read ({exc.strerror})"
+        if not os.path.isdir(path) or os.path.islink(path):
+            return f"{path} is not a directory"
+        if not closed_to_users(info):
+            return f"{path} is not root's, or others than root may write it"
+    return None
+
+
+def open_device(path: str, directory: str) -> int | None:
+    """An `O_PATH` descriptor of the character device `path` (under `directory`), reached
+    without following a link; None where there is none (a link, another kind of file, no
+    file). The caller closes it."""
+    parts = os.path.relpath(path, directory).split(os.sep)
+    if parts[0] == os.pardir:
+        return None
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        found = os.open(parts[-1], os.O_PATH | _NOFOLLOW, dir_fd=fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    info = os.fstat(found)
+    if not stat.S_ISCHR(info.st_mode) or info.st_nlink != 1:  # a hard link is no device's name
+        os.close(found)
+        return None
+    return found
 
 
 def mig_minors(path: Path = MIG_MINORS) -> dict[tuple[int, int, int | None], int]:
@@ -99,8 +160,11 @@ class DeviceAccess:
     """Keeps each device file's named user entries equal to the owners of the active leases
     that hold it (a lease observer: told of every grant and end after its commit)."""
 
-    def __init__(self, files: dict[str, tuple[str, ...]], active: Iterable[Lease]) -> None:
+    def __init__(
+        self, files: dict[str, tuple[str, ...]], active: Iterable[Lease], directory: str
+    ) -> None:
         self._files = files
+        self._directory = directory
         self._active = {lease.id: lease for lease in active}
         self._apply({path for paths in files.values() for path in paths})
 
@@ -147,10 +211,19 @@ class DeviceAccess:
             except OSError as exc:
                 log.error("device access: cannot set the ACL of %s: %s", path, exc.strerror)
 
-    @staticmethod
-    def _set(path: str, uids: set[int]) -> None:
-        if not os.path.exists(path):
+    def _set(self, path: str, uids: set[int]) -> None:
+        fd = open_device(path, self._directory)
+        if fd is None:
+            if os.path.lexists(path):  # a link or another kind of file: never written through
+                raise OSError(errno.ENODEV, "not a character device reached without a link")
             return  # a GPU without its file here (another node's layout): nothing to open
+        try:
+            self._set_on(f"/proc/self/fd/{fd}", uids)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _set_on(path: str, uids: set[int]) -> None:
         acl = read_acl(path)
         if set(acl.users()) == uids and all(p == RW for p in acl.users().values()):
             return

@@ -1,17 +1,24 @@
 """What /proc and the user database say about a process found on a GPU: its program, start
-time and owner. Reads only; a process gone meanwhile gives None."""
+time and owner. Reads only; a process gone meanwhile gives None. Owners are cached until the
+user database changes (an edit of /etc/passwd or /etc/group, as the API's identities are) or
+a reload."""
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import pwd
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuallocd.enforcement.programs import trusted_program
 from gpuallocd.processes.proc import process_start_time
 
-__all__ = ["Owner", "ProcFacts", "owner_of", "proc_facts"]
+__all__ = ["Owner", "OwnerCache", "ProcFacts", "owner_and_start", "owner_of", "proc_facts"]
+
+USER_DATABASE_FILES = ("/etc/passwd", "/etc/group")
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +26,7 @@ class ProcFacts:
     command: str  # the kernel's name for it (/proc/PID/comm)
     argv0: str
     start_time: int | None  # clock ticks since boot
+    program: str | None = None  # its program's file name, where only root can have given it
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +45,40 @@ def proc_facts(pid: int, proc: Path = Path("/proc")) -> ProcFacts | None:
     except OSError:
         return None
     argv0 = argv[0].decode(errors="replace") if argv else ""
-    return ProcFacts(command=command, argv0=argv0, start_time=process_start_time(pid, proc))
+    return ProcFacts(
+        command=command,
+        argv0=argv0,
+        start_time=process_start_time(pid, proc),
+        program=trusted_program(pid, str(proc)),
+    )
+
+
+def _effective_uid(pid: int, proc: Path) -> int | None:
+    for line in (proc / str(pid) / "status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[2])  # real, effective, saved, file system
+    return None
+
+
+def owner_and_start(pid: int, proc: Path = Path("/proc")) -> tuple[int, int] | None:
+    """The owner (effective uid, as the sample reads it) and start time of `pid`, read in
+    one look: a pidfd opened first holds on to the process, and what /proc said is its own
+    only if that process still lives once both are read (a pid handed to another process in
+    between fails this). None when the process is gone, or a zombie."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        uid = _effective_uid(pid, proc)
+        start = process_start_time(pid, proc)
+        with contextlib.suppress(PermissionError):  # it lives (signalling it is not ours)
+            signal.pidfd_send_signal(fd, 0)
+    except (OSError, ValueError, IndexError):
+        return None
+    finally:
+        os.close(fd)
+    return None if uid is None or start is None else (uid, start)
 
 
 def owner_of(uid: int | None) -> Owner | None:
@@ -56,3 +97,36 @@ def owner_of(uid: int | None) -> Owner | None:
         except KeyError:
             continue
     return Owner(uid, entry.pw_gid, entry.pw_name, frozenset(groups))
+
+
+def _stamp(files: tuple[str, ...]) -> tuple[int | None, ...]:
+    found: list[int | None] = []
+    for path in files:
+        try:
+            found.append(os.stat(path).st_mtime_ns)
+        except OSError:
+            found.append(None)
+    return tuple(found)
+
+
+class OwnerCache:
+    """`owner_of`, remembered per uid while the user database stays as it was: a user taken
+    out of a group loses what the group's rules gave at the next sample, not the next reload."""
+
+    def __init__(self, files: tuple[str, ...] = USER_DATABASE_FILES) -> None:
+        self._files = files
+        self._stamp = _stamp(files)
+        self._owners: dict[int, Owner | None] = {}
+
+    def get(self, uid: int | None) -> Owner | None:
+        if uid is None:
+            return None
+        stamp = _stamp(self._files)
+        if stamp != self._stamp:
+            self._stamp, self._owners = stamp, {}
+        if uid not in self._owners:
+            self._owners[uid] = owner_of(uid)
+        return self._owners[uid]
+
+    def clear(self) -> None:
+        self._owners.clear()

@@ -50,13 +50,13 @@ class UnleasedRules:
             return min(set_by_groups, key=LENIENCE.index)
         return self.mode
 
-    def exempt(self, user: str, command: str, argv0: str) -> bool:
-        """A process of an exempt user, or running an exempt command (by its name in the
-        kernel or its program's file name)."""
+    def exempt(self, user: str, program: str | None) -> bool:
+        """A process of an exempt user, or one running an exempt command: its program's file
+        name where only root can have given it (`programs.py`), never a name the process's
+        owner chose (its name in the kernel, its argv[0], a copy or a link of their own)."""
         if user in self.exempt_users:
             return True
-        names = {command, argv0.rsplit("/", 1)[-1]}
-        return any(name in self.exempt_commands for name in names if name)
+        return program is not None and program in self.exempt_commands
 
     @property
     def active(self) -> bool:

@@ -3,9 +3,12 @@
 The connector's socket is read when the loop says it is readable. A fork by a member makes
 the child a member at once (with the start time it really has: read from /proc and checked
 against the time of the fork event, so a pid reused before we looked is never adopted); an
-exit takes a member out, and a family left empty ends its lease. Lost events (the kernel's
-buffer overran) make the families learn everything again from /proc. How long a fork took to
-be covered is kept for the numbers shown to people (`stats`) and the benchmark.
+exit takes a member out when its whole thread group has exited (the kernel reports each
+thread's exit; a process whose main thread exits first lives on in its other threads, and is
+looked at again until the last of them is gone), and a family left empty ends its lease.
+Lost events (the kernel's buffer overran) make the families learn everything again from
+/proc, with the lease in their environment for those whose parents were lost. How long a
+fork took to be covered is kept for the numbers shown to people (`stats`) and the benchmark.
 """
 
 from __future__ import annotations
@@ -15,12 +18,12 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
 from gpuallocd.processes.connector import Connector, EventKind, Overrun, ProcEvent
 from gpuallocd.processes.families import UNKNOWN_START, Member, ProcessFamilies
-from gpuallocd.processes.proc import CLOCK_TICKS, process_start_time
+from gpuallocd.processes.proc import CLOCK_TICKS, process_start_time, thread_group_lives
 
 __all__ = ["EventStats", "FamilyEvents", "start_matches"]
 
@@ -29,6 +32,7 @@ log = logging.getLogger(__name__)
 BATCH = 2048  # events per wake-up of the loop: requests run between batches
 KEPT_LATENCIES = 10_000
 NS = 1_000_000_000
+RECHECK_SECONDS = 1.0  # how often a process whose main thread exited is looked at again
 
 
 def boottime_offset_ns() -> int:
@@ -82,13 +86,21 @@ class FamilyEvents:
         families: ProcessFamilies,
         on_gone: Callable[[list[str]], None],
         rescan: Callable[[], list[str]],
+        stray: Callable[[Member], None] | None = None,
+        stray_parents: Container[int] = (),
     ) -> None:
+        """`stray(child)` hears of a fork by one of `stray_parents` (not members: a holder's
+        parent, where a `clone(CLONE_PARENT)` child of a member lands)."""
+        self._stray = stray
+        self._stray_parents = stray_parents
         self._connector = connector
         self._families = families
         self._on_gone = on_gone
         self._rescan = rescan
         self.stats = EventStats()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._leaderless: dict[int, set[int]] = {}  # tgid -> its threads seen exiting
+        self._recheck: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -113,18 +125,60 @@ class FamilyEvents:
         offset: int | None = None
         families = self._families
         for event in events:
-            if not event.is_process:
-                continue  # a thread: its process is what counts
             if event.kind is EventKind.FORK and families.covers(event.parent_tgid):
+                if not event.is_process:
+                    continue  # a new thread: its process is what counts
                 offset = boottime_offset_ns() if offset is None else offset
                 families.forked(event.parent_tgid, _member(event, offset))
                 self._covered(event)
-            elif event.kind is EventKind.EXIT and families.covers(event.pid):
-                gone += families.exited(event.pid)
+            elif event.kind is EventKind.FORK and event.parent_tgid in self._stray_parents:
+                if event.is_process and self._stray is not None:
+                    offset = boottime_offset_ns() if offset is None else offset
+                    self._stray(_member(event, offset))
+            elif (
+                event.kind is EventKind.EXIT
+                and families.covers(event.tgid)
+                and self._group_exited(event)
+            ):
+                gone += families.exited(event.tgid)
         self.stats.events += len(events)
         return gone
 
+    def _group_exited(self, event: ProcEvent) -> bool:
+        """Whether the thread that exited was the last of its process."""
+        exited = self._leaderless.get(event.tgid)
+        if exited is None:
+            if not event.is_process:
+                return False  # another thread, while the main one runs
+            exited = self._leaderless[event.tgid] = set()
+        exited.add(event.pid)
+        if thread_group_lives(event.tgid, exited=exited):
+            self._recheck_later()
+            return False
+        del self._leaderless[event.tgid]
+        return True
+
+    def _recheck_later(self) -> None:
+        if self._loop is not None and self._recheck is None:
+            self._recheck = self._loop.call_later(RECHECK_SECONDS, self._recheck_leaderless)
+
+    def _recheck_leaderless(self) -> None:
+        """Processes whose main thread exited: those whose last thread is gone too leave."""
+        self._recheck = None
+        gone: list[str] = []
+        for tgid, exited in list(self._leaderless.items()):
+            if not self._families.covers(tgid):
+                del self._leaderless[tgid]
+            elif not thread_group_lives(tgid, exited=exited):
+                del self._leaderless[tgid]
+                gone += self._families.exited(tgid)
+        if self._leaderless:
+            self._recheck_later()
+        self._tell(gone)
+
     def close(self) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
         if self._loop is not None:
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(self._connector.fileno())

@@ -10,7 +10,8 @@ Two ways keep a family current. With the kernel's process events (`connector.py`
 a member adds the child when it happens (`forked`), whatever its parent does next, and an
 exit removes it (`exited`). Without them, or after events were lost, a scan of /proc adds
 every process whose parent is a living member and drops members that are gone (`scan`); a
-process whose whole chain of parents up to a member exits between two scans is not seen.
+process whose whole chain of parents up to a member exits between two scans is not seen by
+its parents, and is found by the lease id it inherited in its environment (`inherited.py`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,17 @@ class ProcessFamilies:
 
     def members(self, lease_id: str) -> list[Member]:
         return sorted(self._families.get(lease_id, ()))
+
+    def attach(self, lease_id: str, member: Member) -> bool:
+        """Add a process found by other means (its environment) to a lease followed here."""
+        if lease_id not in self._families or member in self._families[lease_id]:
+            return False
+        self._add(lease_id, member)
+        return True
+
+    def covered(self) -> set[int]:
+        """Every pid some family holds."""
+        return set(self._leases_of)
 
     def covers(self, pid: int) -> bool:
         """Whether some family holds a process with this pid."""

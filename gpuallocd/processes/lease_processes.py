@@ -10,13 +10,21 @@ processes stopped when it is revoked: SIGTERM, then SIGKILL after the grace peri
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpuallocd.model import Lease
 from gpuallocd.processes.events import FamilyEvents
 from gpuallocd.processes.families import Member, ProcessFamilies
-from gpuallocd.processes.proc import descendants, process_start_time, read_process_table
+from gpuallocd.processes.inherited import belongs, inherited, inheritors
+from gpuallocd.processes.proc import (
+    ProcessTable,
+    descendants,
+    process_start_time,
+    read_parent,
+    read_process_table,
+)
 from gpuallocd.processes.scopes import LeaseScopes
 from gpuallocd.processes.terminate import terminate_family
 from gpuallocd.processes.tracking import PROC_SCAN, SCOPE, Tracking
@@ -25,6 +33,9 @@ from gpuallocd.processes.watcher import POLL_SECONDS, ProcessWatcher
 __all__ = ["SCAN_SECONDS", "LeaseProcesses"]
 
 SCAN_SECONDS = POLL_SECONDS
+INIT = 1
+
+log = logging.getLogger(__name__)
 
 
 class LeaseProcesses:
@@ -51,12 +62,18 @@ class LeaseProcesses:
         self._revoke_grace = revoke_grace_seconds
         self.tracking = tracking or Tracking(PROC_SCAN)
         self._events: FamilyEvents | None = None
+        self._leases: dict[str, Lease] = {}  # bound leases whose family is followed here
+        # Where a clone(CLONE_PARENT) child of a member lands whose parent is no member: a
+        # holder's parent (-> its leases), and init (the parent of orphans).
+        self._holder_parents: dict[int, set[str]] = {INIT: set()}
         if self.tracking.connector is not None:
             self._events = FamilyEvents(
                 self.tracking.connector,
                 self._families,
                 on_gone or on_holder_exit,
                 self._rescan_now,
+                stray=self._stray_fork,
+                stray_parents=self._holder_parents,
             )
         self._scopes: LeaseScopes | None = None
         if self.tracking.mode == SCOPE:
@@ -68,11 +85,18 @@ class LeaseProcesses:
 
     def start(self) -> list[str]:
         """Listen to the kernel's events (where the mode has them), then learn the families
-        of the leases watched so far from /proc; the leases found with no process left."""
+        of the leases watched so far from /proc (the work of a holder that died while the
+        daemon was down found again by its environment); the leases with no process left."""
         if self._events is None:
+            if self._families:
+                self._reattach(read_process_table())
             return []
         self._events.start()
         return self._rescan_now()
+
+    def has_work(self, lease_id: str) -> bool:
+        """Whether a process of the lease still runs (its holder, or work found again)."""
+        return any(process_start_time(pid) == start for pid, start in self._members(lease_id))
 
     def watch(self, lease: Lease, *, terminate: bool = False) -> None:
         """Follow a bound lease's holder and the processes it starts (nothing if detached)."""
@@ -81,7 +105,9 @@ class LeaseProcesses:
             pass  # its scope is its family
         elif self._events is None or lease.pid is None:
             self._families.track(lease)
+            self._follow(lease)
         else:
+            self._follow(lease)
             self._families.track(lease, descendants(lease.pid))
             if process_start_time(lease.pid) != lease.pid_start_time:
                 self._families.exited(lease.pid)  # gone before the events could tell
@@ -111,6 +137,8 @@ class LeaseProcesses:
         if self._scopes is not None:
             self._scopes.retain(keep | self._terminating)
         self._terminate_on_revoke &= keep
+        for lease_id in [i for i in self._leases if i not in keep | self._terminating]:
+            self._unfollow(lease_id)
 
     def members(self, lease_id: str) -> list[int]:
         """The pids a bound lease covers now: its holder and the processes started under it."""
@@ -184,5 +212,45 @@ class LeaseProcesses:
 
     def _rescan_now(self) -> list[str]:
         """Read /proc on the loop itself, so that no event is applied halfway through: the
-        events queued meanwhile follow, and correct what changed since."""
-        return self._families.scan(read_process_table()) if self._families else []
+        events queued meanwhile follow, and correct what changed since. A process whose
+        parents were lost with the events is found by the lease in its environment."""
+        if not self._families:
+            return []
+        table = read_process_table()
+        self._reattach(table)
+        return self._families.scan(table)
+
+    def _follow(self, lease: Lease) -> None:
+        if lease.pid is None or lease.pid_start_time is None:
+            return
+        self._leases[lease.id] = lease
+        parent = read_parent(lease.pid)
+        if parent is not None:
+            self._holder_parents.setdefault(parent, set()).add(lease.id)
+
+    def _unfollow(self, lease_id: str) -> None:
+        del self._leases[lease_id]
+        for parent, leases in list(self._holder_parents.items()):
+            leases.discard(lease_id)
+            if not leases and parent != INIT:
+                del self._holder_parents[parent]
+
+    def _reattach(self, table: ProcessTable) -> None:
+        found = inheritors(table, self._leases, self._families.covered())
+        for lease_id, member, terminate in found:
+            self._take(lease_id, member, terminate)
+        if found:
+            log.info("process tracking: %d processes found again by their lease", len(found))
+
+    def _take(self, lease_id: str, member: Member, terminate: bool) -> None:
+        self._families.attach(lease_id, member)
+        if terminate:
+            self._terminate_on_revoke.add(lease_id)
+
+    def _stray_fork(self, child: Member) -> None:
+        """A holder's parent forked (where a `clone(CLONE_PARENT)` child of a member lands):
+        the child joins the lease its environment names, if it is its owner's."""
+        got = inherited(child[0])
+        lease = self._leases.get(got.lease_id) if got is not None else None
+        if got is not None and lease is not None and belongs(got, lease):
+            self._take(lease.id, child, got.terminate)

@@ -8,6 +8,7 @@ never with the same start time, so the pair names one process for good.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = [
@@ -17,7 +18,9 @@ __all__ = [
     "descendants",
     "parse_stat",
     "process_start_time",
+    "read_parent",
     "read_process_table",
+    "thread_group_lives",
 ]
 
 ProcessTable = dict[int, tuple[int, int]]  # pid -> (parent pid, start time)
@@ -26,33 +29,74 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STAT_BYTES = 4096  # a stat line is at most about 700 bytes
 
 
-def parse_stat(text: str) -> tuple[int, int] | None:
-    """(parent pid, start time) of a /proc/PID/stat line; None for a zombie (it has exited)."""
+def _fields(text: str) -> list[str]:
     # Fields after the command name, which may itself hold spaces and parentheses.
-    fields = text[text.rindex(")") + 2 :].split()
-    if not fields or fields[0] in ("Z", "X"):
+    return text[text.rindex(")") + 2 :].split()
+
+
+def parse_stat(text: str, *, group_lives: bool = False) -> tuple[int, int] | None:
+    """(parent pid, start time) of a /proc/PID/stat line; None for a zombie (it has exited),
+    unless `group_lives`: a leader whose own thread exited while its others still run."""
+    fields = _fields(text)
+    if not fields or (fields[0] in ("Z", "X") and not group_lives):
         return None
     return int(fields[1]), int(fields[19])  # ppid (field 4), starttime (field 22)
 
 
-def _stat_of(pid: int, proc: Path) -> tuple[int, int] | None:
+def _read(path: str) -> str | None:
     # os.open and os.read: a quarter of the time of Path.read_text, on every covered fork.
     try:
-        fd = os.open(f"{proc}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None  # gone while we looked
     try:
-        return parse_stat(os.read(fd, STAT_BYTES).decode(errors="replace"))
-    except (OSError, ValueError):
+        return os.read(fd, STAT_BYTES).decode(errors="replace")
+    except OSError:
         return None
     finally:
         os.close(fd)
 
 
+def thread_group_lives(pid: int, proc: Path = PROC, *, exited: Iterable[int] = ()) -> bool:
+    """Whether a thread of process `pid` other than those `exited` still runs (a process whose
+    main thread has exited lives on in its other threads; its leader shows as a zombie)."""
+    gone = {pid, *exited}
+    try:
+        tids = [int(name) for name in os.listdir(f"{proc}/{pid}/task") if name.isdigit()]
+    except OSError:
+        return False
+    for tid in tids:
+        text = _read(f"{proc}/{pid}/task/{tid}/stat") if tid not in gone else None
+        fields = _fields(text) if text and ")" in text else []
+        if fields and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _stat_of(pid: int, proc: Path) -> tuple[int, int] | None:
+    text = _read(f"{proc}/{pid}/stat")
+    if text is None:
+        return None
+    try:
+        found = parse_stat(text)
+        if found is None and _fields(text)[0] == "Z" and thread_group_lives(pid, proc):
+            found = parse_stat(text, group_lives=True)
+        return found
+    except (ValueError, IndexError):
+        return None
+
+
 def process_start_time(pid: int, proc: Path = PROC) -> int | None:
-    """When process `pid` started, in clock ticks since boot; None if it is gone or a zombie."""
+    """When process `pid` started, in clock ticks since boot; None if it is gone or a zombie
+    (a leader whose own thread exited counts as living while another of its threads runs)."""
     found = _stat_of(pid, proc)
     return None if found is None else found[1]
+
+
+def read_parent(pid: int, proc: Path = PROC) -> int | None:
+    """The parent of process `pid`; None if it is gone."""
+    found = _stat_of(pid, proc)
+    return None if found is None else found[0]
 
 
 def read_process_table(proc: Path = PROC) -> ProcessTable:

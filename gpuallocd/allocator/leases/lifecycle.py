@@ -309,13 +309,15 @@ class LeaseLifecycle:
             ended += self._end([lease], LeaseState.FREED, actor_uid=0, detail=detail)
         return ended
 
-    def reconcile_processes(self) -> list[Lease]:
-        """At start: end bound leases whose process died while the daemon was down."""
+    def reconcile_processes(self, has_work: Callable[[str], bool] | None = None) -> list[Lease]:
+        """At start: end bound leases whose process died while the daemon was down (unless
+        `has_work` says work of the lease was found running)."""
         dead = [
             lease.id
             for lease in self._active.values()
             if lease.bound
             and (lease.pid is None or self._start_time_of(lease.pid) != lease.pid_start_time)
+            and not (has_work is not None and has_work(lease.id))
         ]
         return self.end_for_exited_process(dead)
 
