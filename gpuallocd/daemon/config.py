@@ -1,5 +1,8 @@
 """Reading the settings: defaults < config file (TOML) < environment < command-line options.
 
+One exception: GPUALLOCD_SOCKET, which clients read too, does not override a config file
+that names `socket` (a shell that exported it for the client would else move the daemon).
+
 Every key, type and allowed value comes from the settings table (`settings.py`). A wrong
 key, type or value is a ConfigError that names where it came from, in one line: whatever a
 file holds (bytes that are not UTF-8, an integer of thousands of digits, an infinite float)
@@ -132,21 +135,40 @@ def _from_environment(environ: Mapping[str, str], table: Mapping[str, Setting]) 
     }
 
 
+def _clients_socket_variable(
+    from_file: Mapping[str, Any], from_env: dict[str, Any], where: Path | None, notes: list[str]
+) -> None:
+    """GPUALLOCD_SOCKET is also the clients' variable (the quickstart exports it): a config
+    file that names its socket wins over it, and the daemon says that it did."""
+    if "socket" in from_file and "socket" in from_env:
+        ignored = from_env.pop("socket")
+        if ignored != from_file["socket"]:
+            notes.append(
+                f"GPUALLOCD_SOCKET={ignored} is not used: config file {where} sets socket = "
+                f"{from_file['socket']!r} (the variable is read when the file names no socket; "
+                "--socket overrides both)"
+            )
+
+
 def load_config(
     config_file: Path | None = None,
     *,
     environ: Mapping[str, str] | None = None,
+    notes: list[str] | None = None,
     **options: Any,
 ) -> DaemonConfig:
-    """The daemon's settings; `options` are already typed, None meaning not given."""
+    """The daemon's settings; `options` are already typed, None meaning not given. What
+    the daemon should log about how it read them is appended to `notes`."""
     table = {s.name: s for s in settings()}
     unknown = set(options) - set(table)
     if unknown:
         raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
     config = DaemonConfig()
-    if config_file is not None:
-        config = replace(config, **_from_file(config_file, table))
-    config = replace(config, **_from_environment(os.environ if environ is None else environ, table))
+    from_file = _from_file(config_file, table) if config_file is not None else {}
+    config = replace(config, **from_file)
+    from_env = _from_environment(os.environ if environ is None else environ, table)
+    _clients_socket_variable(from_file, from_env, config_file, [] if notes is None else notes)
+    config = replace(config, **from_env)
     given = {
         k: _checked(table[k], v, f"option {table[k].option}")
         for k, v in options.items()

@@ -116,8 +116,11 @@ def main(config_file: Path | None, initialise: bool, **options: Any) -> None:
     """Run the GPU allocation daemon in the foreground."""
     config: DaemonConfig | None = None
     try:
-        config = load_config(config_file, **options)
+        notes: list[str] = []
+        config = load_config(config_file, notes=notes, **options)
         _configure_logging(config.log_level)
+        for note in notes:
+            log.warning("%s", note)
         reload = functools.partial(load_config, config_file, **options)  # on SIGHUP
         run_event_loop(Daemon(config, reload_config=reload, initialise=initialise).run())
     except GpuallocError as exc:
