@@ -22,6 +22,8 @@ class ApiContext:
     started_at: float
     body_timeout_seconds: float  # request_body_timeout_seconds (daemon/settings.py)
     diagnostics: Callable[[], dict[str, Any]] = dict  # the daemon's; empty where not given
+    # the config's warnings and a refused reload (daemon/config_check.py), for health/doctor
+    config_report: Callable[[], dict[str, Any]] = dict
 
 
 CONTEXT = web.AppKey("context", ApiContext)

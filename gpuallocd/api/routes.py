@@ -73,6 +73,7 @@ async def health(request: web.Request) -> web.Response:
             "version": __version__,
             "started_at": ctx.started_at,
             "process_tracking": ctx.facade.process_tracking(),
+            **ctx.config_report(),
         }
     )
 
@@ -81,8 +82,9 @@ async def get_diagnostics(request: web.Request) -> web.Response:
     """What `gpuallocctl doctor` checks on the daemon's side; read off the event loop (it
     reads /proc and /sys)."""
     caller_of(request)
-    probe = context_of(request).diagnostics
-    return _json(await asyncio.get_running_loop().run_in_executor(None, probe))
+    ctx = context_of(request)
+    found = await asyncio.get_running_loop().run_in_executor(None, ctx.diagnostics)
+    return _json({**found, **ctx.config_report()})
 
 
 async def list_gpus(request: web.Request) -> web.Response:

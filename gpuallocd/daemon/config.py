@@ -11,9 +11,11 @@ is refused here, before anything uses it (tests/test_hostile_config.py fuzzes th
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -54,8 +56,26 @@ def _checked_list(setting: Setting, value: Any, where: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value if v.strip())
 
 
+def _octal_in_file(setting: Setting, value: Any, where: str) -> Any:
+    """A file mode as the file gives it: TOML's `0o660`, or a string `"0660"`. An integer
+    that is a mode only when read as octal (`660`, decimal for 0o1224) is refused with how
+    to write it: a socket has no use for the bits above 0o777."""
+    if isinstance(value, str):
+        return parse_text(setting, value, where)
+    digits = str(value) if isinstance(value, int) and not isinstance(value, bool) else ""
+    if value > 0o777 and set(digits) <= set("01234567") and len(digits) in (3, 4):
+        octal = digits.lstrip("0")
+        raise ConfigError(
+            f"{where}: {setting.name} = {value} is decimal ({value:#o}): "
+            f'write 0o{octal} or "0{octal}"'
+        )
+    return value
+
+
 def _checked(setting: Setting, value: Any, where: str) -> Any:
     """A value of the setting's type and choices, else a ConfigError naming `where`."""
+    if setting.octal and isinstance(value, (str, int)) and not isinstance(value, bool):
+        value = _octal_in_file(setting, value, where) if where.startswith("config") else value
     if setting.type is tuple:
         return _checked_list(setting, value, where)
     expected = (int, float) if setting.type is float else (setting.type,)
@@ -103,10 +123,29 @@ def _read_toml(path: Path, where: str) -> dict[str, Any]:
     try:
         data: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where}: {_one_line(exc)}") from None
+        raise ConfigError(f"{where}: {_one_line(exc)}{_leading_zero_hint(text)}") from None
     except (ValueError, RecursionError) as exc:  # an integer past the digits Python reads
         raise ConfigError(f"{where}: {_one_line(exc)}") from None
     return data
+
+
+_LEADING_ZERO = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=\s*0(\d+)\s*(?:#.*)?$", re.MULTILINE)
+
+
+def _leading_zero_hint(text: str) -> str:
+    """TOML refuses `0660`; a shell's octal mode is the likely cause: say how TOML writes it."""
+    found = _LEADING_ZERO.search(text)
+    if found is None:
+        return ""
+    key, digits = found.group(1), found.group(2)
+    return f'; write {key} = 0o{digits} (TOML\'s octal) or "0{digits}"'
+
+
+def _unknown(key: str, known: Iterable[str], where: str) -> ConfigError:
+    """An unknown key, with the nearest known one where one is near."""
+    near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return ConfigError(f"{where}: unknown setting {key!r}{hint}")
 
 
 def _from_file(path: Path, table: Mapping[str, Setting]) -> dict[str, Any]:
@@ -122,7 +161,7 @@ def _from_file(path: Path, table: Mapping[str, Setting]) -> dict[str, Any]:
         if key == "limits":
             continue
         if key not in table:
-            raise ConfigError(f"{where}: unknown setting {key!r}")
+            raise _unknown(key, [*table, "limits"], where)
         values[key] = _checked(table[key], value, where)
     return values
 

@@ -41,7 +41,8 @@ from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handle
 from gpuallocd.api.tcp_site import Handlers
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.allocator_setup import allocator_settings
-from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
+from gpuallocd.daemon.config_check import ConfigState
+from gpuallocd.daemon.diagnostics import diagnostics
 from gpuallocd.daemon.enforcement_setup import unleased_rules
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.integrity import (
@@ -122,6 +123,7 @@ class Daemon:
         self._metrics = DaemonMetrics()
         self._facade_in_service: AllocatorFacade | None = None
         self._needs: list[Need] = []
+        self._config_state = ConfigState(config)  # its warnings, and a reload refused
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -135,7 +137,10 @@ class Daemon:
             config = self._reload_config()
         except ConfigError as exc:
             log.error("reload refused, the rules in force stay: %s", exc.message)
+            self._config_state.refuse(exc.message, self._clock())
             return
+        for warning in self._config_state.adopt(config):
+            log.warning("%s", warning)
         forget_identities()
         forget_members()  # reservations' members, by the user database
         if self._facade_in_service is not None:
@@ -147,7 +152,7 @@ class Daemon:
     async def run(self) -> None:
         activated = listen_fd_count(os.environ, os.getpid()) > 0
         self._needs = check_needs(self.config, Host.current(socket_activated=activated))
-        for warning in config_warnings(self.config):
+        for warning in self._config_state.warnings:
             log.warning("%s", warning)
         prepare_private_dir(Path(self.config.state_dir), "state directory", 0o700)
         prepare_private_dir(Path(self.config.socket).parent, "socket's directory", 0o755)
@@ -264,6 +269,7 @@ class Daemon:
             diagnostics=functools.partial(
                 diagnostics, self.config, self._needs, facade.process_tracking_stats, started_at
             ),
+            config_report=self._config_state.report,
         )
         socket_path = Path(self.config.socket)
         activated = inherited_api_socket()  # socket activation: systemd owns the path
