@@ -10,10 +10,15 @@ from aiohttp import web
 
 from gpuallocd.errors import StateUnusable
 
-__all__ = ["Handlers", "TcpSite"]
+__all__ = ["Handlers", "TcpSite", "unservable"]
 
 # Makes the port's connection handlers from the application's server (`limited_handlers`).
 Handlers = Callable[[web.Server], Callable[[], asyncio.Protocol]]
+
+
+def unservable(what: str, host: str, port: int, exc: OSError) -> StateUnusable:
+    """The refusal of an address that cannot be bound (here, and before start-up writes)."""
+    return StateUnusable(f"cannot serve {what} on {host}:{port}: {exc.strerror or exc}")
 
 
 class TcpSite:
@@ -33,9 +38,7 @@ class TcpSite:
             await self._bind(runner, host, port)
         except OSError as exc:
             await runner.cleanup()
-            raise StateUnusable(
-                f"cannot serve {what} on {host}:{port}: {exc.strerror or exc}"
-            ) from exc
+            raise unservable(what, host, port, exc) from exc
         self._runner = runner
 
     async def stop(self) -> None:

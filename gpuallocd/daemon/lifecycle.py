@@ -52,7 +52,8 @@ from gpuallocd.daemon.integrity import (
     mark_initialised,
     prepare_private_dir,
 )
-from gpuallocd.daemon.needs import Host, Need, check_needs
+from gpuallocd.daemon.needs import Host, Need, warn_weakened
+from gpuallocd.daemon.preflight import preflight
 from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watchdog
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.socketwatch import SocketWatch
@@ -151,28 +152,27 @@ class Daemon:
 
     async def run(self) -> None:
         activated = listen_fd_count(os.environ, os.getpid()) > 0
-        self._needs = check_needs(self.config, Host.current(socket_activated=activated))
-        for warning in self._config_state.warnings:
-            log.warning("%s", warning)
-        prepare_private_dir(Path(self.config.state_dir), "state directory", 0o700)
-        prepare_private_dir(Path(self.config.socket).parent, "socket's directory", 0o755)
-        lock = StateLock(self.config.lock_path)
-        lock.acquire(self.config.socket)
-        try:
-            await self._run_locked()
-        finally:
-            lock.release()
-
-    async def _run_locked(self) -> None:
-        inventory = self._inventory()
-        try:
-            ledger = _open_ledger(self.config, self._initialise, self._metrics)
+        host = Host.current(socket_activated=activated)
+        self._needs = preflight(self.config, host, activated)  # every refusal before a write
+        with contextlib.closing(self._inventory()) as inventory:
+            warn_weakened(self._needs)
+            for warning in self._config_state.warnings:
+                log.warning("%s", warning)
+            prepare_private_dir(Path(self.config.state_dir), "state directory", 0o700)
+            prepare_private_dir(Path(self.config.socket).parent, "socket's directory", 0o755)
+            lock = StateLock(self.config.lock_path)
+            lock.acquire(self.config.socket)
             try:
-                await self._serve(inventory, ledger)
+                await self._run_locked(inventory)
             finally:
-                ledger.close()
+                lock.release()
+
+    async def _run_locked(self, inventory: Inventory) -> None:
+        ledger = _open_ledger(self.config, self._initialise, self._metrics)
+        try:
+            await self._serve(inventory, ledger)
         finally:
-            inventory.close()
+            ledger.close()
 
     def _inventory(self) -> Inventory:
         try:
