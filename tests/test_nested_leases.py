@@ -13,6 +13,7 @@ import pytest
 from gpulease import InvalidRequest, gpu_lease
 
 from tests.harness import ThreadDaemon, ctl_argv
+from tests.system_users import SystemUsers, open_to_everyone
 
 INNER = (
     "import json, os, sys\n"
@@ -128,3 +129,28 @@ INNER_RUN = (
     "print(os.environ['GPUALLOCD_LEASE_ID'], flush=True)\n"
     "sys.exit(subprocess.run(sys.argv[1:]).returncode)\n"
 )
+
+
+def test_another_users_lease_is_never_nested_in(
+    daemon: ThreadDaemon, system_users: SystemUsers
+) -> None:
+    """alice's script names root's lease in GPUALLOCD_LEASE_ID: she gets a lease of her own;
+    root's lease is neither used, renewed nor freed by her block."""
+    open_to_everyone(daemon.paths.root)
+    with daemon.client() as client:
+        roots = client.allocate(1)
+    script = (
+        "import os, sys\n"
+        "from gpulease import gpu_lease\n"
+        "os.environ['GPUALLOCD_LEASE_ID'] = sys.argv[2]\n"
+        "cm = gpu_lease(1, socket=sys.argv[1])\n"
+        "with cm as lease:\n"
+        "    print(lease.id, cm.nested)\n"
+    )
+    done = system_users.run("alice", ["-c", script, str(daemon.paths.socket), roots.id])
+    assert done.returncode == 0, done.stderr
+    lease_id, nested = done.stdout.split()
+    assert lease_id != roots.id and nested == "False"
+    with daemon.client() as client:
+        after = client.lease(roots.id)
+    assert after.state == "active" and after.expires_at == roots.expires_at

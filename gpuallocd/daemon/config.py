@@ -62,8 +62,8 @@ def _octal_in_file(setting: Setting, value: Any, where: str) -> Any:
     to write it: a socket has no use for the bits above 0o777."""
     if isinstance(value, str):
         return parse_text(setting, value, where)
-    digits = str(value) if isinstance(value, int) and not isinstance(value, bool) else ""
-    if value > 0o777 and set(digits) <= set("01234567") and len(digits) in (3, 4):
+    digits = str(value) if 0o777 < value <= 7777 else ""  # never str() of a huge int
+    if digits and set(digits) <= set("01234567"):
         octal = digits.lstrip("0")
         raise ConfigError(
             f"{where}: {setting.name} = {value} is decimal ({value:#o}): "
@@ -101,8 +101,9 @@ def parse_text(setting: Setting, text: str, where: str) -> Any:
         if setting.type is tuple:  # comma-separated
             return _checked(setting, [v.strip() for v in text.split(",") if v.strip()], where)
     except (ValueError, KeyError, OverflowError):
+        shown = text if len(text) <= 40 else f"{text[:40]}..."
         raise ConfigError(
-            f"{where}: {setting.name} must be {setting.type.__name__}, not {text!r}"
+            f"{where}: {setting.name} must be {setting.type.__name__}, not {shown!r}"
         ) from None
     return _checked(setting, text, where)
 
