@@ -17,6 +17,7 @@ from tests.service_unit import shipped_unit
 pytest_plugins = [
     "tests.system_users",  # the `system_users` fixture: real users (as root)
     "tests.local_users",
+    "tests.leftovers",  # the run fails on a process it left behind
 ]
 
 

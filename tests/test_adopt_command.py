@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.harness import DaemonPaths
+from tests.harness import DaemonPaths, wait_for
 from tests.rules_harness import daemon_with_config
 from tests.system_users import SystemUsers
 from tests.unleased_helpers import Node, node
@@ -53,9 +53,49 @@ def test_nobody_adopts_someone_elses_process(
     node.put(UUID2, alices)
     with daemon.client() as client:
         node.sampled(client)
+    alice = system_users.name("alice")
     theirs = system_users.ctl("bob", paths.socket, "adopt", f"pid:{alices}")
-    assert theirs.returncode != 0 and "is not yours" in theirs.stderr
+    assert theirs.returncode == 5, theirs.stderr
+    assert f"process {alices} belongs to {alice}, not you; you can adopt only your own" in (
+        theirs.stderr
+    )
+    bare = system_users.ctl("bob", paths.socket, "adopt", str(alices))
+    assert bare.returncode == 5 and "unknown_gpu" not in bare.stderr, bare.stderr
+    assert f"process {alices} belongs to {alice}; you can adopt only your own" in bare.stderr
     nothing = system_users.ctl("bob", paths.socket, "adopt")
     assert nothing.returncode != 0 and "no process to adopt" in nothing.stderr
     with daemon.client() as client:
         assert client.leases() == []
+
+
+def test_a_users_own_waiter_does_not_block_their_adopt(
+    paths: DaemonPaths, node: Node, system_users: SystemUsers
+) -> None:
+    """GPU 2 is held for alice's queued request: bob may not adopt his process there, alice
+    may adopt hers (a GPU held for her own waiter is not held against her)."""
+    daemon = daemon_with_config(
+        paths, "", inventory=node.inventory, sample_interval_seconds=0.1
+    ).start()
+    alices, bobs = node.start("alice"), node.start("bob")
+    node.put(UUID2, alices)
+    node.put(UUID2, bobs)
+    others = [f"--gpu={index}" for index in (0, 1, 3, 4, 5, 6)]
+    held = system_users.ctl("carol", paths.socket, "allocate", *others)
+    assert held.returncode == 0, held.stderr
+    waiting = system_users.start(
+        "alice",
+        ["-m", "gpuallocd.cli", "--socket", str(paths.socket), "allocate", "-n", "3", "--wait"],
+        paths.root / "waiter.log",
+    )
+    try:
+        with daemon.client() as client:
+            wait_for(lambda: len(client.queue()) == 1, timeout=30, what="alice queued")
+            node.sampled(client)
+        refused = system_users.ctl("bob", paths.socket, "adopt", f"pid:{bobs}")
+        assert refused.returncode == 4 and "held for a waiter" in refused.stderr, refused.stderr
+        own = system_users.ctl("alice", paths.socket, "adopt", f"pid:{alices}")
+        assert own.returncode == 0, own.stderr
+        assert f": GPU 2 for pid {alices} of {system_users.name('alice')}" in own.stdout
+    finally:
+        waiting.kill()
+        waiting.wait()

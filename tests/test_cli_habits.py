@@ -68,9 +68,27 @@ def test_sizes_count_in_powers_of_1024() -> None:
     """20G is 20 GiB, as nvidia-smi counts memory; plain numbers are bytes."""
     assert parse_size("20G") == parse_size("20GiB") == 20 * 2**30
     assert parse_size("512M") == 512 * 2**20 and parse_size("1.5T") == int(1.5 * 2**40)
-    assert parse_size("4096") == 4096
+    assert parse_size("4096B") == parse_size(4096) == 4096
     with pytest.raises(ValueError, match="20G"):
         parse_size("twenty")
+
+
+@pytest.mark.parametrize("text", ["20", " 20 ", "0.5"])
+def test_a_size_without_a_unit_is_refused_with_a_hint(text: str) -> None:
+    """`20` is not read as 20 bytes: refused, naming 20GiB, as `--ttl 0.5` is refused."""
+    with pytest.raises(ValueError, match=rf"has no unit: did you mean {text.strip()}GiB\?"):
+        parse_size(text)
+
+
+def test_memory_without_a_unit_is_refused_by_the_cli_before_asking(daemon: ThreadDaemon) -> None:
+    """`allocate --memory 20` exits 2 with the hint, and nothing is leased."""
+    result = CliRunner().invoke(
+        cli, ["--socket", str(daemon.paths.socket), "allocate", "--memory", "20"]
+    )
+    assert result.exit_code == 2
+    assert "'20' has no unit: did you mean 20GiB?" in result.output
+    with daemon.client() as client:
+        assert client.leases() == []
 
 
 def test_version_prints_the_version() -> None:

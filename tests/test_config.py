@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +148,51 @@ def test_fair_share_numbers_must_be_positive(name: str, value: str) -> None:
     would divide by zero: both refused at start, naming the setting."""
     with pytest.raises(ConfigError, match=name):
         load_config(environ={f"GPUALLOCD_{name.upper()}": value})
+
+
+def test_the_clients_socket_variable_does_not_move_a_daemon_with_a_config_file(
+    tmp_path: Path,
+) -> None:
+    """GPUALLOCD_SOCKET (exported for the client) and a file naming `socket`: the file wins,
+    and the daemon is told why; without `socket` in the file the variable is used; the
+    option beats both."""
+    file = tmp_path / "c.toml"
+    file.write_text('socket = "/run/from-file.sock"\n')
+    clients = {"GPUALLOCD_SOCKET": "/tmp/from-env.sock"}
+    notes: list[str] = []
+    assert load_config(file, environ=clients, notes=notes).socket == "/run/from-file.sock"
+    assert notes == [
+        "GPUALLOCD_SOCKET=/tmp/from-env.sock is not used: config file "
+        f"{file} sets socket = '/run/from-file.sock' (the variable is read when the file "
+        "names no socket; --socket overrides both)"
+    ]
+    assert load_config(file, environ=clients, socket="/x.sock").socket == "/x.sock"
+    file.write_text('log_level = "INFO"\n')
+    assert load_config(file, environ=clients).socket == "/tmp/from-env.sock"
+
+
+def test_a_daemon_started_in_a_shell_with_the_clients_variable_serves_its_files_socket(
+    short_dir: Path,
+) -> None:
+    """`gpuallocd --config FILE` in the quickstart's shell serves where FILE says, and logs
+    that it left GPUALLOCD_SOCKET alone."""
+    from tests.harness import DEFAULT_INVENTORY, wait_until_serving
+
+    socket, elsewhere = short_dir / "file.sock", short_dir / "env.sock"
+    file = short_dir / "c.toml"
+    file.write_text(f'socket = "{socket}"\nstate_dir = "{short_dir / "state"}"\n')
+    environ = {**os.environ, "GPUALLOCD_SOCKET": str(elsewhere)}
+    argv = [sys.executable, "-m", "gpuallocd", "--config", str(file), "--init"]
+    daemon = subprocess.Popen(
+        [*argv, "--inventory", DEFAULT_INVENTORY],
+        env=environ,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until_serving(socket)
+        assert not elsewhere.exists()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, log = daemon.communicate(timeout=30)
+    assert f"GPUALLOCD_SOCKET={elsewhere} is not used: config file {file}" in log

@@ -12,11 +12,12 @@ import pytest
 
 from gpuallocd.allocator import Limits, LimitsTable
 from gpuallocd.daemon.limits_config import parse_limits
-from gpuallocd.daemon.needs import Host, check_needs, needs_of
+from gpuallocd.daemon.needs import Host, needs_of
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.wiring import unleased_rules
 from gpuallocd.errors import ConfigError, MissingPrivilege
 from tests.service_unit import shipped_unit
+from tests.test_needs import check_needs
 
 EVERYTHING = frozenset(shipped_unit().capabilities)
 

@@ -79,7 +79,7 @@ def test_no_free_gpus_raises_without_wait(daemon: ThreadDaemon) -> None:
     with (
         gpu_lease(4, socket=daemon.paths.socket),
         pytest.raises(GpusUnavailable),
-        gpu_lease(1, socket=daemon.paths.socket),
+        gpu_lease(1, socket=daemon.paths.socket, nested="new"),  # not the lease around it
     ):
         pass
 

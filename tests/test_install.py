@@ -24,10 +24,14 @@ def exec_start() -> str:
 
 
 def test_the_units_execstart_is_where_the_readme_installs() -> None:
-    """ExecStart runs the venv the README's steps create, with the config they install."""
+    """ExecStart runs the venv the README's steps create, with the config they install; the
+    venv is the system Python's, named by its path (pyenv or conda first on root's PATH would
+    link it into root's home)."""
     readme = (ROOT / "README.md").read_text()
-    assert f"sudo python3 -m venv {VENV}\n" in readme
-    assert f"sudo {VENV}/bin/pip install .\n" in readme
+    assert f"sudo /usr/bin/python3 -m venv {VENV}\n" in readme
+    assert (
+        f"sudo {VENV}/bin/pip install --force-reinstall {VENV}/wheels/gpuallocd-*.whl\n" in readme
+    )
     assert (
         "install -m 644 systemd/gpuallocd.service systemd/gpuallocd.socket /etc/systemd/system/"
         in readme
@@ -86,3 +90,85 @@ def test_the_distribution_carries_the_client_and_needs_no_gpulease_from_an_index
     requires = (source / "gpuallocd.egg-info" / "requires.txt").read_text().splitlines()
     assert "aiohttp>=3.9" in requires and not any("gpulease" in line for line in requires)
     assert "Name: gpuallocd" in metadata
+
+
+def readme_block(heading: str) -> list[str]:
+    """The commands of the first sh block under `heading` in the README, without `sudo`."""
+    section = (ROOT / "README.md").read_text().split(heading, 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block is not None
+    return [line.strip().removeprefix("sudo ") for line in block.group(1).splitlines() if line]
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(path.relative_to(root)) for path in root.rglob("*")}
+
+
+@pytest.mark.skipif(
+    subprocess.run(["/usr/bin/python3", "-c", "import venv, ensurepip"]).returncode != 0,
+    reason="/usr/bin/python3 has no venv/ensurepip (Debian: apt install python3-venv)",
+)
+def test_the_readmes_build_steps_only_read_the_checkout(tmp_path: Path) -> None:
+    """The README's steps up to the wheels, run as written on a copy of the checkout (with
+    /opt/gpuallocd under a temporary directory): they leave the checkout exactly as it was
+    (no build/, no *.egg-info) and put the daemon's and the client's wheels in wheels/."""
+    checkout, prefix = tmp_path / "checkout", tmp_path / "opt"
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, checkout / name)
+    before = _tree(checkout)
+    steps = readme_block("## Running it as a service")
+    build = steps[steps.index(f"/usr/bin/python3 -m venv {VENV}") :]
+    build = build[
+        : next(i for i, s in enumerate(build) if s.startswith(f"{VENV}/bin/pip wheel")) + 1
+    ]
+    assert len(build) == 5, build
+    for step in build:
+        done = subprocess.run(
+            step.replace(VENV, str(prefix)),
+            shell=True,
+            cwd=checkout,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, (step, done.stderr[-2000:])
+    assert _tree(checkout) == before
+    wheels = sorted(path.name.split("-")[0] for path in (prefix / "wheels").iterdir())
+    assert wheels == ["gpuallocd", "gpulease"]
+
+
+def test_the_group_steps_match_the_shipped_config_and_the_socket_unit(tmp_path: Path) -> None:
+    """ "Only some users": the sed finds both keys in the shipped config (commented out) and
+    the result loads with that group and mode 0o660; the drop-in sets the socket unit's group
+    and mode; all name the same group."""
+    from gpuallocd.daemon.config import load_config
+
+    steps = readme_block("### Only some users")
+    group = steps[0].split()[-1]
+    assert steps[0] == f"groupadd --system {group}"
+    drop_in = next(s for s in steps if "SocketGroup=" in s)
+    assert f"SocketGroup={group}" in drop_in and "SocketMode=0660" in drop_in
+    assert "/etc/systemd/system/gpuallocd.socket.d/" in drop_in
+    edit = next(s for s in steps if s.startswith("sed -i"))
+    shipped = (ROOT / "systemd" / "gpuallocd.toml").read_text()
+    edited = subprocess.run(
+        ["sed", edit.split("'")[1]], input=shipped, capture_output=True, text=True, check=True
+    ).stdout
+    config_file = tmp_path / "gpuallocd.toml"
+    config_file.write_text(edited)
+    config = load_config(config_file, environ={})
+    assert (config.socket_group, config.socket_mode) == (group, 0o660)
+
+
+def test_the_shipped_config_sets_nothing() -> None:
+    """Every key of systemd/gpuallocd.toml is commented out: the defaults are the code's."""
+    shipped = (ROOT / "systemd" / "gpuallocd.toml").read_text().splitlines()
+    assert [line for line in shipped if line.strip() and not line.startswith("#")] == []

@@ -129,6 +129,6 @@ def test_run_prints_a_notice_meant_for_its_holder(
         wait_for(lambda: "warned" in log.read_text(), timeout=30, what="the notice")
         assert f"lease {lease.id}: warned: processes {pid} use 12.0 GiB" in log.read_text()
     finally:
-        wrapper.kill()
-        wrapper.wait()
+        wrapper.terminate()  # forwarded to the command: a SIGKILL would leave it running
+        wrapper.wait(timeout=60)
         wrapper.stdout.close()

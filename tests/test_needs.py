@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from gpulease import Client
 
-from gpuallocd.daemon.needs import Host, check_needs, needs_of
+from gpuallocd.daemon.needs import Host, Need, needs_of, refuse_unmet, warn_weakened
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.errors import MissingPrivilege
 from gpuallocd.host import ProcVisibility, proc_visibility
@@ -18,6 +18,14 @@ from tests.service_unit import shipped_unit
 
 EVERYTHING = frozenset(shipped_unit().capabilities)
 BEFORE_THIS_ISSUE = ("CAP_CHOWN", "CAP_SYS_ADMIN")  # the unit's set when it shipped first
+
+
+def check_needs(config: DaemonConfig, host: Host) -> list[Need]:
+    """What a start does with the needs: refuse (MissingPrivilege) where an enabled feature
+    cannot work, then warn once per weakened one (daemon/preflight.py, lifecycle.py)."""
+    needs = refuse_unmet(config, host)
+    warn_weakened(needs)
+    return needs
 
 
 def root_with(*capabilities: str, **facts: object) -> Host:

@@ -269,6 +269,8 @@ def test_service_exposure_stays_low(short_dir: Path) -> None:
     found = re.search(r"Overall exposure level for gpuallocd.service: ([\d.]+)", result.stdout)
     assert found is not None, result.stdout + result.stderr
     assert float(found.group(1)) <= 3.1, result.stdout
+    readme = " ".join((UNITS.parent / "README.md").read_text().split())
+    assert f"`systemd-analyze security`: {found.group(1)}, OK" in readme  # says what is measured
 
 
 def test_daemon_runs_under_memory_deny_write_execute(paths: DaemonPaths) -> None:

@@ -67,10 +67,12 @@ class GpuallocError(Exception):
 
 class DaemonUnavailable(GpuallocError):
     """Nothing answered. `reached` is False when no daemon accepted the connection at all
-    (no socket, refused, not permitted), True when one went away during the request."""
+    (no socket, refused, not permitted), True when one went away during the request.
+    `denied` is True when the socket is there but its mode and group keep the caller out."""
 
     code = "daemon_unavailable"
     reached = True
+    denied = False
 
 
 class ProtocolError(GpuallocError):

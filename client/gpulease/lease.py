@@ -15,6 +15,7 @@ from typing import Any
 from gpulease.client import Client, GpuRef
 from gpulease.errors import DaemonUnavailable, GpuallocError, LeaseNotActive, UnknownLease
 from gpulease.models import Lease
+from gpulease.nesting import check_nested, enclosing_lease, note, part_of
 from gpulease.renewer import OnIdle, OnRevoke, OnUnhealthy, Renewer
 from gpulease.sizes import parse_size
 
@@ -73,6 +74,10 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     A GPU of the lease that fails (an Xid) is told at the next renewal: a RuntimeWarning,
     GpuUnhealthy raised in the main thread (`on_unhealthy="raise"`), or
     `on_unhealthy(lease, gpus)`, each GPU with `index`, `uuid` and `reason`.
+    Inside a lease (GPUALLOCD_LEASE_ID names a live lease of the caller's, as under
+    `gpuallocctl run`) the block uses that lease when it covers the request, says so on
+    stderr, sets `nested` True, and neither renews nor frees it; it refuses a request the
+    lease cannot cover (InvalidRequest). `nested="new"` takes a lease of its own instead.
     """
 
     def __init__(
@@ -93,7 +98,9 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         on_revoke: OnRevoke = "warn",
         on_idle: OnIdle | None = None,
         on_unhealthy: OnUnhealthy = "warn",
+        nested: str = "reuse",
     ) -> None:
+        self._nested_choice = check_nested(nested)
         if on_unhealthy not in ("warn", "raise") and not callable(on_unhealthy):
             raise ValueError("on_unhealthy must be 'warn', 'raise' or a callable")
         if on_revoke not in ("warn", "raise", "terminate") and not callable(on_revoke):
@@ -119,6 +126,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         self._saved_env: dict[str, str | None] = {}
         self._entered_in: int | None = None  # the pid that entered the block
         self.lease: Lease | None = None
+        self.nested = False  # True while the block runs under the enclosing lease
 
     @property
     def client(self) -> Client | None:
@@ -130,12 +138,14 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         # Each call of a decorated function takes a lease of its own.
         fresh = copy.copy(self)
         fresh._client, fresh._renewer, fresh._saved_env, fresh.lease = None, None, {}, None
+        fresh.nested = False
         return fresh
 
     def __enter__(self) -> Lease:
         client = Client(self._socket)
         try:
-            lease = self._acquire(client)
+            outer = enclosing_lease(client, self._nested_choice)
+            lease = part_of(outer, self._options) if outer else self._acquire(client)
         except BaseException:
             client.close()
             raise
@@ -145,6 +155,10 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         if self._on_revoke == "terminate":  # the daemon finds the work again after a restart
             env["GPUALLOCD_ON_REVOKE"] = "terminate"
         self._set_env(env)
+        if outer is not None:
+            self.nested = True
+            print(note(outer, lease), file=sys.stderr)
+            return lease
         idle = {"on_idle": self._on_idle} if self._on_idle else {}
         self._renewer = Renewer(
             client,
@@ -189,7 +203,8 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         try:
             if self._renewer is not None:
                 self._renewer.stop()
-            self._free()
+            if not self.nested:
+                self._free()
         finally:
             self._restore_env()
             if self._client is not None:

@@ -1,4 +1,6 @@
-"""Memory sizes as people write them: `20G`, `512M`, `1.5T`, or a number of bytes."""
+"""Memory sizes as people write them: `20G`, `20GiB`, `512M`, `1.5T`, `4096B`, or an int of
+bytes. A number without a unit is refused: `20` is far more often meant as 20 GiB than as
+20 bytes, so it is named as a likely mistake instead of being read either way."""
 
 from __future__ import annotations
 
@@ -6,13 +8,14 @@ import re
 
 __all__ = ["parse_size"]
 
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_UNITS = {"B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])(?:I?B)?|(B))?\s*$", re.IGNORECASE)
 
 
 def parse_size(size: str | int) -> int:
     """Bytes from `20G` (binary units: K, M, G, T are powers of 1024; `20GiB` and `20GB`
-    read the same), or an int of bytes. ValueError for anything else or for zero."""
+    read the same; `B` is bytes), or an int of bytes. ValueError for anything else, for a
+    string without a unit, or for zero."""
     if isinstance(size, bool):
         raise ValueError(f"not a memory size: {size!r}")
     if isinstance(size, int):
@@ -20,8 +23,14 @@ def parse_size(size: str | int) -> int:
     else:
         match = _SIZE.match(size)
         if match is None:
-            raise ValueError(f"not a memory size: {size!r} (try 20G, 512M or a byte count)")
-        value = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+            raise ValueError(f"not a memory size: {size!r} (try 20G, 512M or 4096B)")
+        number, unit = match.group(1), (match.group(2) or match.group(3) or "").upper()
+        if not unit:
+            raise ValueError(
+                f"{size.strip()!r} has no unit: did you mean {number}GiB? "
+                f"Write 20G, 512M, or {number}B for bytes"
+            )
+        value = int(float(number) * _UNITS[unit])
     if value < 1:
         raise ValueError(f"a memory size must be positive, not {size!r}")
     return value

@@ -240,10 +240,11 @@ class Transport:
                 "running, and is GPUALLOCD_SOCKET right?"
             )
         if isinstance(exc, PermissionError):
-            return DaemonUnavailable(
-                f"not allowed to connect to {path} ({exc.strerror}); the socket's group "
-                "decides who may use the daemon"
-            )
+            from gpulease.socket_access import permission_denied_message
+
+            denied = DaemonUnavailable(permission_denied_message(str(path)))
+            denied.denied = True
+            return denied
         if isinstance(exc, TimeoutError):
             return DaemonUnavailable(f"gpuallocd on {path} did not answer within {timeout} s")
         return DaemonUnavailable(f"lost the connection to gpuallocd on {path}: {exc}")

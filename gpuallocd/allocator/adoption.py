@@ -16,7 +16,7 @@ from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.sharing import UnitHolders
 from gpuallocd.allocator.leases.slices import leased_units
 from gpuallocd.allocator.site.ttl import longest_ttl
-from gpuallocd.enforcement.proc_facts import owner_and_start, proc_facts
+from gpuallocd.enforcement.proc_facts import owner_and_start, owner_of, proc_facts
 from gpuallocd.errors import CallerError, CapacityError, GpuBusy, InvalidRequest, PermissionDenied
 from gpuallocd.model import Caller, Gpu, GpuProcess, Lease, LeaseEvent
 from gpuallocd.policies.rules import request_for
@@ -122,8 +122,12 @@ def _wanted(
     found = _on_gpus(lifecycle)
     if pid is not None:
         found = [f for f in found if f[2].pid == pid]
-        if any(p.uid != caller.uid for _, _, p in found):
-            raise PermissionDenied(f"process {pid} is not yours")
+        for _, _, theirs in (f for f in found if f[2].uid != caller.uid):
+            owner = owner_of(theirs.uid)
+            raise PermissionDenied(
+                f"process {pid} belongs to {owner.user if owner else '?'}, not you; "
+                "you can adopt only your own"
+            )
     if gpu is not None:
         ref = str(gpu) if str(gpu) in lifecycle.topology.instances() else None
         uuid = ref or lifecycle.topology.resolve(gpu)

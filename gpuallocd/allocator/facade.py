@@ -339,7 +339,8 @@ class AllocatorFacade(CleanupDesk):
         return await self._watch_all(await self._worker.run(self._adopt, caller, pid, gpu))
 
     def _adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
-        reserved = frozenset(self._queue.holds())
+        held = self._queue.holds()  # for waiters: not the caller's own, already there
+        reserved = frozenset(u for u, r in held.items() if r.uid != caller.uid)
         now = self._clock()
         leases = adopt_own(self._lifecycle, caller, pid=pid, gpu=gpu, now=now, reserved=reserved)
         return self.unleased.covered(leases)

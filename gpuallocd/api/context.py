@@ -34,6 +34,8 @@ class ApiContext:
     ports: Callable[[], list[dict[str, Any]]] = list  # metrics, dashboard: served or why not
     ledger_admin: LedgerAdmin | None = None  # backups; None where the daemon keeps none
     driver: Callable[[], dict[str, Any]] = dict  # the GPU driver's calls (driver_guard.py)
+    # the config's warnings and a refused reload (daemon/config_check.py), for health/doctor
+    config_report: Callable[[], dict[str, Any]] = dict
 
 
 CONTEXT = web.AppKey("context", ApiContext)

@@ -78,6 +78,7 @@ async def health(request: web.Request) -> web.Response:
             "process_tracking": ctx.facade.process_tracking(),
             "ports": ctx.ports(),
             "driver": ctx.driver(),
+            **ctx.config_report(),
         }
     )
 
@@ -89,7 +90,8 @@ async def get_diagnostics(request: web.Request) -> web.Response:
     ctx = context_of(request)
     found = await asyncio.get_running_loop().run_in_executor(None, ctx.diagnostics)
     owed = await ctx.facade.pending_cleanups()
-    return _json(found | {"driver": ctx.driver(), "pending_cleanups": owed})
+    extra = {"driver": ctx.driver(), "pending_cleanups": owed}
+    return _json({**found, **ctx.config_report(), **extra})
 
 
 async def list_gpus(request: web.Request) -> web.Response:

@@ -28,7 +28,7 @@ from gpuallocd.errors import (
 )
 from gpuallocd.model import Caller
 
-__all__ = ["UnixApiServer", "bind_unix_socket", "limited_handlers"]
+__all__ = ["UnixApiServer", "bind_unix_socket", "limited_handlers", "refuse_if_served"]
 
 # Idle keep-alive connections stay open long enough for a client's renew interval; a client
 # that hangs up cancels its request, so a disconnected waiter leaves the queue at once.
@@ -39,7 +39,8 @@ _TCP_HANDLER_OPTIONS: dict[str, Any] = {"access_log": None, "keepalive_timeout":
 _TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
-def _refuse_if_served(path: Path) -> None:
+def refuse_if_served(path: Path) -> None:
+    """AlreadyRunning where a daemon answers on `path`; a stale socket is no refusal."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(str(path))
@@ -63,7 +64,7 @@ def bind_unix_socket(path: Path, *, mode: int, group: str | None = None) -> sock
     if path.exists() or path.is_symlink():
         if not stat.S_ISSOCK(path.lstat().st_mode):
             raise StateUnusable(f"{path} exists and is not a socket")
-        _refuse_if_served(path)
+        refuse_if_served(path)
         path.unlink()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

@@ -52,9 +52,12 @@ NO_DAEMON_HINT = (
 )
 
 
-def _hint(code: str) -> str:
-    """A second line that says the fix, for the errors people meet first."""
-    return f"\n{NO_DAEMON_HINT}" if code == "daemon_unavailable" else ""
+def _hint(code: str, exc: BaseException) -> str:
+    """A second line that says the fix, for the errors people meet first (a user kept out
+    of a running daemon's socket has the fix in the message: starting one is not it)."""
+    if code != "daemon_unavailable" or getattr(exc, "denied", False):
+        return ""
+    return f"\n{NO_DAEMON_HINT}"
 
 
 class CliError(click.ClickException):
@@ -106,7 +109,7 @@ def _client_cli_error(exc: BaseException) -> CliError | None:
         code: str = getattr(exc, "code", "internal_error")
         message: str = getattr(exc, "message", str(exc))
         caller = any(base.__name__ == "CallerError" for base in type(exc).__mro__)
-        return CliError(f"{message} [{code}]{_hint(code)}", _exit_code(code, caller))
+        return CliError(f"{message} [{code}]{_hint(code, exc)}", _exit_code(code, caller))
     return None
 
 

@@ -17,6 +17,8 @@ housekeeping.py       background loops: expiry, live sampling, process polling
 driver_guard.py       GPU driver calls off the loop, one at a time, with a deadline
 cleanup_setup.py      the cleanups a lease's end owes the machine, and their handlers
 needs.py              what the enabled features need from the host, checked at start
+preflight.py          every refusal that needs no state, before anything is written
+config_check.py       the config against the machine: unknown users and groups, slips
 integrity.py          the state and socket directories checked before they are trusted
 diagnostics.py        what the running daemon tells `doctor`; config warnings
 hints.py              what to do next, added to the first startup errors

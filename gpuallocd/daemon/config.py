@@ -1,5 +1,8 @@
 """Reading the settings: defaults < config file (TOML) < environment < command-line options.
 
+One exception: GPUALLOCD_SOCKET, which clients read too, does not override a config file
+that names `socket` (a shell that exported it for the client would else move the daemon).
+
 Every key, type and allowed value comes from the settings table (`settings.py`). A wrong
 key, type or value is a ConfigError that names where it came from, in one line: whatever a
 file holds (bytes that are not UTF-8, an integer of thousands of digits, an infinite float)
@@ -8,9 +11,11 @@ is refused here, before anything uses it (tests/test_hostile_config.py fuzzes th
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -52,8 +57,26 @@ def _checked_list(setting: Setting, value: Any, where: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value if v.strip())
 
 
+def _octal_in_file(setting: Setting, value: Any, where: str) -> Any:
+    """A file mode as the file gives it: TOML's `0o660`, or a string `"0660"`. An integer
+    that is a mode only when read as octal (`660`, decimal for 0o1224) is refused with how
+    to write it: a socket has no use for the bits above 0o777."""
+    if isinstance(value, str):
+        return parse_text(setting, value, where)
+    digits = str(value) if 0o777 < value <= 7777 else ""  # never str() of a huge int
+    if digits and set(digits) <= set("01234567"):
+        octal = digits.lstrip("0")
+        raise ConfigError(
+            f"{where}: {setting.name} = {value} is decimal ({value:#o}): "
+            f'write 0o{octal} or "0{octal}"'
+        )
+    return value
+
+
 def _checked(setting: Setting, value: Any, where: str) -> Any:
     """A value of the setting's type and choices, else a ConfigError naming `where`."""
+    if setting.octal and isinstance(value, (str, int)) and not isinstance(value, bool):
+        value = _octal_in_file(setting, value, where) if where.startswith("config") else value
     if setting.type is tuple:
         return _checked_list(setting, value, where)
     expected = (int, float) if setting.type is float else (setting.type,)
@@ -79,8 +102,9 @@ def parse_text(setting: Setting, text: str, where: str) -> Any:
         if setting.type is tuple:  # comma-separated
             return _checked(setting, [v.strip() for v in text.split(",") if v.strip()], where)
     except (ValueError, KeyError, OverflowError):
+        shown = text if len(text) <= 40 else f"{text[:40]}..."
         raise ConfigError(
-            f"{where}: {setting.name} must be {setting.type.__name__}, not {text!r}"
+            f"{where}: {setting.name} must be {setting.type.__name__}, not {shown!r}"
         ) from None
     return _checked(setting, text, where)
 
@@ -101,10 +125,29 @@ def _read_toml(path: Path, where: str) -> dict[str, Any]:
     try:
         data: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where}: {_one_line(exc)}") from None
+        raise ConfigError(f"{where}: {_one_line(exc)}{_leading_zero_hint(text)}") from None
     except (ValueError, RecursionError) as exc:  # an integer past the digits Python reads
         raise ConfigError(f"{where}: {_one_line(exc)}") from None
     return data
+
+
+_LEADING_ZERO = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=\s*0(\d+)\s*(?:#.*)?$", re.MULTILINE)
+
+
+def _leading_zero_hint(text: str) -> str:
+    """TOML refuses `0660`; a shell's octal mode is the likely cause: say how TOML writes it."""
+    found = _LEADING_ZERO.search(text)
+    if found is None:
+        return ""
+    key, digits = found.group(1), found.group(2)
+    return f'; write {key} = 0o{digits} (TOML\'s octal) or "0{digits}"'
+
+
+def _unknown(key: str, known: Iterable[str], where: str) -> ConfigError:
+    """An unknown key, with the nearest known one where one is near."""
+    near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return ConfigError(f"{where}: unknown setting {key!r}{hint}")
 
 
 def _from_file(path: Path, table: Mapping[str, Setting]) -> dict[str, Any]:
@@ -120,7 +163,7 @@ def _from_file(path: Path, table: Mapping[str, Setting]) -> dict[str, Any]:
         if key == "limits":
             continue
         if key not in table:
-            raise ConfigError(f"{where}: unknown setting {key!r}")
+            raise _unknown(key, [*table, "limits"], where)
         values[key] = _checked(table[key], value, where)
     return values
 
@@ -133,21 +176,40 @@ def _from_environment(environ: Mapping[str, str], table: Mapping[str, Setting]) 
     }
 
 
+def _clients_socket_variable(
+    from_file: Mapping[str, Any], from_env: dict[str, Any], where: Path | None, notes: list[str]
+) -> None:
+    """GPUALLOCD_SOCKET is also the clients' variable (the quickstart exports it): a config
+    file that names its socket wins over it, and the daemon says that it did."""
+    if "socket" in from_file and "socket" in from_env:
+        ignored = from_env.pop("socket")
+        if ignored != from_file["socket"]:
+            notes.append(
+                f"GPUALLOCD_SOCKET={ignored} is not used: config file {where} sets socket = "
+                f"{from_file['socket']!r} (the variable is read when the file names no socket; "
+                "--socket overrides both)"
+            )
+
+
 def load_config(
     config_file: Path | None = None,
     *,
     environ: Mapping[str, str] | None = None,
+    notes: list[str] | None = None,
     **options: Any,
 ) -> DaemonConfig:
-    """The daemon's settings; `options` are already typed, None meaning not given."""
+    """The daemon's settings; `options` are already typed, None meaning not given. What
+    the daemon should log about how it read them is appended to `notes`."""
     table = {s.name: s for s in settings()}
     unknown = set(options) - set(table)
     if unknown:
         raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
     config = DaemonConfig()
-    if config_file is not None:
-        config = replace(config, **_from_file(config_file, table))
-    config = replace(config, **_from_environment(os.environ if environ is None else environ, table))
+    from_file = _from_file(config_file, table) if config_file is not None else {}
+    config = replace(config, **from_file)
+    from_env = _from_environment(os.environ if environ is None else environ, table)
+    _clients_socket_variable(from_file, from_env, config_file, [] if notes is None else notes)
+    config = replace(config, **from_env)
     given = {
         k: _checked(table[k], v, f"option {table[k].option}")
         for k, v in options.items()

@@ -40,12 +40,14 @@ from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handle
 from gpuallocd.api.tcp_site import Handlers, port_report
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.cleanup_setup import cleanup_runner, device_access
-from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
+from gpuallocd.daemon.config_check import ConfigState
+from gpuallocd.daemon.diagnostics import diagnostics
 from gpuallocd.daemon.driver_guard import DriverGuard, close_within
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.integrity import prepare_private_dir
 from gpuallocd.daemon.ledger_setup import ledger_backups, open_ledger, with_ledger_status
-from gpuallocd.daemon.needs import Host, Need, check_needs
+from gpuallocd.daemon.needs import Host, Need, warn_weakened
+from gpuallocd.daemon.preflight import preflight
 from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watchdog
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.socketwatch import SocketWatch
@@ -110,6 +112,7 @@ class Daemon:
         self._device_access: DeviceAccess | None = None
         self._needs: list[Need] = []
         self._rules = site_rules(config)  # in force: the config's, then each reload's
+        self._config_state = ConfigState(config)  # its warnings, and a reload refused
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -123,8 +126,11 @@ class Daemon:
             config = self._reload_config()
         except ConfigError as exc:
             log.error("reload refused, the rules in force stay: %s", exc.message)
+            self._config_state.refuse(exc.message, self._clock())
             return
         self._rules = site_rules(config)
+        for warning in self._config_state.adopt(config):
+            log.warning("%s", warning)
         forget_identities()
         forget_members()  # reservations' members, by the user database
         if self._facade_in_service is not None:
@@ -134,28 +140,30 @@ class Daemon:
     async def run(self) -> None:
         activated = listen_fd_count(os.environ, os.getpid()) > 0
         arm()  # crash points, for tests only (allocator/crash_points.py)
-        self._needs = check_needs(self.config, Host.current(socket_activated=activated))
-        for warning in config_warnings(self.config):
-            log.warning("%s", warning)
-        prepare_private_dir(Path(self.config.state_dir), "state directory", 0o700)
-        prepare_private_dir(Path(self.config.socket).parent, "socket's directory", 0o755)
-        lock = StateLock(self.config.lock_path)
-        lock.acquire(self.config.socket)
-        try:
-            await self._run_locked()
-        finally:
-            lock.release()
-
-    async def _run_locked(self) -> None:
+        host = Host.current(socket_activated=activated)
+        self._needs = preflight(self.config, host, activated)  # every refusal before a write
         inventory = self._inventory()
         try:
-            ledger = open_ledger(self.config, self._initialise, self._metrics)
+            warn_weakened(self._needs)
+            for warning in self._config_state.warnings:
+                log.warning("%s", warning)
+            prepare_private_dir(Path(self.config.state_dir), "state directory", 0o700)
+            prepare_private_dir(Path(self.config.socket).parent, "socket's directory", 0o755)
+            lock = StateLock(self.config.lock_path)
+            lock.acquire(self.config.socket)
             try:
-                await self._serve(inventory, ledger)
+                await self._run_locked(inventory)
             finally:
-                ledger.close()
+                lock.release()
         finally:
             close_within(inventory.close, self.config.driver_call_timeout_seconds)
+
+    async def _run_locked(self, inventory: Inventory) -> None:
+        ledger = open_ledger(self.config, self._initialise, self._metrics)
+        try:
+            await self._serve(inventory, ledger)
+        finally:
+            ledger.close()
 
     def _inventory(self) -> Inventory:
         try:
@@ -262,6 +270,7 @@ class Daemon:
             diagnostics=with_ledger_status(functools.partial(diagnostics, *about), backups),
             ports=ports,
             ledger_admin=backups,
+            config_report=self._config_state.report,
         )
         socket_path = Path(self.config.socket)
         activated = inherited_api_socket()  # socket activation: systemd owns the path

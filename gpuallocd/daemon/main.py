@@ -124,8 +124,11 @@ def main(config_file: Path | None, initialise: bool, recover: bool, **options: A
     """Run the GPU allocation daemon in the foreground."""
     config: DaemonConfig | None = None
     try:
-        config = load_config(config_file, **options)
+        notes: list[str] = []
+        config = load_config(config_file, notes=notes, **options)
         _configure_logging(config.log_level)
+        for note in notes:
+            log.warning("%s", note)
         if recover:
             from gpuallocd.daemon.recovery import recover as rebuild_ledger
 

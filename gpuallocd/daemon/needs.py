@@ -30,7 +30,7 @@ from gpuallocd.host import (
     unwritable,
 )
 
-__all__ = ["Host", "Need", "check_needs", "needs_of"]
+__all__ = ["Host", "Need", "needs_of", "refuse_unmet", "warn_weakened"]
 
 log = logging.getLogger("gpuallocd")
 
@@ -268,17 +268,20 @@ def needs_of(config: DaemonConfig, host: Host) -> list[Need]:
     return found
 
 
-def check_needs(config: DaemonConfig, host: Host) -> list[Need]:
-    """Warn once per weakened feature; refuse to start (MissingPrivilege) where an enabled
-    feature cannot work. The needs, for the diagnostics."""
+def refuse_unmet(config: DaemonConfig, host: Host) -> list[Need]:
+    """MissingPrivilege where an enabled feature cannot work, saying nothing else; the needs."""
     needs = needs_of(config, host)
     refused = [need for need in needs if need.required and not need.met]
     if refused:
         raise MissingPrivilege("; ".join(need.line() for need in refused))
+    return needs
+
+
+def warn_weakened(needs: list[Need]) -> None:
+    """One warning per feature that works, weakened (logged once start-up cannot be refused)."""
     for need in needs:
         if not need.met:
             log.warning("%s", need.line())
-    return needs
 
 
 def device_owners(directory: str) -> set[int]:

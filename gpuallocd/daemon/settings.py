@@ -348,16 +348,19 @@ def sections() -> dict[str, str]:
 
 
 def render_toml() -> str:
-    """The example config file: every key with its default and meaning."""
+    """The example config file: every key commented out, with its default and meaning. It
+    sets nothing, so the defaults stay the code's: a later version's better default reaches
+    a box installed with this file."""
     lines = [
-        "# /etc/gpuallocd/gpuallocd.toml - every key is optional; shown with its default.",
+        "# /etc/gpuallocd/gpuallocd.toml - every key is optional and commented out: the daemon",
+        "# uses its own defaults (shown) for what is not set here. Uncomment what you change.",
         "# Generated from the settings table: gpuallocd --print-config toml",
     ]
     for s in settings():
         lines.append(f"\n# {s.meaning}".replace("`", ""))
         lines.append(f"# environment: {s.env}, option: {s.option}")
         value = s.show(s.default)
-        lines.append(f"# {s.name} = {s.example}" if s.default is None else f"{s.name} = {value}")
+        lines.append(f"# {s.name} = {s.example if s.default is None else value}")
     for name, meaning in sections().items():
         lines.append(f"\n# {meaning}".replace("`", ""))
         lines.append(f"# [{name}]")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from gpuallocd_jupyter import GpuallocdProvisioner, MemorySharesUnsupported, install_kernelspec
 from gpuallocd_jupyter.kernelspec import kernel_json
-from gpulease import GpusUnavailable, Lease
+from gpulease import GpusUnavailable, InvalidRequest, Lease
 from jupyter_client import KernelManager
 from jupyter_client.ioloop import AsyncIOLoopKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
@@ -269,6 +269,31 @@ def test_kernel_does_not_start_when_the_gpus_are_taken(
     with pytest.raises(GpusUnavailable):
         kernels("one")
     assert only_lease(daemon).id == held.id
+
+
+def test_a_server_started_under_a_lease_gives_its_kernels_that_lease(
+    daemon: ThreadDaemon, jupyter_home: Path, kernels: Callable[[str], KernelManager]
+) -> None:
+    """A server under a lease (GPUALLOCD_LEASE_ID, as `run -- jupyter lab` sets it): a kernel
+    of one GPU runs on the lease's first GPU, takes nothing more and leaves the lease at
+    shutdown; a kernel asking for more than the lease holds does not start; `--nested new`
+    takes a lease of its own."""
+    with daemon.client() as client:
+        server_lease = client.allocate(2)
+    os.environ["GPUALLOCD_LEASE_ID"] = server_lease.id
+    install(daemon, "inner", "--count", "1")
+    manager = kernels("inner")
+    view = kernel_view(manager)
+    assert (view["lease"], view["cuda"]) == (server_lease.id, server_lease.uuids[0])
+    assert only_lease(daemon).id == server_lease.id
+    manager.shutdown_kernel()
+    assert only_lease(daemon).id == server_lease.id
+    install(daemon, "bigger", "--count", "3")
+    with pytest.raises(InvalidRequest, match=f"runs under lease {server_lease.id}"):
+        kernels("bigger")
+    install(daemon, "own", "--count", "1", "--nested", "new")
+    own = kernel_view(kernels("own"))
+    assert own["lease"] != server_lease.id and own["cuda"] not in server_lease.uuids
 
 
 def test_memory_share_is_refused_before_leasing(

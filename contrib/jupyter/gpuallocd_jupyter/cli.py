@@ -30,6 +30,11 @@ def _parser() -> argparse.ArgumentParser:
     install.add_argument("--wait-timeout", type=float, help="give up waiting after SECONDS")
     install.add_argument("--visible", choices=["uuid", "index"], help="CUDA_VISIBLE_DEVICES form")
     install.add_argument("--socket", help="the daemon's socket (default $GPUALLOCD_SOCKET)")
+    install.add_argument(
+        "--nested",
+        choices=["reuse", "new"],
+        help="under a server started in a lease: use it (reuse, the default) or take a new one",
+    )
     install.add_argument("--python", default=sys.executable, help="the kernel's interpreter")
     where = install.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for this user only")
@@ -40,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
 def provisioner_config(args: argparse.Namespace) -> dict[str, Any]:
     """The provisioner settings given on the command line (count always, others when set)."""
     config: dict[str, Any] = {"count": args.count}
-    for key in ("policy", "label", "ttl", "wait_timeout", "visible", "socket"):
+    for key in ("policy", "label", "ttl", "wait_timeout", "visible", "socket", "nested"):
         value = getattr(args, key)
         if value is not None:
             config[key] = value

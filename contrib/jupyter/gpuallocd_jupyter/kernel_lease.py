@@ -8,6 +8,11 @@ as soon as that process exits on its own (a crash, kill -9). An exit the kernel 
 for (a restart or a shutdown) is left to the provisioner, which keeps the lease for a restart
 and frees it at shutdown. If the server itself dies, the daemon frees the lease, since it is
 bound to the server's process.
+
+A server started under a lease (`gpuallocctl run -n 2 -- jupyter lab`, or after `eval
+"$(gpuallocctl allocate --export)"`) has GPUALLOCD_LEASE_ID set: its kernels use that lease
+when it covers them (`gpulease.nesting`), and neither renew nor free it; `nested: "new"` in
+the kernelspec takes a lease of the kernel's own.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from gpulease import (
     visible_devices_env,
 )
 from gpulease.lease import ENV_KEYS
+from gpulease.nesting import enclosing_lease, part_of
 from gpulease.renewer import Renewer
 
 __all__ = ["KernelLease", "LeaseRequest", "kernel_env"]
@@ -48,6 +54,7 @@ class LeaseRequest:
     wait: bool = False
     wait_timeout: float | None = None
     socket: str | None = None
+    nested: str = "reuse"
 
     def allocate(self, client: Client) -> Lease:
         """A new lease bound to this process (the server), which renews and frees it."""
@@ -84,6 +91,7 @@ class KernelLease:
         self._lease: Lease | None = None
         self._renewer: Renewer | None = None
         self._launch: _Launch | None = None
+        self.nested = False  # the lease is the server's enclosing one: not ours to free
 
     @property
     def lease(self) -> Lease | None:
@@ -97,8 +105,13 @@ class KernelLease:
             if self._lease is not None and self._still_active(self._lease):
                 return self._lease
             self._stop_renewing()
+            outer = enclosing_lease(self._client, self._request.nested)
+            if outer is not None:
+                self._lease, self.nested = part_of(outer, {"count": self._request.count}), True
+                self._log.info("gpuallocd: the kernel uses the server's lease %s", outer.id)
+                return self._lease
             lease = self._request.allocate(self._client)
-            self._lease = lease
+            self._lease, self.nested = lease, False
             self._renewer = Renewer(self._client, lease, self._request.ttl, self._lost)
             self._renewer.start()
             self._log.info("gpuallocd lease %s: GPUs %s", lease.id, ",".join(lease.uuids))
@@ -137,7 +150,7 @@ class KernelLease:
     def _free_locked(self, why: str) -> None:
         self._stop_renewing()
         lease, self._lease = self._lease, None
-        if lease is None:
+        if lease is None or self.nested:
             return
         self._log.info("gpuallocd lease %s: freed (%s)", lease.id, why)
         with contextlib.suppress(LeaseNotActive, UnknownLease):

@@ -63,6 +63,11 @@ class GpuallocdProvisioner(LocalProvisioner):
     socket = Unicode(None, allow_none=True, help="The daemon's socket ($GPUALLOCD_SOCKET).").tag(
         config=True
     )
+    nested = Enum(
+        ["reuse", "new"],
+        default_value="reuse",
+        help="Under a server started in a lease (GPUALLOCD_LEASE_ID): use it, or take a new one.",
+    ).tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
         if "wait" in kwargs:
@@ -92,6 +97,7 @@ class GpuallocdProvisioner(LocalProvisioner):
             wait=self.wait_for_gpus,
             wait_timeout=self.wait_timeout,
             socket=self.socket,
+            nested=self.nested,
         )
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:

@@ -86,7 +86,15 @@ def process_tracking(diag: Diagnostics) -> Check:
 
 def config(diag: Diagnostics) -> Iterator[Check]:
     warnings = list(diag.get("config_warnings", ()))
-    if not warnings:
+    refused = diag.get("reload_refused")
+    if refused:
+        yield Check(
+            "config",
+            FAIL,
+            f"the last reload was refused, the rules in force are older: {refused['message']}",
+            "fix the file, then `sudo systemctl reload gpuallocd` (docs/configuration.md)",
+        )
+    if not warnings and not refused:
         yield Check("config", OK, "no warnings")
     for warning in warnings:
         yield Check("config", WARN, warning)

@@ -9,30 +9,42 @@ from typing import Any
 
 import click
 
-from gpuallocd.cli.common import daemon_client
+from gpuallocd.cli.common import daemon_client, user_of
+from gpuallocd.cli.errors import EXIT_PERMISSION, CliError
 from gpuallocd.cli.output import echo_json, escape_unprintable, table
 
 __all__ = ["COMMANDS"]
 
 
-def _own_process(pid: int) -> bool:
+def _process_owner(pid: int) -> int | None:
+    """The uid that owns process `pid`; None where there is no such process (or /proc hides it)."""
     try:
-        return os.stat(f"/proc/{pid}").st_uid == os.getuid()
+        return os.stat(f"/proc/{pid}").st_uid
     except OSError:
-        return False
+        return None
 
 
-def _target(text: str | None) -> dict[str, Any]:
+def _target(client: Any, text: str | None) -> dict[str, Any]:
     """`PID` or `GPU`: `pid:N` and `gpu:N` say which; a bare number is a pid where it is one
-    of the caller's processes, else a GPU index; anything else a GPU's or MIG instance's UUID."""
+    of the caller's processes, else a GPU index; anything else a GPU's or MIG instance's UUID.
+    A bare number that is another user's process and no GPU index of the node is refused
+    here, naming the owner (it would else read as an unknown GPU)."""
     if text is None:
         return {}
     kind, _, value = text.partition(":")
     if kind in ("pid", "gpu") and value:
         return {kind: int(value) if value.isdigit() else value}
-    if text.isascii() and text.isdigit():
-        return {"pid": int(text)} if _own_process(int(text)) else {"gpu": int(text)}
-    return {"gpu": text}
+    if not (text.isascii() and text.isdigit()):
+        return {"gpu": text}
+    number, owner = int(text), _process_owner(int(text))
+    if owner == os.getuid():
+        return {"pid": number}
+    if owner is not None and number not in {gpu.index for gpu in client.status()}:
+        raise CliError(
+            f"process {number} belongs to {user_of(owner)}; you can adopt only your own",
+            EXIT_PERMISSION,
+        )
+    return {"gpu": number}
 
 
 @click.command()
@@ -45,7 +57,7 @@ def adopt(ctx: click.Context, target: str | None) -> None:
     another number as an index, a `GPU-` or `MIG-` UUID), or nothing for all your processes
     on GPUs. Each lease ends when its process does, and counts to your limits."""
     with daemon_client(ctx) as client:
-        leases = client.adopt(**_target(target))
+        leases = client.adopt(**_target(client, target))
     if ctx.obj.json:
         echo_json({"leases": [lease.raw for lease in leases]})
         return

@@ -120,6 +120,14 @@ _visible_option = click.option(
     help="How CUDA_VISIBLE_DEVICES names the GPUs.",
 )
 
+_nested_option = click.option(
+    "--nested",
+    type=click.Choice(["reuse", "new"]),
+    default="reuse",
+    show_default=True,
+    help="Inside a lease (GPUALLOCD_LEASE_ID, as under another run): use it, or take a new one.",
+)
+
 
 def _queue_display(ctx: click.Context, wait: bool) -> AbstractContextManager[None]:
     """With --wait, the waiting line and Ctrl-C's leaving of the queue (`waiting.py`, loaded
@@ -165,7 +173,8 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
         watch = RevokeWatch(lambda: Client(ctx.obj.socket), granted.id, _print_notice)
 
         def started() -> None:
-            _announce_command(client, granted.id, ttl)
+            if not lease.nested:  # the enclosing lease's TTL is its holder's to set
+                _announce_command(client, granted.id, ttl)
             watch.start()
 
         code = run_command(command, started=started)
@@ -186,6 +195,7 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
     label_help="A note shown in `leases` (default: the command).",
 )
 @_visible_option
+@_nested_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx: click.Context, /, command: tuple[str, ...], label: str | None, **request: Any) -> None:
@@ -211,6 +221,7 @@ def _gpu_lease_arguments(options: dict[str, Any]) -> dict[str, Any]:
     label_help="A note shown in `leases` (default: shell).",
 )
 @_visible_option
+@_nested_option
 @click.pass_context
 def shell(ctx: click.Context, /, label: str | None, **request: Any) -> None:
     """Open your shell ($SHELL) under a lease, as salloc does; exit the shell to free it.
