@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MIN_TTL_SECONDS",
     "TTL",
+    "check_visible",
     "daemon_client",
     "format_expiry",
     "lease_request_options",
@@ -81,6 +82,16 @@ def lease_request_options(ttl_help: str, label_help: str) -> Callable[[F], F]:
         return command
 
     return apply
+
+
+def check_visible(mig: str | None, visible: str) -> None:
+    """Refuse `--visible index` with `--mig` before anything is leased: a MIG instance has
+    no index, CUDA names it by its MIG- UUID only."""
+    if mig is not None and visible == "index":
+        raise click.UsageError(
+            "--visible index cannot name MIG instances (they have no index, CUDA takes "
+            "their MIG- UUIDs): leave --visible at uuid"
+        )
 
 
 @contextlib.contextmanager

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuallocd.cli.common import TTL, daemon_client, format_expiry, lease_request_options
+from gpuallocd.cli.common import (
+    TTL,
+    check_visible,
+    daemon_client,
+    format_expiry,
+    lease_request_options,
+)
 from gpuallocd.cli.output import echo_json, escape_unprintable, format_bytes
 from gpuallocd.cli.style import colour_enabled, render_table
 from gpuallocd.cli.units import format_left
@@ -103,6 +109,8 @@ def allocate(
         raise click.UsageError("give -n N, --gpu, --memory or --mig")
     if export and ctx.obj.json:
         raise click.UsageError("use --export or --json, not both")
+    if export:
+        check_visible(mig, visible)
     with queued(ctx, wait), daemon_client(ctx) as client:
         lease = client.allocate(
             count,

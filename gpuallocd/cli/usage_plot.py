@@ -22,11 +22,12 @@ from gpuallocd.charts.daily import day_starts
 if TYPE_CHECKING:
     from gpulease import Client
 
-__all__ = ["MAX_PLOT_DAYS", "write_plot"]
+__all__ = ["MAX_PLOT_DAYS", "unwritable", "write_plot"]
 
 MAX_PLOT_DAYS = 366
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-WIDTH, HEIGHT = 760, 300
+WIDTH, HEIGHT = 960, 420
+SCALE = 2  # device pixels per SVG pixel: sharp on a high-resolution screen and in print
 PNG_SECONDS = 60
 
 
@@ -60,6 +61,16 @@ def write_plot(client: Client, path: Path, since: float, user: str | None) -> No
         _png(svg, path)
 
 
+def unwritable(path: Path, exc: OSError) -> str:
+    """Why the chart could not be written to `path`, and what to do, in one line."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if isinstance(exc, FileNotFoundError) and not folder.is_dir():
+        return f"cannot write {path}: the folder {folder} does not exist (make it first)"
+    if isinstance(exc, PermissionError):
+        return f"cannot write {path}: permission denied (choose a folder you can write)"
+    return f"cannot write {path}: {exc.strerror or exc}"
+
+
 def _png(svg: str, path: Path) -> None:
     """Chromium's own screenshot of the SVG, in a fresh profile, nothing fetched."""
     browser = next((found for name in BROWSERS if (found := shutil.which(name))), None)
@@ -71,6 +82,7 @@ def _png(svg: str, path: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="gpuallocctl-plot-") as work:
         source = Path(work, "chart.svg")
         source.write_text(svg)
+        shot = Path(work, "chart.png")  # written here, then copied: a failure is ours to name
         argv = [
             browser,
             "--headless",
@@ -82,7 +94,8 @@ def _png(svg: str, path: Path) -> None:
             "--hide-scrollbars",
             f"--user-data-dir={Path(work, 'profile')}",
             f"--window-size={WIDTH},{HEIGHT}",
-            f"--screenshot={path.resolve()}",
+            f"--force-device-scale-factor={SCALE}",
+            f"--screenshot={shot}",
             source.as_uri(),
         ]
         if os.geteuid() == 0:  # Chromium refuses root without it; the page is our own SVG
@@ -90,7 +103,14 @@ def _png(svg: str, path: Path) -> None:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=PNG_SECONDS, check=False
         )
-    if done.returncode != 0 or not path.exists():
-        raise click.ClickException(
-            f"{browser} could not draw the PNG: {done.stderr.strip()[-300:]}"
-        )
+        if done.returncode != 0 or not shot.exists():
+            raise click.ClickException(_failed(browser, done))
+        path.write_bytes(shot.read_bytes())
+
+
+def _failed(browser: str, done: subprocess.CompletedProcess[str]) -> str:
+    """The cause first (no PNG, the browser's status), then the end of what it said."""
+    said = " | ".join(line for line in done.stderr.strip().splitlines()[-3:] if line.strip())
+    return f"no PNG was drawn: {browser} exited with status {done.returncode}" + (
+        f" (its last words: {said[-300:]})" if said else ""
+    )
