@@ -14,6 +14,7 @@ from typing import Any
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.node_view import Reservation
 from gpuallocd.allocator.reservations import caller_of_uid
+from gpuallocd.allocator.window import as_in_window
 from gpuallocd.errors import CapacityError, InvalidRequest, ReservationConflict
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import AdvanceReservation, Caller, Lease
@@ -90,8 +91,8 @@ def _choose(
     lifecycle: LeaseLifecycle, spec: ReserveSpec, taken: frozenset[str], start: float
 ) -> tuple[str, ...]:
     """The policy's choice over the node as it will be at the start: GPUs of overlapping
-    reservations are out; GPUs of leases that run past the start are avoided where possible
-    (the reservation would wait for them)."""
+    reservations are out; GPUs of leases due to run past the start are avoided where
+    possible (the reservation would wait for them); what runs now does not count."""
     request = request_for(lifecycle.topology, spec.count, spec.gpus)
     name = spec.policy or lifecycle.settings.default_policy
     policy = get_policy(name)
@@ -99,7 +100,7 @@ def _choose(
     past_start = [lease for lease in lifecycle.leases() if lease.expires_at > start]
     refused: CapacityError | None = None
     for leases in (past_start, []):
-        snapshot = lifecycle.node.snapshot(leases, unavailable)
+        snapshot = as_in_window(lifecycle.node.snapshot(leases, unavailable))
         try:
             choice = policy.choose(snapshot, request)
             check_choice(name, choice, request, snapshot)
