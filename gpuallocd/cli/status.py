@@ -13,6 +13,7 @@ from gpuallocd.cli.common import daemon_client, user_of
 from gpuallocd.cli.output import echo_json, escape_unprintable
 from gpuallocd.cli.reservation_text import reservation_lines
 from gpuallocd.cli.style import colour_enabled, render_table, short_uuid, state_cell
+from gpuallocd.cli.table_fit import fit_columns, terminal_width
 from gpuallocd.cli.units import Duration, format_left
 from gpuallocd.cli.watch import watch_frames
 
@@ -97,12 +98,14 @@ def _row(gpu: dict[str, Any], now: float, verbose: bool) -> tuple[object, ...]:
 
 
 def _lease_holder(part: dict[str, Any], now: float) -> str | None:
-    """`alice (lease 3f2a9c01d4e5) 59m12s left` for a leased instance or share."""
+    """`alice (sweep-3) 59m12s left` for a leased instance or share, as a whole GPU's row
+    reads (`leases` gives the lease's id)."""
     holder = part.get("holder")
     if holder is None:
         return None
     left = format_left(part.get("expires_at"), now)
-    return f"{holder['user']} (lease {part['lease_id']})" + (f" {left} left" if left else "")
+    label = f" ({part['label']})" if part.get("label") else ""
+    return f"{holder['user']}{label}" + (f" {left} left" if left else "")
 
 
 def _part_rows(gpu: dict[str, Any], now: float, verbose: bool) -> list[tuple[object, ...]]:
@@ -123,8 +126,8 @@ def _part_rows(gpu: dict[str, Any], now: float, verbose: bool) -> list[tuple[obj
     shares = [
         (
             f"{index}/share",
-            s["lease_id"],
             None,
+            "share",
             f"{_gib(s['memory_bytes'])} GiB",
             None,
             state_cell("leased"),
@@ -143,15 +146,24 @@ def _summary(gpus: list[dict[str, Any]], waiters: int) -> str:
 
 
 def render_status(
-    gpus: list[dict[str, Any]], waiters: int, *, now: float, verbose: bool, colour: bool
+    gpus: list[dict[str, Any]],
+    waiters: int,
+    *,
+    now: float,
+    verbose: bool,
+    colour: bool,
+    width: int | None = None,
 ) -> str:
-    """The summary line and the table, as `status` prints them."""
+    """The summary line and the table, as `status` prints them: within `width` columns
+    (columns dropped by priority, the last cut) unless `verbose`."""
+    width = None if verbose else width
     rows = [
         row
         for g in sorted(gpus, key=lambda g: g["index"])
         for row in (_row(g, now, verbose), *_part_rows(g, now, verbose))
     ]
-    table = render_table(HEADERS, rows, colour=colour, width=None if verbose else 100)
+    headers, rows = (HEADERS, rows) if width is None else fit_columns(HEADERS, rows, width)
+    table = render_table(headers, rows, colour=colour, width=width)
     summary = _summary(gpus, waiters)
     notes = [escape_unprintable(u["message"]) for g in gpus for u in g.get("unleased", [])]
     below = "".join(f"\n{note}" for note in notes)
@@ -173,7 +185,8 @@ def _frame(ctx: click.Context, verbose: bool, colour: bool) -> str:
     if ctx.obj.json:
         return json.dumps(_json_view(node) | {"at": time.time()}, sort_keys=True)
     now = time.time()
-    frame = render_status(gpus, waiters, now=now, verbose=verbose, colour=colour)
+    width = terminal_width()
+    frame = render_status(gpus, waiters, now=now, verbose=verbose, colour=colour, width=width)
     if verbose and node.get("process_tracking"):
         frame += f"\nprocess tracking: {node['process_tracking']} (docs/security.md)"
     return frame + ("\n" + reservation_lines(reservations, now).rstrip() if reservations else "")
@@ -184,7 +197,9 @@ def _json_view(node: dict[str, Any]) -> dict[str, Any]:
 
 
 @click.command()
-@click.option("-v", "--verbose", is_flag=True, help="Full UUIDs and names; no width limit.")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Full UUIDs and names, every column; no width limit."
+)
 @click.option(
     "-w",
     "--watch",
