@@ -98,7 +98,7 @@ def test_gpus_held_for_a_waiter_show_as_reserved(daemon: ThreadDaemon) -> None:
         assert sorted(states) == ["leased", "leased", "leased", "reserved"]
         table = ctl(daemon, "status").output.splitlines()[2:]
         reserved = next(line for line in table if "reserved" in line)
-        assert "for root (queue 1)" in reserved
+        assert "held for root (queue 1)" in reserved
         free = ctl(daemon, "allocate", "-n", "1")
         assert free.exit_code == 4 and "gpus_unavailable" in free.output
     finally:

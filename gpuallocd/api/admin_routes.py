@@ -9,6 +9,7 @@ from aiohttp import web
 
 from gpuallocd.api.peercred import caller_named
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
+from gpuallocd.api.usage_view import for_user
 from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest
 
@@ -70,13 +71,16 @@ async def usage(request: web.Request) -> web.Response:
     facade = facade_of(request)
     end, users = await facade.usage(since, until, request.query.get("user"))
     decayed = await facade.scheduling.fair_share_usage()
+    reserved = await facade.scheduling.reserved_hours(since, end)
+    named = request.query.get("user")
+    shown, reserved = (decayed, reserved) if named is None else for_user(named, decayed, reserved)
     return web.json_response(
         {
             "since": since,
             "until": end,
             "users": [{**u.to_json(), "decayed_gpu_hours": decayed.get(u.user)} for u in users],
-            "fair_share": decayed,
-            "reservations": await facade.scheduling.reserved_hours(since, end),
+            "fair_share": shown,
+            "reservations": reserved,
         }
     )
 

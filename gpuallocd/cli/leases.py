@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import shlex
 import time
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from gpuallocd.cli.common import (
     format_expiry,
     lease_request_options,
 )
+from gpuallocd.cli.errors import EXIT_USAGE, CliError
 from gpuallocd.cli.output import echo_json, escape_unprintable, format_bytes
 from gpuallocd.cli.style import colour_enabled, render_table
 from gpuallocd.cli.units import format_left
@@ -130,11 +132,24 @@ def allocate(
     _print_lease(ctx, lease.raw)
 
 
+def _require_user(user: str) -> None:
+    """A name this machine does not know is a mistake, as `limits --user` says (a uid is
+    taken as it is: its user may be gone and its leases not)."""
+    if user.isdigit():
+        return
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise CliError(f"no user {user!r} on this machine [invalid_request]", EXIT_USAGE) from None
+
+
 @click.command(name="leases")
 @click.option("--user", help="Only this user's leases (name or uid).")
 @click.pass_context
 def list_leases(ctx: click.Context, user: str | None) -> None:
     """Active leases: id, GPUs, user, pid (of a lease bound to a process), time left, label."""
+    if user is not None:
+        _require_user(user)
     with daemon_client(ctx) as client:
         leases = client.request("GET", "/v1/leases")["leases"]
     if user is not None:

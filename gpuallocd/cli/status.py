@@ -17,7 +17,7 @@ from gpuallocd.cli.table_fit import fit_columns, terminal_width
 from gpuallocd.cli.units import Duration, format_left
 from gpuallocd.cli.watch import watch_frames
 
-__all__ = ["COMMANDS", "render_status"]
+__all__ = ["COMMANDS", "held_for", "render_status"]
 
 NAME_WIDTH = 20
 VENDOR_PREFIXES = ("NVIDIA ", "AMD ")
@@ -66,6 +66,14 @@ def _process(process: dict[str, Any], unleased: dict[str, Any] | None) -> str:
     return f"{unleased['user']}({process['pid']} {command}) without a lease{signalled}"
 
 
+def held_for(reserved: dict[str, Any]) -> str:
+    """`held for reservation r5f0c1a2b (alice)`, or for a waiter `held for bob (queue 1)`."""
+    waiter = str(reserved.get("waiter") or "")
+    if waiter.startswith("reservation "):
+        return f"held for {waiter} ({reserved['user']})"
+    return f"held for {reserved['user']} (queue {reserved['position']})"
+
+
 def _holder(gpu: dict[str, Any], now: float) -> str | None:
     parts: list[str] = []
     holder, reserved = gpu.get("holder"), gpu.get("reserved_for")
@@ -74,7 +82,7 @@ def _holder(gpu: dict[str, Any], now: float) -> str | None:
         left = format_left(gpu.get("expires_at"), now)
         parts.append(f"{holder['user']}{label}" + (f" {left} left" if left else ""))
     elif reserved is not None and gpu.get("state") == "reserved":
-        parts.append(f"for {reserved['user']} (queue {reserved['position']})")
+        parts.append(held_for(reserved))
     drain = gpu.get("drain")
     if drain:
         parts.append(f"drained by {drain.get('by') or '?'}: {drain.get('reason') or '-'}")
