@@ -289,9 +289,9 @@ def test_a_dashboard_on_another_interface_is_warned_about() -> None:
 def test_gpus_show_load_memory_unleased_processes_and_mig_instances(
     start_daemon: Callable[..., ThreadDaemon], paths: DaemonPaths
 ) -> None:
-    """On a recorded A100 node: a process outside any lease shows under its GPU with its
-    owner, with the GPU's load and memory; a leased MIG instance shows as a row of its own,
-    with its holder and label."""
+    """On a recorded A100 node: a process outside any lease shows in the section of use
+    without a lease with its GPU and owner, the GPU with its load and memory; a leased MIG
+    instance shows as a row of its own, with its holder and label."""
     live = paths.root / "live.json"
     live.write_text("{}")
     port = free_port()
@@ -310,7 +310,12 @@ def test_gpus_show_load_memory_unleased_processes_and_mig_instances(
     process = {"pid": pid, "used_memory_bytes": 3 * 2**30}
     live.write_text(json.dumps({whole["uuid"]: {"processes": [process]}}))
     url = f"http://127.0.0.1:{port}/api/live"
-    wait_for(lambda: f"{pid} (root)" in json.loads(get(url)[1])["gpus"], timeout=30)
+    row = f'<td>GPU {whole["index"]}</td><td class="who">root</td>'
+
+    def unleased() -> str:
+        return str(json.loads(get(url)[1])["unleased"])
+
+    wait_for(lambda: row in unleased() and f"<td>{pid}</td>" in unleased(), timeout=30)
     shown = json.loads(get(url)[1])["gpus"]
     assert "<meter" in shown and " GiB / 80.0 GiB" in shown  # load and memory, sampled
     assert f"MIG {profile}" in shown and "mig-job" in shown
