@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuallocd.errors import QuotaExceeded
 from gpuallocd.model import Lease, LeasedGpu, UnitKind
+from gpuallocd.model.durations import typed_duration
 
 __all__ = [
     "LIMIT_NAMES",
@@ -165,8 +166,9 @@ def shares_held(leases: Iterable[Lease], uid: int) -> list[LeasedGpu]:
 def _refuse(limits: AppliedLimits, name: str, current: float, message: str) -> QuotaExceeded:
     value = limits.value(name)
     where = limits.sources[name]
+    shown = typed_duration(value) if name.endswith("_seconds") else f"{value:g}"
     return QuotaExceeded(
-        f"{message}: {name} = {value:g} for {limits.user} ({where})",
+        f"{message}: {name} = {shown} for {limits.user} ({where})",
         limit=name,
         value=value,
         current=current,
@@ -180,7 +182,9 @@ def check_grant(
     `ttl_seconds` that would pass a limit."""
     max_ttl = limits.value("max_ttl_seconds")
     if max_ttl is not None and ttl_seconds > max_ttl:
-        raise _refuse(limits, "max_ttl_seconds", ttl_seconds, f"a TTL of {ttl_seconds:g} s")
+        raise _refuse(
+            limits, "max_ttl_seconds", ttl_seconds, f"a TTL of {typed_duration(ttl_seconds)}"
+        )
     max_gpus = limits.value("max_gpus")
     if max_gpus is not None and usage.gpus + gpus > max_gpus:
         message = f"{limits.user} holds {usage.gpus:g} GPU(s) and asks for {gpus:g} more"

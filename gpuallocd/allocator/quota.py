@@ -24,6 +24,7 @@ from gpuallocd.allocator.site_rules import SiteRules
 from gpuallocd.errors import QuotaExceeded
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller, Lease, LeasedGpu, UnitKind, gpu_seconds
+from gpuallocd.model.durations import typed_duration
 
 __all__ = ["DAY_SECONDS", "Quota"]
 
@@ -67,8 +68,8 @@ class Quota:
         if limit is not None and ttl > limit:
             applied = self.applied(caller)
             raise QuotaExceeded(
-                f"a TTL of {ttl:g} s: max_ttl_seconds = {limit:g} for {caller.user} "
-                f"({applied.sources['max_ttl_seconds']})",
+                f"a TTL of {typed_duration(ttl)}: {caller.user} may lease for at most "
+                f"{typed_duration(limit)} (max_ttl_seconds, {applied.sources['max_ttl_seconds']})",
                 limit="max_ttl_seconds",
                 value=limit,
                 current=ttl,

@@ -23,6 +23,7 @@ from functools import lru_cache
 from gpuallocd.errors import CapacityError, ReservationConflict, UnknownReservation
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import AdvanceReservation, Caller, Lease, ReservationEvent
+from gpuallocd.model.durations import typed_duration
 from gpuallocd.policies import Choice
 
 __all__ = ["MIN_BACKFILL_SECONDS", "ReservationBoard", "caller_of_uid", "forget_members"]
@@ -129,8 +130,8 @@ class ReservationBoard:
             room = first.start_at - now
             message = (
                 f"reservation {first.id} for {first.holder} starts at "
-                f"{_clock_text(first.start_at)}: a lease of {ttl:g} s would overlap it; ask "
-                f"for a TTL of at most {room:.0f} s, or wait"
+                f"{_clock_text(first.start_at)}: a lease of {typed_duration(ttl)} would "
+                f"overlap it; ask for a TTL of at most {typed_duration(room)} (--ttl), or wait"
             )
         return ReservationConflict(
             message,

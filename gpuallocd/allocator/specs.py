@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuallocd.errors import InvalidRequest
+from gpuallocd.model.durations import typed_duration
 
 __all__ = ["AllocateSpec", "AllocatorSettings", "requested_ttl"]
 
@@ -50,10 +51,11 @@ def requested_ttl(settings: AllocatorSettings, requested: float | None) -> float
     """The TTL a request asks for (the default when it names none), within the site's bounds."""
     ttl = settings.default_ttl_seconds if requested is None else requested
     if ttl <= 0:
-        raise InvalidRequest("ttl_seconds must be positive", field="ttl_seconds", value=ttl)
+        raise InvalidRequest("the TTL must be more than 0s", field="ttl_seconds", value=ttl)
     if ttl > settings.max_ttl_seconds:
         raise InvalidRequest(
-            f"ttl_seconds may be at most {settings.max_ttl_seconds:g}",
+            f"a TTL of {typed_duration(ttl)} is more than this node allows: at most "
+            f"{typed_duration(settings.max_ttl_seconds)} (max_ttl_seconds)",
             field="ttl_seconds",
             value=ttl,
         )

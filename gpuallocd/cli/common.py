@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gpuallocd.cli.units import ByteSize, Duration
+from gpuallocd.cli.units import ByteSize, Duration, format_left
 
 if TYPE_CHECKING:
     from gpulease import Client
@@ -104,14 +104,8 @@ def daemon_client(ctx: click.Context) -> Iterator[Client]:
 
 
 def format_expiry(expires_at: float | None, now: float | None = None) -> str | None:
-    """`in 59m 12s` style; None where there is nothing to show."""
+    """`in 59m12s` style (the tables' durations); None where there is nothing to show."""
     if expires_at is None:
         return None
-    left = int(expires_at - (time.time() if now is None else now))
-    if left <= 0:
-        return "due"
-    hours, rest = divmod(left, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return f"in {hours}h {minutes:02d}m"
-    return f"in {minutes}m {seconds:02d}s" if minutes else f"in {seconds}s"
+    left = format_left(expires_at, time.time() if now is None else now)
+    return left if left == "due" else f"in {left}"
