@@ -21,7 +21,7 @@ from gpuallocd.cli.common import (
 from gpuallocd.cli.errors import EXIT_USAGE, CliError
 from gpuallocd.cli.output import echo_json, escape_unprintable, format_bytes
 from gpuallocd.cli.style import colour_enabled, render_table
-from gpuallocd.cli.units import format_left
+from gpuallocd.cli.units import format_duration, format_left
 from gpuallocd.cli.waiting import queued
 
 if TYPE_CHECKING:
@@ -32,6 +32,25 @@ __all__ = ["COMMANDS", "export_lines"]
 
 def _gpus_text(lease: dict[str, Any]) -> str:
     return ",".join(str(g["index"]) for g in lease["gpus"])
+
+
+def give_back_hint(lease_id: str) -> str:
+    """How to give the lease back before it expires (a detached lease is not freed by
+    closing the shell it was taken in)."""
+    return f"give it back when done: gpuallocctl free {lease_id}  (or all yours: free --mine)"
+
+
+def unit_text(lease: dict[str, Any]) -> str:
+    """What the lease holds of each of its GPUs: `GPU`, `MIG 1g.10gb`, `share 20 GiB`."""
+    units = lease["gpus"]
+    if not units:
+        return "-"
+    first = units[0]
+    if first.get("kind") == "mig":
+        return f"MIG {first.get('mig_profile') or '?'}"
+    if first.get("kind") == "share" or first.get("memory_bytes") is not None:
+        return f"share {format_bytes(first.get('memory_bytes'))}"
+    return "GPU"
 
 
 def _print_lease(ctx: click.Context, lease: dict[str, Any]) -> None:
@@ -128,8 +147,11 @@ def allocate(
         )
     if export:
         _print_export(lease, visible)
+        click.echo(give_back_hint(lease.id), err=True)
         return
     _print_lease(ctx, lease.raw)
+    if not ctx.obj.json:
+        click.echo(give_back_hint(lease.id))
 
 
 def _require_user(user: str) -> None:
@@ -166,11 +188,14 @@ def list_leases(ctx: click.Context, user: str | None) -> None:
             lease["pid"] if lease.get("bound_to_process") else None,
             lease["policy"],
             format_left(lease["expires_at"], now),
+            format_duration(now - lease["created_at"]),
+            unit_text(lease),
             lease["label"],
         )
         for lease in leases
     ]
-    headers = ("LEASE", "GPUS", "USER", "PID", "POLICY", "LEFT", "LABEL")
+    # TIME: how long it has been held, as squeue's TIME; UNIT: what each of GPUS is.
+    headers = ("LEASE", "GPUS", "USER", "PID", "POLICY", "LEFT", "TIME", "UNIT", "LABEL")
     click.echo(render_table(headers, rows, colour=colour_enabled()))
     for lease in leases:
         for other in lease.get("unleased_use", []):

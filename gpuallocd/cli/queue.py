@@ -105,7 +105,7 @@ def history(ctx: click.Context, lease_id: str | None, limit: int) -> None:
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["at"])),
             e["lease_id"],
             e["event"],
-            user_of(e["actor_uid"]),
+            _actor(e),
             e["detail"],
         )
         for e in events
@@ -115,6 +115,14 @@ def history(ctx: click.Context, lease_id: str | None, limit: int) -> None:
     rows = rows[-limit:]  # lease and reservation events together: the latest `limit`
     headers = ("TIME", "LEASE", "EVENT", "BY", "DETAIL")
     click.echo(render_table(headers, rows, colour=colour_enabled()))
+
+
+def _actor(event: dict[str, Any]) -> str:
+    """BY: the user's name, or the daemon rule that acted (`idle-reclaim`), not root."""
+    from gpuallocd.model.actors import actor_name
+
+    uid = event["actor_uid"]
+    return user_of(uid) if uid is None else actor_name(uid, event.get("detail"))
 
 
 def _query(lease_id: str | None, limit: int) -> dict[str, Any]:

@@ -33,7 +33,8 @@ def _memory(gpu: dict[str, Any]) -> str | None:
     total, used = gpu.get("memory_total_bytes"), gpu.get("memory_used_bytes")
     if total is None:
         return None if used is None else f"{_gib(used)} GiB used"
-    return f"{_gib(total)} GiB" if used is None else f"{_gib(used)}/{_gib(total)} GiB"
+    # No live reading (a topology file): the size alone, never read as memory in use.
+    return f"{_gib(total)} GiB total" if used is None else f"{_gib(used)}/{_gib(total)} GiB"
 
 
 def _name(name: str, verbose: bool) -> str:

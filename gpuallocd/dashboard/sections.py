@@ -9,6 +9,7 @@ from typing import Any
 from gpuallocd.dashboard.source import NodeNow
 from gpuallocd.dashboard.text import clock_time, duration, esc, gib, user_of
 from gpuallocd.model import HistoryEvent
+from gpuallocd.model.actors import rule_of
 
 __all__ = ["gpus_html", "history_html", "queue_html", "reservations_html"]
 
@@ -167,7 +168,7 @@ def history_html(events: Sequence[HistoryEvent], user_name: Callable[[int], str]
                 clock_time(e.at),
                 esc(e.event.value),
                 f"<code>{esc(e.lease_id)}</code>",
-                esc(user_name(e.actor_uid)),
+                esc(rule_of(e.actor_uid, e.detail) or user_name(e.actor_uid)),
                 esc(e.detail),
             ],
             f'class="event event-{esc(e.event.value)}"',
