@@ -166,7 +166,8 @@ def shares_held(leases: Iterable[Lease], uid: int) -> list[LeasedGpu]:
 def _refuse(limits: AppliedLimits, name: str, current: float, message: str) -> QuotaExceeded:
     value = limits.value(name)
     where = limits.sources[name]
-    shown = typed_duration(value) if name.endswith("_seconds") else f"{value:g}"
+    timed = value is not None and name.endswith("_seconds")
+    shown = typed_duration(value) if timed and value is not None else f"{value:g}"
     return QuotaExceeded(
         f"{message}: {name} = {shown} for {limits.user} ({where})",
         limit=name,

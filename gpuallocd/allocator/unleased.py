@@ -83,8 +83,8 @@ class UnleasedGuard:
         self.rules = rules
         self._clock = clock
         self._send = send
-        self._tracks: dict[tuple[int, int | None], Track] = {}
-        self._seen: dict[tuple[int, int | None], Seen] = {}
+        self._tracks: dict[tuple[int, int | None, str], Track] = {}  # (pid, start, unit)
+        self._seen: dict[tuple[int, int | None, str], Seen] = {}
         self._owners: dict[int, Owner | None] = {}
         self.counts: collections.Counter[str] = collections.Counter()
 

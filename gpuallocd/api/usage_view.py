@@ -24,8 +24,8 @@ def _holders(user: str) -> frozenset[str]:
 
 
 def for_user(
-    user: str, fair_share: Mapping[str, float], reservations: Sequence[Mapping[str, Any]]
-) -> tuple[dict[str, float], list[Mapping[str, Any]]]:
+    user: str, fair_share: Mapping[str, float], reservations: Sequence[dict[str, Any]]
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """`fair_share` and `reservations` cut to what concerns `user` (a name or a uid)."""
     holders = _holders(user)
     mine = {name: value for name, value in fair_share.items() if name in holders}
