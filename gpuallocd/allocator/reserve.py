@@ -18,6 +18,7 @@ from gpuallocd.allocator.window import as_in_window
 from gpuallocd.errors import CapacityError, InvalidRequest, ReservationConflict
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import AdvanceReservation, Caller, Lease
+from gpuallocd.model.durations import typed_duration
 from gpuallocd.policies import get_policy
 from gpuallocd.policies.rules import check_choice, request_for
 
@@ -63,7 +64,8 @@ def _check(spec: ReserveSpec, start: float, now: float) -> None:
         raise InvalidRequest("start_at must be a Unix time", field="start_at")
     if not (0 < spec.duration_seconds <= MAX_RESERVATION_SECONDS):
         raise InvalidRequest(
-            f"duration_seconds must be above 0 and at most {MAX_RESERVATION_SECONDS:g}",
+            "the duration must be more than 0s and at most "
+            f"{typed_duration(MAX_RESERVATION_SECONDS)}",
             field="duration_seconds",
             value=spec.duration_seconds,
         )
