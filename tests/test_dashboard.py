@@ -346,3 +346,26 @@ def test_pages_past_the_rate_wait_their_turn() -> None:
     assert bucket.admit() and not bucket.admit()
     clock.step(10.0)
     assert sum(bucket.admit() for _ in range(30)) == 20
+
+
+def test_unleased_section_escapes_what_users_name() -> None:
+    """A process name and a user name are the user's to choose: both are escaped, and the
+    GPU model in the summary too."""
+    from gpuallocd.dashboard.source import NodeNow
+    from gpuallocd.dashboard.summary import summary_html, unleased_html
+
+    gpu = {"index": 0, "name": "<i>GPU</i>", "state": "in-use", "foreign_processes": []}
+    node = NodeNow(
+        now=1000.0,
+        name="n",
+        gpus=[gpu],
+        labels={},
+        queue=[],
+        reservations=[],
+        unleased=[
+            {"pid": 7, "user": "<b>eve</b>", "command": "<img src=x>", "gpu_index": 0, "since": 1.0}
+        ],
+    )
+    shown = unleased_html(node, str) + summary_html(node)
+    assert "<img" not in shown and "<b>" not in shown and "<i>" not in shown
+    assert "&lt;img src=x&gt;" in shown and "&lt;b&gt;eve&lt;/b&gt;" in shown
