@@ -216,7 +216,7 @@ class WaitQueue:
             return await asyncio.wait_for(waiter.future, timeout)
         except asyncio.TimeoutError:
             raise GpusUnavailable(
-                f"no GPUs came free within {typed_duration(timeout)} of waiting (--timeout)",
+                f"no GPUs came free within {typed_duration(timeout or 0)} of waiting (--timeout)",
                 waited_seconds=timeout,
             ) from None
         finally:
