@@ -84,21 +84,26 @@ def bench(
     socket_path = Client(socket).socket_path
     with Client(socket_path) as client:
         client.health()
+        free = sum(1 for gpu in client.status() if gpu.state == "free")
+    crowded = clients * count > free
+    if crowded and not as_json:
+        click.echo(crowded_note(clients, count, free), err=True)
     result = run_bench(
         socket_path, clients=clients, seconds=seconds, count=count, policy=policy, raw=raw
     )
     machine = measure_floor(state_dir) if floor else None
     if as_json:
         extra = {} if machine is None else {"floor": machine.to_json()}
-        echo_json({**result.to_json(), **extra})
+        echo_json({**result.to_json(), "free_gpus": free, **extra})
         return
     click.echo(
         f"{result.clients} client(s), {result.seconds:g} s: {result.pairs} allocate+free pairs "
-        f"({result.pairs_per_second:.0f}/s), {result.refused} refused, {result.errors} errors\n"
+        f"({result.pairs_per_second:.0f}/s), {result.errors} errors\n"
         f"pair latency ms: p50 {result.p50_ms:.2f}  p90 {result.p90_ms:.2f}  "
         f"p99 {result.p99_ms:.2f}  max {result.max_ms:.2f}\n"
         f"allocate p50 {result.allocate_p50_ms:.2f} ms, free p50 {result.free_p50_ms:.2f} ms"
     )
+    click.echo(refusal_line(result.refused, result.refused_p50_ms, crowded))
     if machine is not None:
         click.echo(
             f"floor: socket round trip p50 {machine.round_trip_us:.0f} us, durable commit p50 "
@@ -106,6 +111,27 @@ def bench(
             f"{machine.pair_ms:.3f} ms; this daemon's pair p50 is "
             f"{result.p50_ms / machine.pair_ms:.1f}x the floor"
         )
+
+
+def crowded_note(clients: int, count: int, free: int) -> str:
+    """Said before a run whose clients cannot all hold their GPUs at once."""
+    fits = max(free // count, 0)
+    return (
+        f"gpuallocctl: {clients} client(s) x {count} GPU(s) > {free} free GPU(s): some "
+        f"requests will be refused (counted on a line of their own, not as pairs); "
+        f"--clients {fits} measures only pairs that fit"
+        if fits
+        else f"gpuallocctl: {free} free GPU(s), {count} asked for by each client: every "
+        "request will be refused"
+    )
+
+
+def refusal_line(refused: int, p50_ms: float, crowded: bool) -> str:
+    """Refusals apart from the pairs: how many, and how fast one was answered."""
+    if not refused:
+        return "refused: none"
+    why = " (more GPUs asked for at once than were free)" if crowded else ""
+    return f"refused: {refused} requests{why}, answered in p50 {p50_ms:.2f} ms"
 
 
 if __name__ == "__main__":

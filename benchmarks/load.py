@@ -26,6 +26,7 @@ class BenchResult:
     max_ms: float
     allocate_p50_ms: float
     free_p50_ms: float
+    refused_p50_ms: float = float("nan")  # how long a refusal took (no commit)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -37,12 +38,13 @@ def _timed_pairs(
     refusal: Callable[[Exception], bool | None],
     seconds: float,
     start_at: float,
-) -> tuple[list[tuple[float, float]], int, int]:
-    """Allocate and free for `seconds` from `start_at`: each pair's two latencies, and the
-    counts of refusals (`refusal(exc)` True) and errors (False); other exceptions propagate
-    (`refusal` returns None for them)."""
+) -> tuple[list[tuple[float, float]], list[float], int]:
+    """Allocate and free for `seconds` from `start_at`: each pair's two latencies, each
+    refusal's (`refusal(exc)` True), and the count of errors (False); other exceptions
+    propagate (`refusal` returns None for them)."""
     pairs: list[tuple[float, float]] = []
-    refused = errors = 0
+    refused: list[float] = []
+    errors = 0
     while time.time() < start_at:
         time.sleep(0.001)
     deadline = time.perf_counter() + seconds
@@ -56,7 +58,10 @@ def _timed_pairs(
             verdict = refusal(exc)
             if verdict is None:
                 raise
-            refused, errors = (refused + 1, errors) if verdict else (refused, errors + 1)
+            if verdict:
+                refused.append(time.perf_counter() - started)
+            else:
+                errors += 1
             continue
         pairs.append((granted - started, time.perf_counter() - granted))
     return pairs, refused, errors
@@ -133,12 +138,13 @@ def run_bench(
     for worker in workers:
         worker.join()
     pairs = [pair for result in results for pair in result[0]]
+    refusals = sorted(r for result in results for r in result[1])
     totals = sorted(a + f for a, f in pairs)
     return BenchResult(
         clients=clients,
         seconds=seconds,
         pairs=len(pairs),
-        refused=sum(r[1] for r in results),
+        refused=len(refusals),
         errors=sum(r[2] for r in results),
         pairs_per_second=len(pairs) / seconds,
         p50_ms=_percentile(totals, 0.50),
@@ -147,4 +153,5 @@ def run_bench(
         max_ms=totals[-1] * 1000.0 if totals else float("nan"),
         allocate_p50_ms=statistics.median(a for a, _ in pairs) * 1000.0 if pairs else float("nan"),
         free_p50_ms=statistics.median(f for _, f in pairs) * 1000.0 if pairs else float("nan"),
+        refused_p50_ms=_percentile(refusals, 0.50),
     )

@@ -242,6 +242,8 @@ DOOR_LEAVES = {
         "quantities",
         "quick_exit",
         "style",
+        "table_fit",
+        "topology_input",
         "text",
     },
 }

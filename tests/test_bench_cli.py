@@ -55,3 +55,18 @@ def test_bench_floor_in_text_gives_the_ratio(daemon: ThreadDaemon, short_dir: Pa
     args = ["--raw", "--seconds", "0.2", "--floor", "--state-dir", str(short_dir)]
     out, err = bench_process(daemon, *args).communicate(timeout=120)
     assert "floor: socket round trip p50" in out and "x the floor" in out, err
+
+
+def test_bench_on_the_readme_example_counts_refusals_on_their_own_line(
+    daemon: ThreadDaemon,
+) -> None:
+    """README's `bench --clients 8` on the 4-GPU example: it says first that 8 clients of
+    1 GPU cannot all hold one at once and how many can; refusals are a line of their own
+    (how many, how fast), never counted with the pairs; 4 clients are never refused."""
+    out, err = bench_process(daemon, "--clients", "8", "--seconds", "0.5").communicate(timeout=120)
+    assert "8 client(s) x 1 GPU(s) > 4 free GPU(s)" in err and "--clients 4" in err
+    pairs_line, refused_line = out.splitlines()[0], out.splitlines()[-1]
+    assert "refused" not in pairs_line
+    assert refused_line.startswith("refused: ") and "answered in p50" in refused_line
+    out, err = bench_process(daemon, "--clients", "4", "--seconds", "0.5").communicate(timeout=120)
+    assert "free GPU(s)" not in err and out.splitlines()[-1] == "refused: none"

@@ -61,10 +61,13 @@ def test_status_shows_memory_utilisation_and_foreign_processes(a100: ThreadDaemo
 
 
 def test_status_fits_100_columns_with_short_uuids(a100: ThreadDaemon) -> None:
-    """Rows fit 100 columns and show short UUIDs; -v shows them whole."""
+    """Into a pipe rows fit 100 columns (COLUMNS where set) and show short UUIDs where they
+    fit; -v shows them whole."""
     ctl(a100, "allocate", "-n", "2", "--label", "a-rather-long-label-for-a-sweep " * 3)
-    short = ctl(a100, "status")
-    assert max(len(line) for line in short.output.splitlines()) <= 100
+    piped = ctl(a100, "status")
+    assert max(len(line) for line in piped.output.splitlines()) <= 100
+    short = ctl(a100, "status", COLUMNS="200")
+    assert max(len(line) for line in short.output.splitlines()) <= 200
     uuids = [g["uuid"] for g in json.loads(ctl(a100, "status", "--json").output)["gpus"]]
     assert short_uuid(uuids[1]) in short.output and uuids[1] not in short.output
     verbose = ctl(a100, "status", "-v")
@@ -95,7 +98,7 @@ def test_gpus_held_for_a_waiter_show_as_reserved(daemon: ThreadDaemon) -> None:
         assert sorted(states) == ["leased", "leased", "leased", "reserved"]
         table = ctl(daemon, "status").output.splitlines()[2:]
         reserved = next(line for line in table if "reserved" in line)
-        assert "for root (queue 1)" in reserved
+        assert "held for root (queue 1)" in reserved
         free = ctl(daemon, "allocate", "-n", "1")
         assert free.exit_code == 4 and "gpus_unavailable" in free.output
     finally:

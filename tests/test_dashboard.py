@@ -136,7 +136,7 @@ def test_advance_reservations_are_shown(dashboard: tuple[ThreadDaemon, str]) -> 
         made = client.reserve(gpus=[3], start_in=3600, duration=7200, user="root", reason="demo")
     live = json.loads(get(url + "/api/live")[1])["reservations"]
     assert made["id"] in live and "GPU 3" in live and "demo" in live
-    assert "starts in 59 min" in live or "starts in 1h" in live
+    assert "starts in 59m" in live or "starts in 1h00m" in live  # as the command line writes it
 
 
 def test_every_write_is_refused(dashboard: tuple[ThreadDaemon, str]) -> None:
@@ -289,9 +289,9 @@ def test_a_dashboard_on_another_interface_is_warned_about() -> None:
 def test_gpus_show_load_memory_unleased_processes_and_mig_instances(
     start_daemon: Callable[..., ThreadDaemon], paths: DaemonPaths
 ) -> None:
-    """On a recorded A100 node: a process outside any lease shows under its GPU with its
-    owner, with the GPU's load and memory; a leased MIG instance shows as a row of its own,
-    with its holder and label."""
+    """On a recorded A100 node: a process outside any lease shows in the section of use
+    without a lease with its GPU and owner, the GPU with its load and memory; a leased MIG
+    instance shows as a row of its own, with its holder and label."""
     live = paths.root / "live.json"
     live.write_text("{}")
     port = free_port()
@@ -310,7 +310,12 @@ def test_gpus_show_load_memory_unleased_processes_and_mig_instances(
     process = {"pid": pid, "used_memory_bytes": 3 * 2**30}
     live.write_text(json.dumps({whole["uuid"]: {"processes": [process]}}))
     url = f"http://127.0.0.1:{port}/api/live"
-    wait_for(lambda: f"{pid} (root)" in json.loads(get(url)[1])["gpus"], timeout=30)
+    row = f'<td>GPU {whole["index"]}</td><td class="who">root</td>'
+
+    def unleased() -> str:
+        return str(json.loads(get(url)[1])["unleased"])
+
+    wait_for(lambda: row in unleased() and f"<td>{pid}</td>" in unleased(), timeout=30)
     shown = json.loads(get(url)[1])["gpus"]
     assert "<meter" in shown and " GiB / 80.0 GiB" in shown  # load and memory, sampled
     assert f"MIG {profile}" in shown and "mig-job" in shown
@@ -360,3 +365,26 @@ def test_one_client_past_its_share_leaves_the_rate_to_others() -> None:
     assert admission.admit("bob") == BUSY  # two of his in flight already
     assert admission.admit("carol") is None and admission.admit("carol") is None
     assert admission.admit("dave") == BUSY  # four in flight in all
+
+
+def test_unleased_section_escapes_what_users_name() -> None:
+    """A process name and a user name are the user's to choose: both are escaped, and the
+    GPU model in the summary too."""
+    from gpuallocd.dashboard.source import NodeNow
+    from gpuallocd.dashboard.summary import summary_html, unleased_html
+
+    gpu = {"index": 0, "name": "<i>GPU</i>", "state": "in-use", "foreign_processes": []}
+    node = NodeNow(
+        now=1000.0,
+        name="n",
+        gpus=[gpu],
+        labels={},
+        queue=[],
+        reservations=[],
+        unleased=[
+            {"pid": 7, "user": "<b>eve</b>", "command": "<img src=x>", "gpu_index": 0, "since": 1.0}
+        ],
+    )
+    shown = unleased_html(node, str) + summary_html(node)
+    assert "<img" not in shown and "<b>" not in shown and "<i>" not in shown
+    assert "&lt;img src=x&gt;" in shown and "&lt;b&gt;eve&lt;/b&gt;" in shown

@@ -4,8 +4,10 @@ is complete with JavaScript off. The screenshot of docs/dashboard.md comes from 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard_scene import Scene, busy_node
+from tests.dashboard_scene import Scene, busy_node, free_port
+from tests.harness import DaemonPaths, ThreadDaemon, wait_for
 from tests.local_users import LocalUser
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -166,3 +169,74 @@ def test_page_follows_the_queue_being_served(
         assert page.locator("#queue tr.waiter").count() == 0
         assert page.evaluate("window.loadedOnce") is True
         page.context.close()
+
+
+@pytest.fixture
+def watched_node(users: tuple[LocalUser, LocalUser]) -> Iterator[tuple[Any, LocalUser, int, str]]:
+    """The recorded DGX A100 with a dashboard: ana's `sleep` runs on GPU 2 without a lease,
+    root leases GPU 1, and a reservation for ana holds GPU 5 now. (daemon, ana, pid, id)"""
+    ana = users[0]
+    root_dir = Path(tempfile.mkdtemp(prefix="gw-", dir="/tmp"))
+    root_dir.chmod(0o755)
+    live = root_dir / "live.json"
+    live.write_text("{}")
+    port = free_port()
+    daemon = ThreadDaemon(
+        DaemonPaths(root_dir),
+        inventory=f"nvml-recording:dgx-a100-mig?live={live}",
+        default_policy="simple",
+        sample_interval_seconds=0.1,
+        dashboard_listen=f"127.0.0.1:{port}",
+    ).start()
+    sleeper = subprocess.Popen(["sleep", "600"], user=ana.uid, group=ana.gid, extra_groups=[])
+    try:
+        with daemon.client() as client:
+            uuids = {g.index: g.uuid for g in client.status()}
+        live.write_text(json.dumps({uuids[2]: {"processes": [{"pid": sleeper.pid}]}}))
+        with daemon.client() as root:
+            root.allocate(gpus=[1], label="llm-pretrain", ttl=8 * 3600)
+            made = root.reserve(gpus=[5], start_in=0, duration=7200, user=ana.name, reason="demo")
+
+            def seen() -> bool:
+                offenders = root.unleased()["processes"]
+                return any(p["pid"] == sleeper.pid for p in offenders)
+
+            wait_for(seen, timeout=30, what="the unleased process")
+        daemon.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
+        yield daemon, ana, sleeper.pid, made["id"]
+    finally:
+        sleeper.kill()
+        sleeper.wait(10)
+        daemon.stop()
+        shutil.rmtree(root_dir, ignore_errors=True)
+
+
+def test_page_reads_at_a_glance(
+    watched_node: tuple[Any, LocalUser, int, str], browser: Any
+) -> None:
+    """A summary line at the top; use without a lease first, with who, which process and
+    since when; the GPU model named once, not on every row; a reserved GPU names its
+    reservation; the charts start above the fold, the usage chart's axis in GPU-hours."""
+    daemon, ana, pid, reservation = watched_node
+    page = _page(browser)
+    page.goto(daemon.url + "/")
+    summary = page.locator("#summary").inner_text()
+    assert summary.startswith("8 GPUs (8 \u00d7 NVIDIA A100-SXM4-80GB): ")
+    assert "1 leased" in summary and "used without a lease" in summary and "1 reserved" in summary
+    row = page.locator("#unleased tr.unleased", has_text=f"{pid}")
+    assert row.count() == 1
+    cells = row.locator("td").all_inner_texts()
+    assert cells[:4] == ["GPU 2", ana.name, "sleep", str(pid)] and "ago" in cells[4]
+    first_section = page.locator("main section").first
+    assert first_section.get_attribute("id") == "section-unleased"
+    assert "A100" not in page.locator("#gpus").inner_text()
+    reserved = page.locator("#gpus tr.gpu").nth(5).inner_text()
+    assert f"reservation {reservation} ({ana.name})" in reserved
+    chart = page.locator("#chart-usage-7d").bounding_box()
+    assert chart is not None and chart["y"] < 900  # the viewport's height
+    unit = page.locator("#chart-usage-7d svg text", has_text="GPU-hours")
+    assert unit.count() >= 1
+    shots = os.environ.get("GPUALLOCD_SHOTS")
+    if shots:
+        page.screenshot(path=str(Path(shots) / "dashboard.png"), full_page=True)
+    page.context.close()

@@ -60,7 +60,8 @@ def test_leases_table_escapes_what_an_older_ledger_holds(
     ledger.grant(forged, 0)
     ledger.close()
     daemon = start_daemon(default_policy="simple", clock=lambda: 4e9 + 1)
-    result = CliRunner().invoke(cli, ["--socket", str(daemon.paths.socket), "leases"])
+    wide = {"COLUMNS": "200"}  # the whole label: the table fits the terminal's width
+    result = CliRunner().invoke(cli, ["--socket", str(daemon.paths.socket), "leases"], env=wide)
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output and "\r" not in result.output and "\x07" not in result.output
     assert "\\x1b[2J" in result.output and "\\u202e" in result.output

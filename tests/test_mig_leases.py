@@ -137,10 +137,11 @@ def test_unknown_profile_and_too_many_instances_are_explained(
 
 
 def test_status_lists_instances_under_their_gpu(mig_node: tuple[ThreadDaemon, FakeNvml]) -> None:
-    """GPU 7 is `mig`, with its four instances and who holds each; the table shows them."""
+    """GPU 7 is `mig`, with its four instances and who holds each; the table shows them,
+    a leased one with its holder and label."""
     daemon, _ = mig_node
     with daemon.client() as client:
-        lease = client.allocate(mig_profile="2g.20gb")
+        lease = client.allocate(mig_profile="2g.20gb", label="mig-job")
         gpu7: dict[str, Any] = client.status()[7].raw
     assert gpu7["state"] == "mig"
     profiles = sorted(i["mig_profile"] for i in gpu7["instances"])
@@ -148,7 +149,7 @@ def test_status_lists_instances_under_their_gpu(mig_node: tuple[ThreadDaemon, Fa
     held = [i for i in gpu7["instances"] if i["lease_id"] == lease.id]
     assert [i["mig_profile"] for i in held] == ["2g.20gb"]
     table = CliRunner().invoke(cli, ["--socket", str(daemon.paths.socket), "status"]).output
-    assert table.count("7/mig") == 4 and lease.id in table
+    assert table.count("7/mig") == 4 and "root (mig-job)" in table  # the label, as a GPU's row
 
 
 def test_rescan_ends_the_lease_of_a_vanished_instance(

@@ -84,7 +84,7 @@ def test_backfill_before_a_reservation_and_an_overlapping_lease_refused(
     overlap = users.ctl("carol", socket, "allocate", "--gpu", str(second), "--ttl", "3h")
     assert overlap.returncode == 4
     assert "reservation_conflict" in overlap.stderr or "reservation" in overlap.stderr
-    assert "at most 7200 s" in overlap.stderr
+    assert "at most 2h (--ttl)" in overlap.stderr
     with Client(socket) as root, pytest.raises(ReservationConflict) as caught:
         root.allocate_specific([second], ttl=3 * HOUR)
     assert caught.value.details["max_ttl_seconds"] == pytest.approx(2 * HOUR)

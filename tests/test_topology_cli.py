@@ -41,11 +41,12 @@ def test_from_amd_text_prints_the_matrix() -> None:
 
 
 def test_from_an_unreadable_file_is_one_line_naming_the_line(tmp_path: Path) -> None:
-    """Text that is no matrix exits 1 with the reader's message, no traceback."""
+    """Text that is no matrix exits 2 (a bad file on the command line, docs/cli.md) with
+    the reader's message, no traceback."""
     path = tmp_path / "paste.txt"
     path.write_text("\tGPU0\tGPU1\nGPU0\t X \tWARP\nGPU1\tWARP\t X\n")
     result = ctl("topology", "--from", str(path))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "line 2: unknown link kind 'WARP'" in result.output
     assert "Traceback" not in result.output
 

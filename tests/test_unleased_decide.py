@@ -94,7 +94,7 @@ def test_decide_only_acts_on_offenders_and_forgets_the_gone(pids: list[int], mod
     rules = UnleasedRules(mode=mode, grace_seconds=0)
     processes = [seen(pid, 1000 + pid % 3) for pid in pids]
     use = {GPU: UnitUse(holders=frozenset({1000}))}
-    actions, tracks = decide(processes, use, {(999, 5): Track(0.0)}, rules, 1.0)
+    actions, tracks = decide(processes, use, {(999, 5, GPU): Track(0.0)}, rules, 1.0)
     keys = {p.key for p in processes}
     assert {a.seen.key for a in actions} <= keys and set(tracks) <= keys
     assert all(a.seen.uid != 1000 for a in actions)

@@ -193,3 +193,31 @@ def test_run_tells_its_user_who_uses_the_gpu(
             os.kill(child, signal.SIGKILL)
         wrapper.kill()
         wrapper.wait(10)
+
+
+UUID1 = "GPU-bf340323-c32c-5418-b181-82a3e285b2fe"
+
+
+def test_a_process_seen_on_one_gpu_is_reported_on_anothers_leased_gpu_too(
+    paths: DaemonPaths, node: Node, system_users: SystemUsers
+) -> None:
+    """bob's process, reported on free GPU 3, then also runs on alice's GPU 1: it is reported
+    there too (tracking is by process and unit), in `unleased` and in her lease's history."""
+    daemon = start(paths, node)
+    pid = node.start("bob")
+    node.put(UUID3, pid)
+    wait_for(lambda: actions(daemon, pid) == ["reported"], timeout=30, what="the first report")
+    alice = system_users.ctl("alice", paths.socket, "--json", "allocate", "--gpu", "1")
+    assert alice.returncode == 0, alice.stderr
+    with daemon.client() as client:
+        (lease,) = client.leases()
+    node.put(UUID1, pid)
+    wait_for(lambda: actions(daemon, pid) == ["reported"] * 2, timeout=30, what="the second")
+    with daemon.client() as client:
+        told = [e for e in client.history(lease.id) if e["event"] == "unleased-use"]
+        offenders = {(p["pid"], p["gpu_index"]) for p in client.unleased()["processes"]}
+    assert (
+        len(told) == 1
+        and f"pid {pid} of {system_users.name('bob')} uses GPU 1" in told[0]["detail"]
+    )
+    assert {(pid, 1), (pid, 3)} <= offenders

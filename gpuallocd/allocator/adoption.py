@@ -53,9 +53,9 @@ def _beside_reservations(
     gpu_uuid = gpu.uuid if gpu is not None else unit_uuid
     if gpu_uuid not in board.held(owner, now, ttl):
         return ttl
-    shorter = board.backfill_ttl(owner, now, ttl)
-    if shorter is not None and gpu_uuid not in board.held(owner, now, shorter):
-        return shorter
+    for shorter in board.backfill_ttls(owner, now, ttl):  # longest first
+        if gpu_uuid not in board.held(owner, now, shorter):
+            return shorter
     raise board.conflict(owner, now, ttl, [gpu_uuid])
 
 

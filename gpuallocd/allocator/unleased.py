@@ -84,8 +84,8 @@ class UnleasedGuard:
         self.rules = rules
         self._clock = clock
         self._send = send
-        self._tracks: dict[tuple[int, int | None], Track] = {}
-        self._seen: dict[tuple[int, int | None], Seen] = {}
+        self._tracks: dict[tuple[int, int | None, str], Track] = {}  # (pid, start, unit)
+        self._seen: dict[tuple[int, int | None, str], Seen] = {}
         self._owners = OwnerCache()
         self._revoked: dict[tuple[int, int | None], None] = {}  # adopted, then revoked
         self._odd: set[tuple[int, str]] = set()  # (pid, what went wrong), logged once
@@ -99,8 +99,8 @@ class UnleasedGuard:
         uses = unit_uses(self._lifecycle, reserved)
         seen = list(self._candidates(uses))
         now = self._clock()
-        for process in seen:  # a revoked adoption is never made again
-            if process.key in self._revoked:
+        for process in seen:  # a revoked adoption is never made again, on any unit
+            if process.key[:2] in self._revoked:
                 track = self._tracks.get(process.key) or Track(now)
                 self._tracks[process.key] = replace(track, adopt_refused=True)
         actions, tracks = decide(seen, uses, self._tracks, self.rules, now)

@@ -5,6 +5,7 @@ peercred.py    the caller, from the kernel (SO_PEERCRED)
 app.py         the aiohttp application behind one error envelope
 routes.py      the `/v1` routes: each one call into the allocator's façade
 admin_routes.py        drain, undrain, limits, usage, admin actions
+usage_view.py          usage's figures for one user alone
 enforcement_routes.py  adopt, unleased use
 reservation_routes.py  advance reservations
 ledger_routes.py       the ledger's backups, for admins

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from gpuallocd.api.peercred import caller_named
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
+from gpuallocd.api.usage_view import for_user
 from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest
 
@@ -72,12 +73,14 @@ async def usage(request: web.Request) -> web.Response:
     user = request.query.get("user")
     end, users = await facade.usage(since, until, user)
     decayed = await facade.scheduling.fair_share_usage()
+    reserved = await facade.scheduling.reserved_hours(since, end)
+    shown, reserved = (decayed, reserved) if user is None else for_user(user, decayed, reserved)
     report: dict[str, Any] = {
         "since": since,
         "until": end,
         "users": [{**u.to_json(), "decayed_gpu_hours": decayed.get(u.user)} for u in users],
-        "fair_share": decayed,
-        "reservations": await facade.scheduling.reserved_hours(since, end),
+        "fair_share": shown,
+        "reservations": reserved,
     }
     per = request.query.get("per")
     if per not in (None, "day"):

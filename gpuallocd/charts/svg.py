@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-import zlib
+from collections.abc import Iterable, Mapping
 from html import escape
 
-__all__ = ["PALETTE", "color_of", "document", "line", "nice_step", "rect", "text"]
+__all__ = [
+    "LEGEND_COLUMNS",
+    "LEGEND_ROW",
+    "OTHERS",
+    "OTHERS_COLOR",
+    "PALETTE",
+    "colors_by_rank",
+    "document",
+    "legend",
+    "line",
+    "nice_step",
+    "ranked",
+    "rect",
+    "text",
+]
 
-# Colours that stay apart for people with the common colour-vision deficiencies (Okabe-Ito),
-# then a few more.
+# Okabe and Ito's eight colours, which stay apart for readers with the common colour-vision
+# deficiencies; a user gets one by rank in the chart (the most GPU-hours first), never by a
+# hash of the name, so no two users of one chart share a colour.
 PALETTE = (
     "#0072b2",
     "#e69f00",
@@ -17,16 +32,26 @@ PALETTE = (
     "#56b4e9",
     "#d55e00",
     "#f0e442",
-    "#7f7f7f",
-    "#8c564b",
-    "#17becf",
+    "#000000",
 )
+# Everyone past the palette is drawn in one grey and named "others" in a legend.
+OTHERS_COLOR = "#b0b0b0"
+OTHERS = "others"
 FONT = 'font-family="sans-serif" font-size="11"'
+LEGEND_COLUMNS, LEGEND_ROW = 6, 16
 
 
-def color_of(name: str) -> str:
-    """The same colour for the same user in every chart and every run."""
-    return PALETTE[zlib.crc32(name.encode()) % len(PALETTE)]
+def colors_by_rank(in_order: Iterable[str]) -> dict[str, str]:
+    """Each name its own colour in the order given (the first the most used); past the
+    palette's last colour but one, the rest share OTHERS_COLOR."""
+    names = list(dict.fromkeys(in_order))
+    own = len(PALETTE) if len(names) <= len(PALETTE) else len(PALETTE) - 1
+    return {name: PALETTE[i] if i < own else OTHERS_COLOR for i, name in enumerate(names)}
+
+
+def ranked(totals: Mapping[str, float]) -> list[str]:
+    """Names by total, largest first, ties by name: the order colours are handed out in."""
+    return sorted(totals, key=lambda name: (-totals[name], name))
 
 
 def document(width: int, height: int, title: str, body: list[str]) -> str:
@@ -77,3 +102,17 @@ def _decimals(value: float) -> int:
         value *= 10
         places += 1
     return places
+
+
+def legend(
+    names: list[str], color: Mapping[str, str], left: float, y: float, width: int
+) -> list[str]:
+    """A swatch and a name for each of `names`, LEGEND_COLUMNS to a row from `y` down."""
+    parts = []
+    column = (width - left) / LEGEND_COLUMNS
+    for i, name in enumerate(names):
+        x = left + (i % LEGEND_COLUMNS) * column
+        row_y = y + (i // LEGEND_COLUMNS) * LEGEND_ROW
+        parts.append(rect(x, row_y, 10, 10, color[name]))
+        parts.append(text(x + 14, row_y + 9, name))
+    return parts

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from gpuallocd.charts.daily import Interval
-from gpuallocd.charts.svg import color_of, document, line, rect, text
+from gpuallocd.charts.svg import (
+    LEGEND_COLUMNS,
+    LEGEND_ROW,
+    OTHERS,
+    OTHERS_COLOR,
+    colors_by_rank,
+    document,
+    legend,
+    line,
+    ranked,
+    rect,
+    text,
+)
 
 __all__ = ["timeline"]
 
@@ -20,9 +32,15 @@ def timeline(
     *,
     title: str,
     width: int = 640,
+    colors: Mapping[str, str] | None = None,
 ) -> str:
-    """An SVG of each row's intervals clipped to [since, until], hours marked on the axis."""
-    height = TOP + ROW * max(1, len(rows)) + AXIS
+    """An SVG of each row's intervals clipped to [since, until], hours marked on the axis,
+    a colour per user (by rank of time held here, or from `colors`) named in a legend."""
+    color = _colors(rows, since, until, colors)
+    shown = _legend_names(color)
+    legend_rows = (len(shown) + LEGEND_COLUMNS - 1) // LEGEND_COLUMNS
+    plot_bottom = TOP + ROW * max(1, len(rows)) + AXIS
+    height = plot_bottom + legend_rows * LEGEND_ROW
     plot_w = width - LEFT - RIGHT
     span = max(until - since, 1.0)
 
@@ -30,7 +48,7 @@ def timeline(
         return LEFT + plot_w * (min(max(at, since), until) - since) / span
 
     body = [text(LEFT, 16, title, weight="bold")]
-    body += _hours(since, until, x_of, height)
+    body += _hours(since, until, x_of, plot_bottom)
     for i, (name, intervals) in enumerate(rows):
         y = TOP + i * ROW
         body.append(text(LEFT - 6, y + ROW * 0.65, name, anchor="end"))
@@ -42,10 +60,34 @@ def timeline(
             tip += ("now" if it.end is None else _hm(it.end)) + (
                 f", {count} leases" if count > 1 else ""
             )
-            body.append(rect(x, y + 3, max(x_of(end) - x, 1.0), ROW - 6, color_of(it.user), tip))
+            body.append(rect(x, y + 3, max(x_of(end) - x, 1.0), ROW - 6, color[it.user], tip))
     if not rows:
         body.append(text(LEFT + plot_w / 2, TOP + ROW * 0.65, "no GPU", anchor="middle"))
+    body += legend(shown, color | {OTHERS: OTHERS_COLOR}, LEFT, plot_bottom, width)
     return document(width, height, title, body)
+
+
+def _colors(
+    rows: Sequence[tuple[str, Sequence[Interval]]],
+    since: float,
+    until: float,
+    given: Mapping[str, str] | None,
+) -> dict[str, str]:
+    """Each user's colour: `given`'s, or by rank of the time held in the window."""
+    held: dict[str, float] = {}
+    for _, intervals in rows:
+        for it in intervals:
+            end = until if it.end is None else min(it.end, until)
+            held[it.user] = held.get(it.user, 0.0) + max(0.0, end - max(it.start, since))
+    if given is None:
+        given = colors_by_rank(ranked(held))
+    return {user: given.get(user, OTHERS_COLOR) for user in ranked(held)}
+
+
+def _legend_names(color: Mapping[str, str]) -> list[str]:
+    """The users with a colour of their own, then "others" when some share the grey."""
+    own = [user for user, c in color.items() if c != OTHERS_COLOR]
+    return own + ([OTHERS] if len(own) < len(color) else [])
 
 
 def _merged(

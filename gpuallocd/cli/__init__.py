@@ -15,6 +15,8 @@ The shell they share:
     style.py        colour, short UUIDs, table layout
     text.py         text safe to print on a terminal
     quantities.py   time and sizes as people type and read them
+    table_fit.py    a table fitted to the terminal's width, columns dropped by priority
+    topology_input.py  a topology argument: a file, an example or a recorded machine
     quick_exit.py   ending without the interpreter's teardown
 
 Importing this package is cheap: click and the commands load when used.

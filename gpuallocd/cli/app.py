@@ -36,6 +36,34 @@ _MODULES = {
     "gpuallocd.cli.leasing.agents": ("mcp",),
 }
 COMMAND_MODULES = {name: module for module, names in _MODULES.items() for name in names}
+# `--help` lists the commands in these groups, as docs/cli.md has them (a command missing
+# here is listed under "Other commands").
+HELP_GROUPS = (
+    ("Leasing", ("allocate", "run", "shell", "renew", "free", "adopt")),
+    (
+        "Looking",
+        ("status", "leases", "queue", "history", "reservations", "limits", "usage", "policies"),
+    ),
+    (
+        "Administering",
+        (
+            "revoke",
+            "drain",
+            "undrain",
+            "release",
+            "reserve",
+            "unreserve",
+            "unleased",
+            "admin-log",
+            "doctor",
+            "ledger",
+        ),
+    ),
+    ("Agents", ("mcp",)),
+    ("Integrations", ("slurm-gres",)),
+    ("Without a daemon, and hardware", ("plan", "simulate", "policy-bench", "topology", "rescan")),
+    ("Shell completion", ("completion",)),
+)
 
 
 class CliContext:
@@ -82,6 +110,21 @@ class CliGroup(LazyGroup):
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         _accept_global_options(cmd)
         super().add_command(cmd, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands in HELP_GROUPS' groups, each with its short help, not one long list."""
+        listed = set(self.list_commands(ctx))
+        placed: set[str] = set()
+        for title, names in (*HELP_GROUPS, ("Other commands", tuple(sorted(listed)))):
+            rows = []
+            for name in names:
+                command = self.get_command(ctx, name) if name in listed - placed else None
+                if command is not None and not command.hidden:
+                    placed.add(name)
+                    rows.append((name, command.get_short_help_str(formatter.width - 25)))
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
 
 @click.group(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gpuallocd.cli.quantities import ByteSize, Duration
+from gpuallocd.cli.quantities import ByteSize, Duration, format_left
 
 if TYPE_CHECKING:
     from gpulease import Client
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MIN_TTL_SECONDS",
     "TTL",
+    "check_visible",
     "daemon_client",
     "format_expiry",
     "lease_request_options",
@@ -83,6 +84,16 @@ def lease_request_options(ttl_help: str, label_help: str) -> Callable[[F], F]:
     return apply
 
 
+def check_visible(mig: str | None, visible: str) -> None:
+    """Refuse `--visible index` with `--mig` before anything is leased: a MIG instance has
+    no index, CUDA names it by its MIG- UUID only."""
+    if mig is not None and visible == "index":
+        raise click.UsageError(
+            "--visible index cannot name MIG instances (they have no index, CUDA takes "
+            "their MIG- UUIDs): leave --visible at uuid"
+        )
+
+
 @contextlib.contextmanager
 def daemon_client(ctx: click.Context) -> Iterator[Client]:
     """A client on the group's socket (its errors become CLI errors in `cli.errors`)."""
@@ -93,14 +104,8 @@ def daemon_client(ctx: click.Context) -> Iterator[Client]:
 
 
 def format_expiry(expires_at: float | None, now: float | None = None) -> str | None:
-    """`in 59m 12s` style; None where there is nothing to show."""
+    """`in 59m12s` style (the tables' durations); None where there is nothing to show."""
     if expires_at is None:
         return None
-    left = int(expires_at - (time.time() if now is None else now))
-    if left <= 0:
-        return "due"
-    hours, rest = divmod(left, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return f"in {hours}h {minutes:02d}m"
-    return f"in {minutes}m {seconds:02d}s" if minutes else f"in {seconds}s"
+    left = format_left(expires_at, time.time() if now is None else now)
+    return left if left == "due" else f"in {left}"

@@ -17,6 +17,7 @@ __all__ = [
     "format_duration",
     "format_left",
     "parse_duration",
+    "typed_duration",
 ]
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -37,16 +38,18 @@ def parse_duration(text: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """`42s`, `7m05s`, `2h05m`, `3d04h`: the two largest units, as people read them."""
-    left = max(0, int(seconds))
-    days, rest = divmod(left, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+    """`42s`, `7m05s`, `2h05m`, `3d04h` (`gpuallocd.model.durations`, loaded when first
+    needed: `run` starts without the model package)."""
+    from gpuallocd.model.durations import format_duration as shared
+
+    return shared(seconds)
+
+
+def typed_duration(seconds: float) -> str:
+    """`10d`, `2h`, `1h30m`: as an option would be typed (`gpuallocd.model.durations`)."""
+    from gpuallocd.model.durations import typed_duration as shared
+
+    return shared(seconds)
 
 
 def format_left(until: float | None, now: float) -> str | None:

@@ -20,6 +20,7 @@ __all__ = [
     "STATE_COLOURS",
     "TABLE_WIDTH",
     "Styled",
+    "cell_text",
     "colour_enabled",
     "escape_unprintable",
     "render_table",
@@ -75,7 +76,7 @@ def state_cell(state: str) -> Styled:
     return Styled(state, fg=STATE_COLOURS.get(state), bold=state in ("unhealthy", "lost"))
 
 
-def _text(cell: object) -> str:
+def cell_text(cell: object) -> str:
     """What a cell shows; anything a terminal would act on (ESC, CR, ...) escaped."""
     if cell is None:
         return "-"
@@ -104,7 +105,7 @@ def render_table(
     width: int | None = TABLE_WIDTH,
 ) -> str:
     """An aligned table; None shows as `-`; rows are cut to `width` columns (None: never)."""
-    texts = [[_text(c) for c in row] for row in rows]
+    texts = [[cell_text(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in texts:
         widths = [max(w, len(t)) for w, t in zip(widths, row, strict=True)]

@@ -11,6 +11,7 @@ from gpuallocd.charts import (
     waiting_buckets,
 )
 from gpuallocd.charts.daily import day_starts
+from gpuallocd.charts.svg import colors_by_rank, ranked
 from gpuallocd.dashboard.source import NodeNow
 from gpuallocd.ledger.reader import LedgerReader
 
@@ -38,15 +39,31 @@ def charts_html(reader: LedgerReader, node: NodeNow) -> str:
     waits = waiting_buckets(
         (s.owner_name, s.waited_seconds) for s in spans if s.created_at >= now - 7 * DAY
     )
+    # One colour per user on the whole page, by GPU-hours over the month: the same user
+    # reads the same in every chart, and no two users share one.
+    totals: dict[str, float] = {}
+    for day in month:
+        for user, hours in day.values.items():
+            totals[user] = totals.get(user, 0.0) + hours
+    colors = colors_by_rank(ranked(totals) + sorted({it.user for it in held}))
     unit = "GPU-hours"
     return "".join(
         (
-            _figure("usage-7d", stacked_bars(week, title=f"{unit} per user, 7 days", unit=unit)),
-            _figure("usage-30d", stacked_bars(month, title=f"{unit} per user, 30 days", unit=unit)),
-            _figure("timeline", timeline(rows, now - DAY, now, title="Leases per GPU, 24 hours")),
+            _figure(
+                "usage-7d",
+                stacked_bars(week, title=f"{unit} per user, 7 days", unit=unit, colors=colors),
+            ),
+            _figure(
+                "usage-30d",
+                stacked_bars(month, title=f"{unit} per user, 30 days", unit=unit, colors=colors),
+            ),
+            _figure(
+                "timeline",
+                timeline(rows, now - DAY, now, title="Leases per GPU, 24 hours", colors=colors),
+            ),
             _figure(
                 "waiting",
-                stacked_bars(waits, title=WAIT_TITLE, unit="requests", counts=True),
+                stacked_bars(waits, title=WAIT_TITLE, unit="requests", counts=True, colors=colors),
             ),
         )
     )

@@ -9,6 +9,7 @@ from typing import Any
 from gpuallocd.dashboard.source import NodeNow
 from gpuallocd.dashboard.text import clock_time, duration, esc, gib, user_of
 from gpuallocd.model import HistoryEvent
+from gpuallocd.model.actors import rule_of
 
 __all__ = ["gpus_html", "history_html", "queue_html", "reservations_html"]
 
@@ -21,8 +22,7 @@ GPU_HEAD = (
     "label",
     "time left",
     "lease",
-    "unleased processes",
-)
+)  # processes without a lease have a section of their own, above (summary.py)
 
 
 def _table(css: str, head: Sequence[str], rows: list[str], empty: str) -> str:
@@ -54,11 +54,12 @@ def _load(gpu: dict[str, Any]) -> str:
     return f'<meter min="0" max="100" value="{load:.0f}"></meter> {load:.0f} %'
 
 
-def _unleased(gpu: dict[str, Any], user_name: Callable[[int], str]) -> str:
-    return ", ".join(
-        f"{p['pid']} ({esc(user_name(p['uid']) if p['uid'] is not None else '?')})"
-        for p in gpu["foreign_processes"]
-    )
+def _held_for(reserved: dict[str, Any]) -> str:
+    """`for reservation r5f0c1a2b (ben)`, or for a waiter `for ben (queue 1)`."""
+    waiter = str(reserved.get("waiter") or "")
+    if waiter.startswith("reservation "):
+        return f"for {waiter} ({reserved['user']})"
+    return f"for {reserved['user']} (queue {reserved['position']})"
 
 
 def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]) -> str:
@@ -66,9 +67,10 @@ def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]
     if gpu["drain"]:
         state += f" ({gpu['drain']['reason']})"
     elif gpu["reserved_for"] and state == "reserved":
-        state += f" for {gpu['reserved_for']['user']}"
+        state += " " + _held_for(gpu["reserved_for"])
+    model = "" if node.one_model else f" <small>{esc(gpu['name'])}</small>"
     cells = [
-        f"{gpu['index']} <small>{esc(gpu['name'])}</small>",
+        f"{gpu['index']}{model}",
         esc(state),
         _memory(gpu),
         _load(gpu),
@@ -76,7 +78,6 @@ def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]
         f'<span class="label">{esc(gpu["label"])}</span>',
         _time_left(gpu["expires_at"], node.now),
         f"<code>{esc(gpu['lease_id'] or '')}</code>",
-        _unleased(gpu, user_name),
     ]
     return _row(cells, f'class="gpu state-{esc(gpu["state"])}" data-gpu="{esc(gpu["uuid"])}"')
 
@@ -103,7 +104,6 @@ def _part(name: str, state: str, part: dict[str, Any], label: str | None, now: f
         f'<span class="label">{esc(label)}</span>',
         _time_left(part["expires_at"], now),
         f"<code>{esc(part['lease_id'] or '')}</code>",
-        "",
     ]
     return _row(cells, f'class="part state-{esc(state)}"')
 
@@ -168,7 +168,7 @@ def history_html(events: Sequence[HistoryEvent], user_name: Callable[[int], str]
                 clock_time(e.at),
                 esc(e.event.value),
                 f"<code>{esc(e.lease_id)}</code>",
-                esc(user_name(e.actor_uid)),
+                esc(rule_of(e.actor_uid, e.detail) or user_name(e.actor_uid)),
                 esc(e.detail),
             ],
             f'class="event event-{esc(e.event.value)}"',

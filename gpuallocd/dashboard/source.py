@@ -7,7 +7,7 @@ everything slower (the ledger, the HTML and the charts) is done on the dashboard
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuallocd.allocator import AllocatorFacade
@@ -17,8 +17,9 @@ __all__ = ["NodeNow", "read_node"]
 
 @dataclass(frozen=True, slots=True)
 class NodeNow:
-    """The node at `now`: GPUs as `/v1/gpus` gives them, each lease's label, the queue and
-    the advance reservations to come or running."""
+    """The node at `now`: GPUs as `/v1/gpus` gives them, each lease's label, the queue,
+    the advance reservations to come or running, and the processes found using a GPU
+    without a lease (as `/v1/unleased` lists them)."""
 
     now: float
     name: str
@@ -26,6 +27,12 @@ class NodeNow:
     labels: dict[str, str | None]
     queue: list[dict[str, Any]]
     reservations: list[dict[str, Any]]
+    unleased: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def one_model(self) -> bool:
+        """Whether every GPU is of one model (named once, above the table, then)."""
+        return len({g["name"] for g in self.gpus}) <= 1
 
     def gpu_names(self) -> dict[str, str]:
         """Each GPU's and MIG instance's UUID to the name of its GPU's row (`GPU 0`)."""
@@ -50,4 +57,5 @@ async def read_node(facade: AllocatorFacade, clock: Callable[[], float]) -> Node
         labels={lease.id: lease.label for lease in leases},
         queue=queue,
         reservations=reservations,
+        unleased=facade.unleased.offenders(),
     )

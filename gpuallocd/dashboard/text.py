@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from html import escape
 
+from gpuallocd.model.durations import format_duration
+
 __all__ = ["clock_time", "duration", "esc", "gib", "user_of"]
 
 
@@ -17,19 +19,8 @@ def gib(size: int | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """`45 s`, `12 min`, `3 h 05 min`, `2 d 4 h`; `-` for none."""
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes = int(seconds // 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes:02d} min"
-    return f"{hours // 24} d {hours % 24} h"
+    """`45s`, `12m00s`, `3h05m`, `2d04h` as the command line writes them; `-` for none."""
+    return "-" if seconds is None else format_duration(seconds)
 
 
 def clock_time(at: float | None) -> str:

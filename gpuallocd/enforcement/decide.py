@@ -23,7 +23,9 @@ from gpuallocd.enforcement.rules import UnleasedRules
 
 __all__ = ["Action", "Seen", "Step", "Track", "UnitUse", "decide", "offends"]
 
-Key = tuple[int, int | None]
+# A process on a unit: one that runs on two GPUs is tracked (and reported) on each, so the
+# holder of the second hears of it even when it was seen on the first before.
+Key = tuple[int, int | None, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +46,7 @@ class Seen:
 
     @property
     def key(self) -> Key:
-        return (self.pid, self.start_time)
+        return (self.pid, self.start_time, self.unit_uuid)
 
     @property
     def where(self) -> str:

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuallocd.model import Lease, LeaseEvent
+from gpuallocd.model.actors import actor_name
 
 __all__ = ["Transition", "format_transition", "write_log"]
 
@@ -49,10 +50,11 @@ def _value(value: object) -> str:
 
 
 def _actor(transition: Transition) -> str:
+    """By name, as `history` shows it; a daemon rule's change by the rule's name."""
     lease, uid = transition.lease, transition.actor_uid
     if uid == lease.owner_uid:
         return lease.owner_name
-    return "root" if uid == 0 else f"uid:{uid}"
+    return actor_name(uid, transition.detail)
 
 
 def _fields(transition: Transition) -> dict[str, object]:

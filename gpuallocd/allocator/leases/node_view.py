@@ -133,6 +133,7 @@ def _instance_json(mig: MigDevice, lease: Lease | None) -> dict[str, object]:
         "memory_total_bytes": mig.memory_total_bytes,
         "state": "leased" if lease else "free",
         "lease_id": lease.id if lease else None,
+        "label": lease.label if lease else None,
         "holder": _holder(lease),
         "expires_at": lease.expires_at if lease else None,
     }
@@ -141,6 +142,7 @@ def _instance_json(mig: MigDevice, lease: Lease | None) -> dict[str, object]:
 def _share_json(lease: Lease, unit: LeasedGpu) -> dict[str, object]:
     return {
         "lease_id": lease.id,
+        "label": lease.label,
         "holder": _holder(lease),
         "memory_bytes": unit.memory_bytes,
         "expires_at": lease.expires_at,

@@ -5,6 +5,7 @@
     view.py       the queue from outside: holds, reasons, estimated starts
     advance.py    admins' advance reservations: create, cancel, what each waits for
     reclaim.py    IdleReclaimer: takes back an idle lease that someone waits for
+    window.py     the node as it will be in an advance reservation's window (pure)
 
 Imports `leases/` and `site/`.
 """

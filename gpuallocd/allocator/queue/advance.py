@@ -13,10 +13,12 @@ from typing import Any
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.node_view import Hold
+from gpuallocd.allocator.queue.window import as_in_window
 from gpuallocd.allocator.site.reservation_board import caller_of_uid
 from gpuallocd.errors import CapacityError, InvalidRequest, ReservationConflict
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import AdvanceReservation, Caller, Lease
+from gpuallocd.model.durations import typed_duration
 from gpuallocd.policies import get_policy
 from gpuallocd.policies.rules import check_choice, request_for
 
@@ -62,7 +64,8 @@ def _check(spec: ReserveSpec, start: float, now: float) -> None:
         raise InvalidRequest("start_at must be a Unix time", field="start_at")
     if not (0 < spec.duration_seconds <= MAX_RESERVATION_SECONDS):
         raise InvalidRequest(
-            f"duration_seconds must be above 0 and at most {MAX_RESERVATION_SECONDS:g}",
+            "the duration must be more than 0s and at most "
+            f"{typed_duration(MAX_RESERVATION_SECONDS)}",
             field="duration_seconds",
             value=spec.duration_seconds,
         )
@@ -90,8 +93,8 @@ def _choose(
     lifecycle: LeaseLifecycle, spec: ReserveSpec, taken: frozenset[str], start: float
 ) -> tuple[str, ...]:
     """The policy's choice over the node as it will be at the start: GPUs of overlapping
-    reservations are out; GPUs of leases that run past the start are avoided where possible
-    (the reservation would wait for them)."""
+    reservations are out; GPUs of leases due to run past the start are avoided where
+    possible (the reservation would wait for them); what runs now does not count."""
     request = request_for(lifecycle.topology, spec.count, spec.gpus)
     name = spec.policy or lifecycle.settings.default_policy
     policy = get_policy(name)
@@ -99,7 +102,7 @@ def _choose(
     past_start = [lease for lease in lifecycle.leases() if lease.expires_at > start]
     refused: CapacityError | None = None
     for leases in (past_start, []):
-        snapshot = lifecycle.node.snapshot(leases, unavailable)
+        snapshot = as_in_window(lifecycle.node.snapshot(leases, unavailable))
         try:
             choice = policy.choose(snapshot, request)
             check_choice(name, choice, request, snapshot)

@@ -101,12 +101,18 @@ def _releases(
     return releases
 
 
-def _detail(need: _Need, free: set[str], statuses: Mapping[str, GpuStatus]) -> str:
+def _detail(need: _Need, free: set[str], statuses: Mapping[str, GpuStatus], kept: int = 0) -> str:
+    """In words why a request waits for GPUs; `kept`: the free GPUs held for it meanwhile,
+    which `status` shows as reserved for it, not as free."""
     if need.named:
         busy = sorted(need.named - free, key=lambda uuid: statuses[uuid].gpu.index)
         held = ", ".join(_holder_text(statuses[uuid]) for uuid in busy)
         return f"wants GPU {_indices(need.named, statuses)}; {held}"
-    return f"wants {need.count} GPU(s); {len(need.pool & free)} free"
+    if kept:
+        return (
+            f"wants {need.count} GPU(s); {kept} reserved for it, {need.count - kept} more to come"
+        )
+    return f"wants {need.count} GPU(s); 0 free"
 
 
 def _indices(uuids: frozenset[str], statuses: Mapping[str, GpuStatus]) -> str:
@@ -161,7 +167,8 @@ def _reasons(
             first = min(held[uuid] for uuid in blocked)
             reasons.append((RESERVED, f"free GPUs are held for position {first}"))
         else:
-            reasons.append((RESOURCES, _detail(need, free, statuses)))
+            kept = len({uuid for uuid in need.pool & free if uuid not in held})
+            reasons.append((RESOURCES, _detail(need, free, statuses, kept)))
         for uuid in need.pool:
             held.setdefault(uuid, position)
     return reasons

@@ -26,6 +26,7 @@ from gpuallocd.allocator.queue.view import WaitInfo, describe_waiters, holds
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
 from gpuallocd.model import Caller, Lease
+from gpuallocd.model.durations import typed_duration
 from gpuallocd.policies.fair_share import Priority
 from gpuallocd.policies.serving import serve_in_order
 
@@ -218,7 +219,8 @@ class WaitQueue:
             return await asyncio.wait_for(waiter.future, timeout)
         except asyncio.TimeoutError:
             raise GpusUnavailable(
-                f"no GPUs came free within {timeout:g} s of waiting", waited_seconds=timeout
+                f"no GPUs came free within {typed_duration(timeout or 0)} of waiting (--timeout)",
+                waited_seconds=timeout,
             ) from None
         finally:
             self._leave(waiter)

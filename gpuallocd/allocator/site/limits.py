@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuallocd.errors import QuotaExceeded
 from gpuallocd.model import Lease, LeasedGpu, UnitKind
+from gpuallocd.model.durations import typed_duration
 
 __all__ = [
     "LIMIT_NAMES",
@@ -186,8 +187,10 @@ def shares_held(leases: Iterable[Lease], uid: int) -> list[LeasedGpu]:
 def _refuse(limits: AppliedLimits, name: str, current: float, message: str) -> QuotaExceeded:
     value = limits.value(name)
     where = limits.sources[name]
+    timed = value is not None and name.endswith("_seconds")
+    shown = typed_duration(value) if timed and value is not None else f"{value:g}"
     return QuotaExceeded(
-        f"{message}: {name} = {value:g} for {limits.user} ({where})",
+        f"{message}: {name} = {shown} for {limits.user} ({where})",
         limit=name,
         value=value,
         current=current,

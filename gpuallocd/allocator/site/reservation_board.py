@@ -23,11 +23,14 @@ from functools import lru_cache
 from gpuallocd.errors import CapacityError, ReservationConflict, UnknownReservation
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import AdvanceReservation, Caller, Lease, ReservationEvent
+from gpuallocd.model.durations import typed_duration
 from gpuallocd.policies import Choice
 
 __all__ = ["MIN_BACKFILL_SECONDS", "ReservationBoard", "caller_of_uid", "forget_members"]
 
-MIN_BACKFILL_SECONDS = 60.0  # a defaulted TTL is never shortened below this
+# A defaulted TTL is never cut below this: the shortest TTL `gpuallocctl --ttl` takes (a
+# lease this short expires before it is used); a reservation sooner than that refuses.
+MIN_BACKFILL_SECONDS = 10.0
 
 # The policy's checked choice with these GPUs (held by reservations) busy too.
 Choose = Callable[[frozenset[str]], tuple[str, Choice]]
@@ -102,13 +105,13 @@ class ReservationBoard:
             return frozenset()
         return self.held(caller_of_uid(uid), now, ttl)
 
-    def backfill_ttl(self, caller: Caller, now: float, ttl: float) -> float | None:
-        """The longest TTL below `ttl` that ends before the next blocking reservation starts
-        (None when none has a start far enough ahead)."""
-        starts = [r.start_at - now for r in self.blocking(caller, now, ttl) if r.start_at > now]
-        if not starts or min(starts) < MIN_BACKFILL_SECONDS:
-            return None
-        return min(starts)
+    def backfill_ttls(self, caller: Caller, now: float, ttl: float) -> list[float]:
+        """The TTLs below `ttl` a defaulted one may be cut to, longest first: each ends when
+        a blocking reservation starts (tried in turn, the choice avoids every reservation
+        that starts earlier, so a lease ends at its own GPUs' reservation, not another's);
+        none shorter than MIN_BACKFILL_SECONDS."""
+        starts = {r.start_at - now for r in self.blocking(caller, now, ttl) if r.start_at > now}
+        return sorted((s for s in starts if s >= MIN_BACKFILL_SECONDS), reverse=True)
 
     def conflict(
         self, caller: Caller, now: float, ttl: float, gpus: Iterable[str] = ()
@@ -127,8 +130,8 @@ class ReservationBoard:
             room = first.start_at - now
             message = (
                 f"reservation {first.id} for {first.holder} starts at "
-                f"{_clock_text(first.start_at)}: a lease of {ttl:g} s would overlap it; ask "
-                f"for a TTL of at most {room:.0f} s, or wait"
+                f"{_clock_text(first.start_at)}: a lease of {typed_duration(ttl)} would "
+                f"overlap it; ask for a TTL of at most {typed_duration(room)} (--ttl), or wait"
             )
         return ReservationConflict(
             message,
@@ -172,8 +175,7 @@ class ReservationBoard:
             if not held:
                 raise
             refused = exc
-        shorter = self.backfill_ttl(caller, now, ttl) if defaulted else None
-        if shorter is not None:
+        for shorter in self.backfill_ttls(caller, now, ttl) if defaulted else ():
             with contextlib.suppress(CapacityError):
                 return shorter, choose(self.held(caller, now, shorter))
         try:

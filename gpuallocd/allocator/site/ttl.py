@@ -11,9 +11,11 @@ Pure: the bounds in, a number or an error out.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpuallocd.errors import InvalidRequest, QuotaExceeded
+from gpuallocd.model.durations import typed_duration
 
 __all__ = ["TtlBounds", "expected_ttl", "granted_ttl", "longest_ttl"]
 
@@ -33,10 +35,11 @@ def granted_ttl(bounds: TtlBounds, requested: float | None) -> float:
     """The TTL a request gets, or the error that refuses it (and changes nothing)."""
     ttl = bounds.default_seconds if requested is None else requested
     if not ttl > 0:
-        raise InvalidRequest("ttl_seconds must be positive", field="ttl_seconds", value=ttl)
+        raise InvalidRequest("the TTL must be more than 0s", field="ttl_seconds", value=ttl)
     if ttl > bounds.site_max_seconds:
         raise InvalidRequest(
-            f"ttl_seconds may be at most {bounds.site_max_seconds:g}",
+            f"a TTL of {_typed(ttl)} is more than this node allows: at most "
+            f"{typed_duration(bounds.site_max_seconds)} (max_ttl_seconds)",
             field="ttl_seconds",
             value=ttl,
         )
@@ -46,8 +49,8 @@ def granted_ttl(bounds: TtlBounds, requested: float | None) -> float:
     if requested is None:
         return limit
     raise QuotaExceeded(
-        f"a TTL of {ttl:g} s: max_ttl_seconds = {limit:g} for {bounds.user} "
-        f"({bounds.user_max_source})",
+        f"a TTL of {typed_duration(ttl)}: {bounds.user} may lease for at most "
+        f"{typed_duration(limit)} (max_ttl_seconds, {bounds.user_max_source})",
         limit="max_ttl_seconds",
         value=limit,
         current=ttl,
@@ -68,3 +71,7 @@ def longest_ttl(bounds: TtlBounds) -> float:
     """The longest lifetime any lease of this caller may have (an adoption gets it)."""
     limit = bounds.user_max_seconds
     return bounds.site_max_seconds if limit is None else min(limit, bounds.site_max_seconds)
+
+
+def _typed(seconds: float) -> str:
+    return typed_duration(seconds) if math.isfinite(seconds) else "forever"

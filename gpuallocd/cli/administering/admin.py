@@ -11,6 +11,7 @@ import click
 
 from gpuallocd.cli.common import daemon_client
 from gpuallocd.cli.output import echo_json, escape_unprintable, table
+from gpuallocd.cli.style import short_uuid
 
 __all__ = ["COMMANDS"]
 
@@ -65,7 +66,7 @@ def admin_log(ctx: click.Context, limit: int) -> None:
         (
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["at"])),
             a["action"],
-            a["target"],
+            short_uuid(a["target"]),  # a GPU's UUID short (`-v` of status gives it whole)
             a["actor"]["user"],
             a["reason"],
         )

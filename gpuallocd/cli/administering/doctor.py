@@ -49,13 +49,18 @@ def run_checks(socket: str | None) -> list[Check]:
     return checks + local_checks(path, diag, uuids)
 
 
-def _line(check: Check, colour: bool) -> str:
+NAME_WIDTH = 17
+
+
+def _line(check: Check, colour: bool, name_width: int = NAME_WIDTH) -> str:
+    """`warn  socket            message`, and under the message, where it starts, `fix: ...`."""
     status = f"{check.status:<5}"
     if colour:
         status = click.style(status, fg=COLOURS[check.status], bold=check.status == FAIL)
-    text = f"{status} {check.name:<17} {escape_unprintable(check.message)}"
+    text = f"{status} {check.name:<{name_width}} {escape_unprintable(check.message)}"
     if check.fix and check.status != OK:
-        text += f"\n{'':23}fix: {escape_unprintable(check.fix)}"
+        indent = " " * (5 + 1 + name_width + 1)  # the status, the name, and their spaces
+        text += f"\n{indent}fix: {escape_unprintable(check.fix)}"
     return text
 
 
@@ -73,8 +78,9 @@ def doctor(ctx: click.Context) -> None:
         echo_json({"checks": [c.to_json() for c in checks], "failed": failed, "warned": warned})
     else:
         colour = colour_enabled()
+        width = max([NAME_WIDTH, *(len(check.name) for check in checks)])
         for check in checks:
-            click.echo(_line(check, colour))
+            click.echo(_line(check, colour, width))
     if failed:
         ctx.exit(EXIT_ERROR)
 

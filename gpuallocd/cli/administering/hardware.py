@@ -9,7 +9,6 @@ import click
 from gpuallocd.cli.common import daemon_client
 from gpuallocd.cli.output import echo_json
 from gpuallocd.topology import (
-    load_topology,
     render_smi_topo,
     topology_from_json,
     topology_to_json,
@@ -31,7 +30,9 @@ def _read_locally(spec: str) -> dict[str, Any]:
 
 def _read_file(path: str) -> dict[str, Any]:
     """The topology document of a topology file: JSON, nvidia-smi, rocm-smi or amd-smi text."""
-    return topology_to_json(load_topology(path))
+    from gpuallocd.cli.topology_input import topology_argument
+
+    return topology_to_json(topology_argument(path))
 
 
 def _print(document: dict[str, Any], as_json: bool) -> None:

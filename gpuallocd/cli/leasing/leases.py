@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuallocd.cli.common import TTL, daemon_client, format_expiry, lease_request_options
+from gpuallocd.cli.common import (
+    TTL,
+    check_visible,
+    daemon_client,
+    format_expiry,
+    lease_request_options,
+)
+from gpuallocd.cli.errors import EXIT_USAGE, CliError
 from gpuallocd.cli.leasing.waiting import queued
 from gpuallocd.cli.output import echo_json, escape_unprintable, format_bytes
-from gpuallocd.cli.quantities import format_left
+from gpuallocd.cli.quantities import format_duration, format_left
 from gpuallocd.cli.style import colour_enabled, render_table
+from gpuallocd.cli.table_fit import terminal_width
 
 if TYPE_CHECKING:
     from gpulease import Client
@@ -24,6 +33,25 @@ __all__ = ["COMMANDS", "export_lines"]
 
 def _gpus_text(lease: dict[str, Any]) -> str:
     return ",".join(str(g["index"]) for g in lease["gpus"])
+
+
+def give_back_hint(lease_id: str) -> str:
+    """How to give the lease back before it expires (a detached lease is not freed by
+    closing the shell it was taken in)."""
+    return f"give it back when done: gpuallocctl free {lease_id}  (or all yours: free --mine)"
+
+
+def unit_text(lease: dict[str, Any]) -> str:
+    """What the lease holds of each of its GPUs: `GPU`, `MIG 1g.10gb`, `share 20 GiB`."""
+    units = lease["gpus"]
+    if not units:
+        return "-"
+    first = units[0]
+    if first.get("kind") == "mig":
+        return f"MIG {first.get('mig_profile') or '?'}"
+    if first.get("kind") == "share" or first.get("memory_bytes") is not None:
+        return f"share {format_bytes(first.get('memory_bytes'))}"
+    return "GPU"
 
 
 def _print_lease(ctx: click.Context, lease: dict[str, Any]) -> None:
@@ -103,6 +131,8 @@ def allocate(
         raise click.UsageError("give -n N, --gpu, --memory or --mig")
     if export and ctx.obj.json:
         raise click.UsageError("use --export or --json, not both")
+    if export:
+        check_visible(mig, visible)
     with queued(ctx, wait), daemon_client(ctx) as client:
         lease = client.allocate(
             count,
@@ -118,8 +148,22 @@ def allocate(
         )
     if export:
         _print_export(lease, visible)
+        click.echo(give_back_hint(lease.id), err=True)
         return
     _print_lease(ctx, lease.raw)
+    if not ctx.obj.json:
+        click.echo(give_back_hint(lease.id))
+
+
+def _require_user(user: str) -> None:
+    """A name this machine does not know is a mistake, as `limits --user` says (a uid is
+    taken as it is: its user may be gone and its leases not)."""
+    if user.isdigit():
+        return
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise CliError(f"no user {user!r} on this machine [invalid_request]", EXIT_USAGE) from None
 
 
 @click.command(name="leases")
@@ -127,6 +171,8 @@ def allocate(
 @click.pass_context
 def list_leases(ctx: click.Context, user: str | None) -> None:
     """Active leases: id, GPUs, user, pid (of a lease bound to a process), time left, label."""
+    if user is not None:
+        _require_user(user)
     with daemon_client(ctx) as client:
         leases = client.request("GET", "/v1/leases")["leases"]
     if user is not None:
@@ -143,12 +189,15 @@ def list_leases(ctx: click.Context, user: str | None) -> None:
             lease["pid"] if lease.get("bound_to_process") else None,
             lease["policy"],
             format_left(lease["expires_at"], now),
+            format_duration(now - lease["created_at"]),
+            unit_text(lease),
             lease["label"],
         )
         for lease in leases
     ]
-    headers = ("LEASE", "GPUS", "USER", "PID", "POLICY", "LEFT", "LABEL")
-    click.echo(render_table(headers, rows, colour=colour_enabled()))
+    # TIME: how long it has been held, as squeue's TIME; UNIT: what each of GPUS is.
+    headers = ("LEASE", "GPUS", "USER", "PID", "POLICY", "LEFT", "TIME", "UNIT", "LABEL")
+    click.echo(render_table(headers, rows, colour=colour_enabled(), width=terminal_width()))
     for lease in leases:
         for other in lease.get("unleased_use", []):
             click.echo(f"lease {lease['id']}: {escape_unprintable(other['message'])}")

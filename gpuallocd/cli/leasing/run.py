@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from gpuallocd.cli.common import lease_request_options
+from gpuallocd.cli.common import check_visible, lease_request_options
 from gpuallocd.cli.errors import EXIT_REVOKED
 from gpuallocd.cli.quick_exit import Finished
 from gpuallocd.cli.text import escape_unprintable
@@ -149,6 +149,7 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
 
     from gpuallocd.cli.leasing.revoke_watch import RevokeWatch
 
+    check_visible(request.get("mig"), request.get("visible", "uuid"))
     count, gpus = request.pop("count"), request.pop("gpus")
     if count is None and not gpus:
         count = 1

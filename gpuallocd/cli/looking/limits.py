@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from gpuallocd.cli.common import daemon_client
+from gpuallocd.cli.errors import EXIT_USAGE, CliError
 from gpuallocd.cli.output import echo_json, table
 
 __all__ = ["COMMANDS", "parse_since"]
@@ -118,10 +119,13 @@ def usage(
     """GPU-hours, leases and hours waited per user, from the history (like sreport)."""
     start = parse_since(since)
     if plot is not None:
-        from gpuallocd.cli.looking.usage_plot import write_plot
+        from gpuallocd.cli.looking.usage_plot import unwritable, write_plot
 
         with daemon_client(ctx) as client:
-            write_plot(client, plot, start, user)
+            try:
+                write_plot(client, plot, start, user)
+            except OSError as exc:
+                raise CliError(unwritable(plot, exc), EXIT_USAGE) from None
         click.echo(f"wrote {plot}")
         return
     with daemon_client(ctx) as client:

@@ -92,7 +92,8 @@ def queue(ctx: click.Context, verbose: bool) -> None:
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.pass_context
 def history(ctx: click.Context, lease_id: str | None, limit: int) -> None:
-    """The ledger's record of lease transitions, oldest first, with who did each."""
+    """The ledger's record of lease transitions, oldest first, with who did each: the
+    latest --limit of them, reservation events included."""
     with daemon_client(ctx) as client:
         answer = client.request("GET", f"/v1/history?{urlencode(_query(lease_id, limit))}")
     events = answer["events"]
@@ -104,15 +105,24 @@ def history(ctx: click.Context, lease_id: str | None, limit: int) -> None:
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["at"])),
             e["lease_id"],
             e["event"],
-            user_of(e["actor_uid"]),
+            _actor(e),
             e["detail"],
         )
         for e in events
     ]
     rows += reservation_history_rows(answer.get("reservation_events") or [])
     rows.sort(key=lambda row: str(row[0]))
+    rows = rows[-limit:]  # lease and reservation events together: the latest `limit`
     headers = ("TIME", "LEASE", "EVENT", "BY", "DETAIL")
     click.echo(render_table(headers, rows, colour=colour_enabled()))
+
+
+def _actor(event: dict[str, Any]) -> str:
+    """BY: the user's name, or the daemon rule that acted (`idle-reclaim`), not root."""
+    from gpuallocd.model.actors import actor_name
+
+    uid = event["actor_uid"]
+    return user_of(uid) if uid is None else actor_name(uid, event.get("detail"))
 
 
 def _query(lease_id: str | None, limit: int) -> dict[str, Any]:

@@ -19,7 +19,8 @@ def with_priorities(
     merged = []
     for waiter, row in zip(waiters, rows, strict=True):
         priority = waiter.get("priority") or {}
-        text = f"{priority['priority']:.2f}" if "priority" in priority else "-"
+        # + 0.0 turns -0.0 (a tiny negative rounded) into 0.00, not -0.00
+        text = f"{round(priority['priority'], 2) + 0.0:.2f}" if "priority" in priority else "-"
         merged.append((row[0], text, *row[1:]))
     return headers, merged
 

@@ -15,8 +15,9 @@ from gpuallocd.cli.looking.watch import watch_frames
 from gpuallocd.cli.output import echo_json, escape_unprintable
 from gpuallocd.cli.quantities import Duration, format_left
 from gpuallocd.cli.style import colour_enabled, render_table, short_uuid, state_cell
+from gpuallocd.cli.table_fit import fit_columns, terminal_width
 
-__all__ = ["COMMANDS", "render_status"]
+__all__ = ["COMMANDS", "held_for", "render_status"]
 
 NAME_WIDTH = 20
 VENDOR_PREFIXES = ("NVIDIA ", "AMD ")
@@ -32,7 +33,8 @@ def _memory(gpu: dict[str, Any]) -> str | None:
     total, used = gpu.get("memory_total_bytes"), gpu.get("memory_used_bytes")
     if total is None:
         return None if used is None else f"{_gib(used)} GiB used"
-    return f"{_gib(total)} GiB" if used is None else f"{_gib(used)}/{_gib(total)} GiB"
+    # No live reading (a topology file): the size alone, never read as memory in use.
+    return f"{_gib(total)} GiB total" if used is None else f"{_gib(used)}/{_gib(total)} GiB"
 
 
 def _name(name: str, verbose: bool) -> str:
@@ -65,6 +67,14 @@ def _process(process: dict[str, Any], unleased: dict[str, Any] | None) -> str:
     return f"{unleased['user']}({process['pid']} {command}) without a lease{signalled}"
 
 
+def held_for(reserved: dict[str, Any]) -> str:
+    """`held for reservation r5f0c1a2b (alice)`, or for a waiter `held for bob (queue 1)`."""
+    waiter = str(reserved.get("waiter") or "")
+    if waiter.startswith("reservation "):
+        return f"held for {waiter} ({reserved['user']})"
+    return f"held for {reserved['user']} (queue {reserved['position']})"
+
+
 def _holder(gpu: dict[str, Any], now: float) -> str | None:
     parts: list[str] = []
     holder, reserved = gpu.get("holder"), gpu.get("reserved_for")
@@ -73,7 +83,7 @@ def _holder(gpu: dict[str, Any], now: float) -> str | None:
         left = format_left(gpu.get("expires_at"), now)
         parts.append(f"{holder['user']}{label}" + (f" {left} left" if left else ""))
     elif reserved is not None and gpu.get("state") == "reserved":
-        parts.append(f"for {reserved['user']} (queue {reserved['position']})")
+        parts.append(held_for(reserved))
     drain = gpu.get("drain")
     if drain:
         parts.append(f"drained by {drain.get('by') or '?'}: {drain.get('reason') or '-'}")
@@ -97,12 +107,14 @@ def _row(gpu: dict[str, Any], now: float, verbose: bool) -> tuple[object, ...]:
 
 
 def _lease_holder(part: dict[str, Any], now: float) -> str | None:
-    """`alice (lease 3f2a9c01d4e5) 59m12s left` for a leased instance or share."""
+    """`alice (sweep-3) 59m12s left` for a leased instance or share, as a whole GPU's row
+    reads (`leases` gives the lease's id)."""
     holder = part.get("holder")
     if holder is None:
         return None
     left = format_left(part.get("expires_at"), now)
-    return f"{holder['user']} (lease {part['lease_id']})" + (f" {left} left" if left else "")
+    label = f" ({part['label']})" if part.get("label") else ""
+    return f"{holder['user']}{label}" + (f" {left} left" if left else "")
 
 
 def _part_rows(gpu: dict[str, Any], now: float, verbose: bool) -> list[tuple[object, ...]]:
@@ -123,8 +135,8 @@ def _part_rows(gpu: dict[str, Any], now: float, verbose: bool) -> list[tuple[obj
     shares = [
         (
             f"{index}/share",
-            s["lease_id"],
             None,
+            "share",
             f"{_gib(s['memory_bytes'])} GiB",
             None,
             state_cell("leased"),
@@ -143,15 +155,24 @@ def _summary(gpus: list[dict[str, Any]], waiters: int) -> str:
 
 
 def render_status(
-    gpus: list[dict[str, Any]], waiters: int, *, now: float, verbose: bool, colour: bool
+    gpus: list[dict[str, Any]],
+    waiters: int,
+    *,
+    now: float,
+    verbose: bool,
+    colour: bool,
+    width: int | None = None,
 ) -> str:
-    """The summary line and the table, as `status` prints them."""
+    """The summary line and the table, as `status` prints them: within `width` columns
+    (columns dropped by priority, the last cut) unless `verbose`."""
+    width = None if verbose else width
     rows = [
         row
         for g in sorted(gpus, key=lambda g: g["index"])
         for row in (_row(g, now, verbose), *_part_rows(g, now, verbose))
     ]
-    table = render_table(HEADERS, rows, colour=colour, width=None if verbose else 100)
+    headers, rows = (HEADERS, rows) if width is None else fit_columns(HEADERS, rows, width)
+    table = render_table(headers, rows, colour=colour, width=width)
     summary = _summary(gpus, waiters)
     notes = [escape_unprintable(u["message"]) for g in gpus for u in g.get("unleased", [])]
     below = "".join(f"\n{note}" for note in notes)
@@ -173,7 +194,8 @@ def _frame(ctx: click.Context, verbose: bool, colour: bool) -> str:
     if ctx.obj.json:
         return json.dumps(_json_view(node) | {"at": time.time()}, sort_keys=True)
     now = time.time()
-    frame = render_status(gpus, waiters, now=now, verbose=verbose, colour=colour)
+    width = terminal_width()
+    frame = render_status(gpus, waiters, now=now, verbose=verbose, colour=colour, width=width)
     if verbose and node.get("process_tracking"):
         frame += f"\nprocess tracking: {node['process_tracking']} (docs/security.md)"
     return frame + ("\n" + reservation_lines(reservations, now).rstrip() if reservations else "")
@@ -184,7 +206,9 @@ def _json_view(node: dict[str, Any]) -> dict[str, Any]:
 
 
 @click.command()
-@click.option("-v", "--verbose", is_flag=True, help="Full UUIDs and names; no width limit.")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Full UUIDs and names, every column; no width limit."
+)
 @click.option(
     "-w",
     "--watch",

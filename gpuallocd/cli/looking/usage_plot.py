@@ -22,11 +22,12 @@ from gpuallocd.model import MAX_DAYS
 if TYPE_CHECKING:
     from gpulease import Client
 
-__all__ = ["MAX_PLOT_DAYS", "write_plot"]
+__all__ = ["MAX_PLOT_DAYS", "unwritable", "write_plot"]
 
 MAX_PLOT_DAYS = MAX_DAYS
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-WIDTH, HEIGHT = 760, 300
+WIDTH, HEIGHT = 960, 420
+SCALE = 2  # device pixels per SVG pixel: sharp on a high-resolution screen and in print
 PNG_SECONDS = 60
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -43,7 +44,8 @@ def _days(client: Client, since: float, now: float, user: str | None) -> list[Ba
 
 def write_plot(client: Client, path: Path, since: float, user: str | None) -> None:
     """The chart of the days since `since` to `path` (.svg or .png), written without
-    following a link there (`plot_file.py`); ClickException where it was not written."""
+    following a link there (`plot_file.py`); ClickException where it was refused, OSError
+    where the folder cannot be written (`unwritable` says why)."""
     suffix = path.suffix.lower()
     if suffix not in (".svg", ".png"):
         raise click.BadParameter("the file must end in .svg or .png", param_hint="--plot")
@@ -59,8 +61,16 @@ def write_plot(client: Client, path: Path, since: float, user: str | None) -> No
         write_new_file(path, body)
     except RefusedPath as exc:
         raise click.ClickException(str(exc)) from None
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def unwritable(path: Path, exc: OSError) -> str:
+    """Why the chart could not be written to `path`, and what to do, in one line."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if isinstance(exc, FileNotFoundError) and not folder.is_dir():
+        return f"cannot write {path}: the folder {folder} does not exist (make it first)"
+    if isinstance(exc, PermissionError):
+        return f"cannot write {path}: permission denied (choose a folder you can write)"
+    return f"cannot write {path}: {exc.strerror or exc}"
 
 
 def _png(svg: str) -> bytes:
@@ -75,6 +85,7 @@ def _png(svg: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="gpuallocctl-plot-") as work:
         source = Path(work, "chart.svg")
         source.write_text(svg)
+        shot = Path(work, "chart.png")  # written here, then copied: a failure is ours to name
         argv = [
             browser,
             "--headless",
@@ -86,7 +97,8 @@ def _png(svg: str) -> bytes:
             "--hide-scrollbars",
             f"--user-data-dir={Path(work, 'profile')}",
             f"--window-size={WIDTH},{HEIGHT}",
-            f"--screenshot={Path(work, 'chart.png')}",
+            f"--force-device-scale-factor={SCALE}",
+            f"--screenshot={shot}",
             source.as_uri(),
         ]
         if os.geteuid() == 0:  # Chromium refuses root without it; the page is our own SVG
@@ -94,11 +106,16 @@ def _png(svg: str) -> bytes:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=PNG_SECONDS, check=False
         )
-        drawn = Path(work, "chart.png")
-        png = drawn.read_bytes() if drawn.is_file() else b""
-    said = done.stderr.strip()[-300:] or f"exit status {done.returncode}"
-    if done.returncode != 0:
-        raise click.ClickException(f"{browser} could not draw the PNG: {said}")
-    if not png.startswith(PNG_MAGIC):
-        raise click.ClickException(f"{browser} drew no PNG, nothing was written: {said}")
-    return png
+        drawn = shot.read_bytes() if shot.is_file() else b""
+    if done.returncode != 0 or not drawn.startswith(PNG_MAGIC):
+        raise click.ClickException(_failed(browser, done))
+    return drawn
+
+
+def _failed(browser: str, done: subprocess.CompletedProcess[str]) -> str:
+    """The cause first (no PNG, the browser's status), then the end of what it said."""
+    said = " | ".join(line for line in done.stderr.strip().splitlines()[-3:] if line.strip())
+    why = f"no PNG was drawn: {browser} exited with status {done.returncode}"
+    if done.returncode == 0:
+        why += " but drew no PNG"
+    return why + "; nothing was written" + (f" (its last words: {said[-300:]})" if said else "")

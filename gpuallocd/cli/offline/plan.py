@@ -11,6 +11,7 @@ import click
 from gpuallocd.cli.offline.sim_text import orders_table
 from gpuallocd.cli.output import echo_json, table
 from gpuallocd.cli.quantities import ByteSize
+from gpuallocd.cli.topology_input import topology_argument
 from gpuallocd.errors import InvalidRequest
 from gpuallocd.model import Topology
 from gpuallocd.planning import (
@@ -26,7 +27,6 @@ from gpuallocd.planning.bench import BenchRow, bench_policy, random_topology
 from gpuallocd.planning.queue_sim import is_job_trace, read_jobs, simulate_orders
 from gpuallocd.planning.simulate import Summary
 from gpuallocd.policies import Policy, get_policy
-from gpuallocd.topology import load_topology
 
 __all__ = ["COMMANDS", "plan", "policy_bench", "simulate_command"]
 
@@ -37,7 +37,8 @@ _topology_option = click.option(
     "topology_spec",
     required=True,
     metavar="FILE",
-    help="A topology file (`nvidia-smi topo -m` text or gpuallocd JSON), or example:NAME.",
+    help="A topology file (`nvidia-smi topo -m` text or gpuallocd JSON), example:NAME, or "
+    "a recorded machine: nvml-recording:NAME (MIG instances included).",
 )
 _policy_option = click.option(
     "--policy", "policy_name", default="best-effort", show_default=True, help="Policy name."
@@ -70,7 +71,7 @@ def _parse_options(options: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _load(spec: str) -> Topology:
-    return load_topology(spec)
+    return topology_argument(spec)
 
 
 def _policy(name: str, options: tuple[str, ...]) -> Policy:
