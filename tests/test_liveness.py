@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from gpulease import Client, gpu_lease
 
-from gpuallocd.processes.proc import process_start_time
+from gpuallocd.host.proc import process_start_time
 from tests.harness import ProcessDaemon, ThreadDaemon, ctl_argv, wait_for
 
 HOLDER = """

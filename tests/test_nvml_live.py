@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from gpuallocd.host.proc import process_owner
 from gpuallocd.inventory.nvml.backend import NvmlInventory
-from gpuallocd.inventory.procs import process_uid
 from gpuallocd.testing import FakeNvml, nvml_inventory
 
 NO_SUCH_PID = 2**31 - 1  # above any pid_max Linux allows
@@ -45,10 +45,10 @@ def test_process_owner_is_the_uid_of_its_proc_entry(dgx: tuple[NvmlInventory, Fa
     ]
 
 
-def test_process_uid_helper() -> None:
-    """process_uid is the owner of /proc/PID, or None when there is no such process."""
-    assert process_uid(os.getpid()) == os.getuid()
-    assert process_uid(NO_SUCH_PID) is None
+def test_process_owner_helper() -> None:
+    """process_owner is the owner of /proc/PID, or None when there is no such process."""
+    assert process_owner(os.getpid()) == os.getuid()
+    assert process_owner(NO_SUCH_PID) is None
 
 
 def test_every_gpu_is_sampled_with_three_queries(dgx: tuple[NvmlInventory, FakeNvml]) -> None:

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from gpulease import Client
 
+from gpuallocd.host.proc import process_start_time, read_process_table
 from gpuallocd.model import Lease
 from gpuallocd.processes import ProcessFamilies, send_signal
 from gpuallocd.processes.connector import Connector, ConnectorUnavailable, EventKind, ProcEvent
 from gpuallocd.processes.events import FamilyEvents, boottime_offset_ns, start_matches
-from gpuallocd.processes.proc import process_start_time, read_process_table
 from tests.harness import DaemonPaths, ProcessDaemon, wait_for
 from tests.lease_work import (
     PRELUDE,

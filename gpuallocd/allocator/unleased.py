@@ -20,10 +20,10 @@ from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.sharing import UnitHolders
 from gpuallocd.enforcement import Action, Seen, Step, Track, UnitUse, UnleasedRules, decide
 from gpuallocd.enforcement.proc_facts import Owner, OwnerCache, owner_and_start, proc_facts
-from gpuallocd.enforcement.signals import send_signal
 from gpuallocd.errors import CallerError, CapacityError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller, Gpu, GpuProcess, Lease, LeaseEvent
+from gpuallocd.processes.signals import send_signal
 
 __all__ = ["UnleasedGuard", "unit_uses"]
 
@@ -194,7 +194,11 @@ class UnleasedGuard:
             self._report(action, now, seen.describe())
             return None
         sig = signal.SIGTERM if action.step is Step.TERMINATE else signal.SIGKILL
-        if self._send(seen.pid, seen.start_time, sig):
+        try:
+            sent = self._send(seen.pid, seen.start_time, sig)
+        except PermissionError:  # not allowed to signal it: reported, never acted on
+            sent = False
+        if sent:
             name = signal.Signals(sig).name
             self._record(action.step.value, seen, now, f"{seen.describe()}: sent {name}")
         return None

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuallocd.errors import GpuBusy, LedgerError
+from gpuallocd.host.proc import process_owner, process_start_time
 from gpuallocd.ledger import Ledger
 from gpuallocd.ledger.backups import BackupInfo
 from gpuallocd.ledger.salvage import SalvageReport, lay_over, normalise
 from gpuallocd.model import Lease, LeasedGpu, LeaseEvent, LiveState, Topology
 from gpuallocd.processes.lease_environ import LeaseCarrier
-from gpuallocd.processes.proc import process_start_time
 
 __all__ = ["Evidence", "Outcome", "rebuild"]
 
@@ -229,10 +229,8 @@ def _hold_unexplained(ledger: Ledger, evidence: Evidence, now: float, outcome: O
 
 
 def _uid_of(pid: int) -> int:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return 0
+    found = process_owner(pid)
+    return 0 if found is None else found
 
 
 def _lost_in_rows(ledger: Ledger, salvage: SalvageReport) -> list[str]:

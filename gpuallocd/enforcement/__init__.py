@@ -4,7 +4,6 @@ adopted) and device file access for leaseholders.
     rules.py        UnleasedRules: the mode per user and group, grace, exemptions
     decide.py       pure: the processes of a sample + who may use each unit → actions
     proc_facts.py   /proc and the user database about a process (reads only)
-    signals.py      SIGTERM/SIGKILL through a pidfd, to the process that was seen only
     acl.py          POSIX ACLs on device files, written as the kernel's xattr
     devices.py      which device files a leased unit has, and giving them to its holder
 """

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuallocd.enforcement.programs import trusted_program
-from gpuallocd.processes.proc import process_start_time
+from gpuallocd.host.proc import command_of, effective_uid, process_start_time
 
 __all__ = ["Owner", "OwnerCache", "ProcFacts", "owner_and_start", "owner_of", "proc_facts"]
 
@@ -38,26 +38,16 @@ class Owner:
 
 
 def proc_facts(pid: int, proc: Path = Path("/proc")) -> ProcFacts | None:
-    base = proc / str(pid)
-    try:
-        command = (base / "comm").read_text().strip()
-        argv = (base / "cmdline").read_bytes().split(b"\0")
-    except OSError:
+    found = command_of(pid, proc)
+    if found is None:
         return None
-    argv0 = argv[0].decode(errors="replace") if argv else ""
+    command, argv0 = found
     return ProcFacts(
         command=command,
         argv0=argv0,
         start_time=process_start_time(pid, proc),
         program=trusted_program(pid, str(proc)),
     )
-
-
-def _effective_uid(pid: int, proc: Path) -> int | None:
-    for line in (proc / str(pid) / "status").read_text().splitlines():
-        if line.startswith("Uid:"):
-            return int(line.split()[2])  # real, effective, saved, file system
-    return None
 
 
 def owner_and_start(pid: int, proc: Path = Path("/proc")) -> tuple[int, int] | None:
@@ -70,7 +60,7 @@ def owner_and_start(pid: int, proc: Path = Path("/proc")) -> tuple[int, int] | N
     except OSError:
         return None
     try:
-        uid = _effective_uid(pid, proc)
+        uid = effective_uid(pid, proc)
         start = process_start_time(pid, proc)
         with contextlib.suppress(PermissionError):  # it lives (signalling it is not ours)
             signal.pidfd_send_signal(fd, 0)

@@ -4,6 +4,8 @@ the clock source. The daemon checks its features' needs with it (`daemon/needs.p
 `gpuallocctl doctor` shows the same facts.
 
     capabilities.py   Linux capabilities by name, read from /proc/PID/status
+    proc.py           what /proc says of a process: parent, start time, owner, command,
+                      environment (every module that asks /proc about a pid asks here)
     probes.py         /proc visibility, writable directories, cgroups, systemd, clock source,
                       namespaces of its own (a container)
 """

@@ -1,7 +1,6 @@
 """Processes tied to leases: who holds a bound lease, which processes it covers, how they
 are stopped. Below the allocator, which asks it; it decides nothing about leases.
 
-    proc.py             /proc: a process's parent and start time, the process table, children
     connector.py        the kernel's process events (netlink connector): subscribe, parse
     events.py           FamilyEvents: families kept current by those events, on the loop
     families.py         ProcessFamilies: each bound lease's processes (pid + start time)
@@ -22,9 +21,9 @@ docs/architecture.md ("How a process is tied to a lease") tells the whole story.
 
 from __future__ import annotations
 
+from gpuallocd.host.proc import process_start_time
 from gpuallocd.processes.families import Member, ProcessFamilies
 from gpuallocd.processes.lease_processes import LeaseProcesses
-from gpuallocd.processes.proc import process_start_time
 from gpuallocd.processes.signals import send_signal, signal_checked
 from gpuallocd.processes.tracking import SETTINGS, Tracking, choose_tracking
 

@@ -18,30 +18,23 @@ import signal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from gpuallocd.host.proc import environ_value, process_start_time, read_environ
 from gpuallocd.model import Lease, LeaseEvent, LiveState, UnitKind
-from gpuallocd.processes.proc import process_start_time
 from gpuallocd.processes.signals import signal_checked
 
 __all__ = ["Overrun", "ShareEnforcer", "lease_id_of_process"]
 
 log = logging.getLogger(__name__)
 
-LEASE_ID_VARIABLE = b"GPUALLOCD_LEASE_ID="
+LEASE_ID_VARIABLE = b"GPUALLOCD_LEASE_ID"
 
 Note = Callable[[str, LeaseEvent, str], None]
 
 
 def lease_id_of_process(pid: int) -> str | None:
     """The GPUALLOCD_LEASE_ID in a process's environment, where it can be read."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as environ:
-            entries = environ.read().split(b"\0")
-    except OSError:
-        return None
-    for entry in entries:
-        if entry.startswith(LEASE_ID_VARIABLE):
-            return entry[len(LEASE_ID_VARIABLE) :].decode(errors="replace")
-    return None
+    environ = read_environ(pid)
+    return None if environ is None else environ_value(environ, LEASE_ID_VARIABLE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,9 @@ from collections import deque
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
+from gpuallocd.host.proc import CLOCK_TICKS, process_start_time, thread_group_lives
 from gpuallocd.processes.connector import Connector, EventKind, Overrun, ProcEvent
 from gpuallocd.processes.families import UNKNOWN_START, Member, ProcessFamilies
-from gpuallocd.processes.proc import CLOCK_TICKS, process_start_time, thread_group_lives
 
 __all__ = ["EventStats", "FamilyEvents", "start_matches"]
 

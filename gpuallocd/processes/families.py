@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from gpuallocd.host.proc import ProcessTable
 from gpuallocd.model import Lease
-from gpuallocd.processes.proc import ProcessTable
 
 __all__ = ["UNKNOWN_START", "Member", "ProcessFamilies"]
 

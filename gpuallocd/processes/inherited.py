@@ -16,16 +16,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from gpuallocd.host.proc import ProcessTable, environ_value, process_owner, read_environ
 from gpuallocd.model import Lease
 from gpuallocd.processes.families import Member
-from gpuallocd.processes.proc import ProcessTable
 
 __all__ = ["Inherited", "belongs", "inherited", "inheritors"]
 
-LEASE_KEY = b"GPUALLOCD_LEASE_ID="
-ON_REVOKE_KEY = b"GPUALLOCD_ON_REVOKE="
-ENVIRON_BYTES = 1 << 20
+LEASE_KEY = b"GPUALLOCD_LEASE_ID"
+ON_REVOKE_KEY = b"GPUALLOCD_ON_REVOKE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,21 +40,13 @@ class Inherited:
 def inherited(pid: int, proc: str = "/proc") -> Inherited | None:
     """The lease in `pid`'s environment; None without one, or when it cannot be read
     (another user's environment takes CAP_SYS_PTRACE, which the unit grants)."""
-    try:
-        uid = os.stat(f"{proc}/{pid}").st_uid
-        with open(f"{proc}/{pid}/environ", "rb") as environ:
-            data = environ.read(ENVIRON_BYTES)
-    except OSError:
+    uid, data = process_owner(pid, Path(proc)), read_environ(pid, Path(proc))
+    if uid is None or data is None:
         return None
-    lease = on_revoke = b""
-    for item in data.split(b"\0"):
-        if item.startswith(LEASE_KEY):
-            lease = item[len(LEASE_KEY) :]
-        elif item.startswith(ON_REVOKE_KEY):
-            on_revoke = item[len(ON_REVOKE_KEY) :]
+    lease = environ_value(data, LEASE_KEY)
     if not lease:
         return None
-    return Inherited(uid, lease.decode(errors="replace"), on_revoke == b"terminate")
+    return Inherited(uid, lease, environ_value(data, ON_REVOKE_KEY) == "terminate")
 
 
 def belongs(found: Inherited | None, lease: Lease | None) -> bool:

@@ -9,17 +9,21 @@ CAP_SYS_PTRACE); an unreadable one is skipped.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuallocd.processes.proc import CLOCK_TICKS, PROC, process_start_time
+from gpuallocd.host.proc import (
+    CLOCK_TICKS,
+    PROC,
+    process_owner,
+    process_start_time,
+    read_environ,
+)
 
 __all__ = ["LeaseCarrier", "lease_carriers"]
 
-ENVIRON_BYTES = 1 << 20  # an environment is at most a few hundred KiB (ARG_MAX)
 _LEASE = b"GPUALLOCD_LEASE_ID="
 _VISIBLE = b"CUDA_VISIBLE_DEVICES="
 LEASE_ID = re.compile(r"[0-9a-f]{12}")  # as the daemon makes them (secrets.token_hex(6))
@@ -48,21 +52,8 @@ def _boot_time(proc: Path) -> float:
     return time.time() - uptime
 
 
-def _environ(pid: int, proc: Path) -> bytes | None:
-    try:
-        fd = os.open(f"{proc}/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, ENVIRON_BYTES)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _carrier(pid: int, proc: Path, booted: float) -> LeaseCarrier | None:
-    environ = _environ(pid, proc)
+    environ = read_environ(pid, proc)
     if environ is None or _LEASE not in environ:
         return None
     lease_id, devices = None, ""
@@ -74,9 +65,8 @@ def _carrier(pid: int, proc: Path, booted: float) -> LeaseCarrier | None:
     start = process_start_time(pid, proc)
     if lease_id is None or not LEASE_ID.fullmatch(lease_id) or start is None:
         return None
-    try:
-        uid = os.stat(f"{proc}/{pid}").st_uid
-    except OSError:
+    uid = process_owner(pid, proc)
+    if uid is None:
         return None
     named = tuple(d.strip() for d in devices.split(",") if d.strip())
     return LeaseCarrier(pid, start, uid, lease_id, named, booted + start / CLOCK_TICKS)

@@ -14,17 +14,17 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gpuallocd.model import Lease
-from gpuallocd.processes.events import FamilyEvents
-from gpuallocd.processes.families import Member, ProcessFamilies
-from gpuallocd.processes.inherited import belongs, inherited, inheritors
-from gpuallocd.processes.proc import (
+from gpuallocd.host.proc import (
     ProcessTable,
     descendants,
     process_start_time,
     read_parent,
     read_process_table,
 )
+from gpuallocd.model import Lease
+from gpuallocd.processes.events import FamilyEvents
+from gpuallocd.processes.families import Member, ProcessFamilies
+from gpuallocd.processes.inherited import belongs, inherited, inheritors
 from gpuallocd.processes.scopes import LeaseScopes
 from gpuallocd.processes.terminate import terminate_family
 from gpuallocd.processes.tracking import PROC_SCAN, SCOPE, Tracking

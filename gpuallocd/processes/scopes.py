@@ -26,6 +26,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuallocd.host.proc import process_start_time
 from gpuallocd.model import Lease
 from gpuallocd.processes.cgroups import (
     CGROUP_ROOT,
@@ -39,7 +40,6 @@ from gpuallocd.processes.cgroups import (
 )
 from gpuallocd.processes.families import Member
 from gpuallocd.processes.inotify import Inotify
-from gpuallocd.processes.proc import process_start_time
 from gpuallocd.processes.systemd_bus import BusError, SystemdManager
 
 __all__ = ["LeaseScopes"]

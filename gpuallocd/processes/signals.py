@@ -7,8 +7,8 @@ the caller asks), and `pidfd_send_signal` delivers to the process the pidfd was 
 which cannot be another one. Had the pid been reused before the pidfd was opened, the check
 sees the newcomer and nothing is sent. Where pidfds are missing (older kernels, sandboxes
 that refuse them) the check comes right before `kill(2)`, which leaves a window of a few
-microseconds. Revoke (`terminate.py`), share enforcement and whoever else stops a process
-use `send_signal` or `signal_checked`.
+microseconds. Revoke (`terminate.py`), share enforcement, unleased use and whoever else
+stops a process use `send_signal` or `signal_checked`: the one home of this rule.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from gpuallocd.processes.proc import process_start_time
+from gpuallocd.host.proc import process_start_time
 
 __all__ = ["send_signal", "signal_checked"]
 
@@ -62,7 +62,10 @@ def signal_checked(pid: int, sig: int, still: Callable[[int], bool]) -> bool:
         os.close(fd)
 
 
-def send_signal(pid: int, start_time: int, sig: int) -> bool:
+def send_signal(pid: int, start_time: int | None, sig: int) -> bool:
     """Send `sig` to the process `pid` that started at `start_time` (clock ticks since boot),
-    never to a later owner of its pid; whether it was sent."""
-    return signal_checked(pid, sig, lambda p: process_start_time(p) == start_time)
+    never to a later owner of its pid (None: whatever process has the pid, where its start
+    was never known); whether it was sent. PermissionError where the daemon may not."""
+    return signal_checked(
+        pid, sig, lambda p: start_time is None or process_start_time(p) == start_time
+    )

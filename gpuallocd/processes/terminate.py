@@ -15,8 +15,8 @@ import logging
 import signal
 from collections.abc import Callable, Sequence
 
+from gpuallocd.host.proc import descendants, process_start_time
 from gpuallocd.processes.families import UNKNOWN_START, Member
-from gpuallocd.processes.proc import descendants, process_start_time
 from gpuallocd.processes.signals import send_signal
 
 __all__ = ["HOLDER_EXTRA_SECONDS", "signal_members", "terminate_family"]

@@ -17,8 +17,8 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from gpuallocd.host.proc import process_start_time
 from gpuallocd.model import Lease
-from gpuallocd.processes.proc import process_start_time
 
 __all__ = ["POLL_SECONDS", "ProcessWatcher"]
 

@@ -27,7 +27,7 @@ from jupyter_client.ioloop import AsyncIOLoopKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.provisioning.factory import KernelProvisionerFactory
 
-from gpuallocd.processes.proc import process_start_time
+from gpuallocd.host.proc import process_start_time
 from tests.harness import ThreadDaemon, wait_for
 
 COMMAND = Path(sys.executable).parent / "gpuallocd-jupyter"

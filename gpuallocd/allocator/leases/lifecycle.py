@@ -35,6 +35,7 @@ from gpuallocd.errors import (
     PermissionDenied,
     UnknownLease,
 )
+from gpuallocd.host.proc import process_start_time
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
     Caller,
@@ -48,7 +49,6 @@ from gpuallocd.model import (
 from gpuallocd.model.lease import ENDING_EVENT
 from gpuallocd.policies.rules import request_for
 from gpuallocd.processes.enforcer import ShareEnforcer
-from gpuallocd.processes.proc import process_start_time
 
 log = logging.getLogger(__name__)
 

@@ -12,16 +12,9 @@ import click
 from gpuallocd.cli.common import daemon_client, user_of
 from gpuallocd.cli.errors import EXIT_PERMISSION, CliError
 from gpuallocd.cli.output import echo_json, escape_unprintable, table
+from gpuallocd.host.proc import process_owner
 
 __all__ = ["COMMANDS"]
-
-
-def _process_owner(pid: int) -> int | None:
-    """The uid that owns process `pid`; None where there is no such process (or /proc hides it)."""
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
 
 
 def _target(client: Any, text: str | None) -> dict[str, Any]:
@@ -36,7 +29,7 @@ def _target(client: Any, text: str | None) -> dict[str, Any]:
         return {kind: int(value) if value.isdigit() else value}
     if not (text.isascii() and text.isdigit()):
         return {"gpu": text}
-    number, owner = int(text), _process_owner(int(text))
+    number, owner = int(text), process_owner(int(text))
     if owner == os.getuid():
         return {"pid": number}
     if owner is not None and number not in {gpu.index for gpu in client.status()}:

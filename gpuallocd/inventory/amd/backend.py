@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuallocd.errors import InventoryError
+from gpuallocd.host.proc import process_owner
 from gpuallocd.inventory.amd.gate import (
     AMDSMI_NOT_SUPPORTED,
     LINK_INTERNAL,
@@ -25,7 +26,6 @@ from gpuallocd.inventory.amd.gate import (
     amdsmi_code,
 )
 from gpuallocd.inventory.calls import CallWatch
-from gpuallocd.inventory.procs import process_uid
 from gpuallocd.model import Gpu, GpuProcess, Link, LiveState, PcieLevel, Topology, pair_key
 
 __all__ = ["AmdDiscovery", "AmdInventory"]
@@ -140,7 +140,7 @@ def _processes(gate: AmdGate, handle: object) -> tuple[GpuProcess, ...]:
     for entry in found:
         pid = int(entry["pid"])
         used = (entry.get("memory_usage") or {}).get("vram_mem", entry.get("mem"))
-        processes.append(GpuProcess(pid=pid, used_memory_bytes=used, uid=process_uid(pid)))
+        processes.append(GpuProcess(pid=pid, used_memory_bytes=used, uid=process_owner(pid)))
     return tuple(processes)
 
 

@@ -10,9 +10,9 @@ reads it again (its leases are left as they are meanwhile).
 from __future__ import annotations
 
 from gpuallocd.errors import NvmlError
+from gpuallocd.host.proc import process_owner
 from gpuallocd.inventory.nvml.api import NvmlApi, optional
 from gpuallocd.inventory.nvml.gate import NvmlCode, nvml_code
-from gpuallocd.inventory.procs import process_uid
 from gpuallocd.model import GpuProcess, LiveState
 
 __all__ = ["sample_gpu", "unreadable"]
@@ -28,7 +28,7 @@ def _processes(api: NvmlApi, handle: object) -> tuple[GpuProcess, ...]:
         GpuProcess(
             pid=pid,
             used_memory_bytes=used,
-            uid=process_uid(pid),
+            uid=process_owner(pid),
             gpu_instance_id=gi,
             compute_instance_id=ci,
         )

@@ -1,4 +1,6 @@
-"""What /proc says of a process: its parent and its start time, one at a time or all at once.
+"""What /proc says of a process: its parent and start time (one at a time or all at once),
+its owner, its command and its environment. Every module that asks /proc about a pid asks
+here.
 
 A process is known by its pid *and* its start time (clock ticks since boot, field 22 of
 /proc/PID/stat): the kernel may give a pid to a new process once the old one is reaped, but
@@ -13,11 +15,18 @@ from pathlib import Path
 
 __all__ = [
     "CLOCK_TICKS",
+    "ENVIRON_BYTES",
+    "PROC",
     "ProcessTable",
     "children_of",
+    "command_of",
     "descendants",
+    "effective_uid",
+    "environ_value",
     "parse_stat",
+    "process_owner",
     "process_start_time",
+    "read_environ",
     "read_parent",
     "read_process_table",
     "thread_group_lives",
@@ -27,6 +36,7 @@ ProcessTable = dict[int, tuple[int, int]]  # pid -> (parent pid, start time)
 PROC = Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STAT_BYTES = 4096  # a stat line is at most about 700 bytes
+ENVIRON_BYTES = 1 << 20  # an environment is at most a few hundred KiB (ARG_MAX)
 
 
 def _fields(text: str) -> list[str]:
@@ -135,3 +145,61 @@ def descendants(pid: int, proc: Path = PROC) -> list[tuple[int, int]]:
             found.append((child, start))
             pending += children_of(child, proc)
     return found
+
+
+def process_owner(pid: int, proc: Path = PROC) -> int | None:
+    """The uid that owns /proc/PID (the process's owner); None when it is gone or hidden.
+
+    Inside a PID namespace (a container) the GPU driver's pids may not be visible here; the
+    owner is then unknown."""
+    try:
+        return os.stat(proc / str(pid)).st_uid
+    except (OSError, ValueError):
+        return None
+
+
+def effective_uid(pid: int, proc: Path = PROC) -> int | None:
+    """The effective uid in /proc/PID/status (real, effective, saved, file system)."""
+    try:
+        lines = (proc / str(pid) / "status").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("Uid:"):
+            return int(line.split()[2])
+    return None
+
+
+def command_of(pid: int, proc: Path = PROC) -> tuple[str, str] | None:
+    """The kernel's name of the process (comm) and its argv[0]; None when it is gone."""
+    base = proc / str(pid)
+    try:
+        command = (base / "comm").read_text().strip()
+        argv = (base / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return command, argv[0].decode(errors="replace") if argv else ""
+
+
+def read_environ(pid: int, proc: Path = PROC) -> bytes | None:
+    """The environment the process started with (NUL-separated `NAME=value`), its first
+    ENVIRON_BYTES; None where it cannot be read (another user's takes CAP_SYS_PTRACE)."""
+    try:
+        fd = os.open(proc / str(pid) / "environ", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, ENVIRON_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def environ_value(environ: bytes, name: bytes) -> str | None:
+    """The value of `name` in an environment read by `read_environ`; None where unset."""
+    prefix = name + b"="
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode(errors="replace")
+    return None
