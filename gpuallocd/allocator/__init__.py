@@ -4,6 +4,8 @@ The door, which the API and the daemon call:
 
     facade.py           AllocatorFacade: one method, one whole operation
     scheduling_desk.py  the façade's part for the queue's order and advance reservations
+    accounting_desk.py  the façade's part for the record: history, usage, limits, admin log
+    gpu_desk.py         the façade's part for the GPUs: status, drain, release, topology
     gpu_admin.py        drain, undrain and root's release of a GPU
     adoption.py         a process already on a GPU becomes its owner's lease
     unleased.py         GPU use without a lease, acted on at each live sample

@@ -1,5 +1,9 @@
 """The allocator's façade: the one object the API (and the daemon's housekeeping) calls.
 
+Split by API area: leases (here), the GPUs (`gpus`, gpu_desk.py), the record (`accounting`,
+accounting_desk.py), scheduling (`scheduling`, scheduling_desk.py) and owed cleanups
+(cleanups.py).
+
 Each method is one whole operation: it runs the lease lifecycle through the serial worker
 (one call at a time, on the event loop, answered after the ledger commit), and does what
 must follow. A grant registers the process watch of a bound lease; a lease that ends wakes
@@ -14,24 +18,22 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from gpuallocd.allocator import gpu_admin
+from gpuallocd.allocator.accounting_desk import AccountingDesk
 from gpuallocd.allocator.adoption import adopt_own
 from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.cleanups import CleanupDesk
+from gpuallocd.allocator.gpu_desk import GpuDesk
 from gpuallocd.allocator.leases.health_notice import HealthNotices
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.node_view import GpuStatus
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.long_reads import LongReads
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
 from gpuallocd.allocator.publish import publish
-from gpuallocd.allocator.queue.advance import held_for_status
 from gpuallocd.allocator.queue.order import QueueOrder
 from gpuallocd.allocator.queue.reclaim import IdleReclaimer
 from gpuallocd.allocator.queue.waiting import WaitQueue
 from gpuallocd.allocator.scheduling_desk import SchedulingDesk
 from gpuallocd.allocator.site.idle import IdleRules
-from gpuallocd.allocator.site.purge import purge_before
 from gpuallocd.allocator.site.rules import SiteRules
 from gpuallocd.allocator.unleased import UnleasedGuard
 from gpuallocd.allocator.worker import SerialWorker
@@ -39,14 +41,11 @@ from gpuallocd.enforcement import UnleasedRules
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
-    AdminAction,
     Caller,
     HistoryEvent,
     Lease,
     LiveState,
     Topology,
-    UserUsage,
-    day_bounds,
 )
 from gpuallocd.processes.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.processes.tracking import Tracking
@@ -85,6 +84,10 @@ class AllocatorFacade(CleanupDesk):
         self.scheduling = SchedulingDesk(
             lifecycle, ledger, self._worker, self._queue, order, clock, self._reads
         )
+        self.accounting = AccountingDesk(
+            lifecycle, ledger, self._worker, self._reads, self._queue, clock, self.expire_due
+        )
+        self.gpus = GpuDesk(lifecycle, self._worker, self._queue, clock)
         self._reclaimer = IdleReclaimer(
             lifecycle, self._worker, self._queue, idle or IdleRules(), clock
         )
@@ -193,33 +196,11 @@ class AllocatorFacade(CleanupDesk):
         self._queue.kick()
         return lease
 
-    async def release_gpu(self, caller: Caller, ref: str | int) -> GpuStatus:
-        """Root's override for a GPU its former holder's processes keep draining."""
-        status = await self._worker.run(gpu_admin.release, self._lifecycle, caller, ref)
-        self._queue.kick()
-        return status
-
     async def lease(self, lease_id: str) -> Lease:
         return await self._worker.run(self._lifecycle.lease, lease_id)
 
     async def leases(self) -> list[Lease]:
         return await self._worker.run(self._lifecycle.leases)
-
-    async def gpu_status(self) -> list[GpuStatus]:
-        """Every GPU; free ones held for a waiter show as reserved."""
-        return await self._worker.run(self._gpu_status)
-
-    def _gpu_status(self) -> list[GpuStatus]:
-        held = held_for_status(self._lifecycle, self._clock())
-        return self._lifecycle.gpu_status({**self._queue.holds(), **held})
-
-    async def history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
-        return await self._reads.history(lease_id, limit)  # off the event loop: long_reads.py
-
-    async def history_json(
-        self, lease_id: str | None, limit: int, user_name: Callable[[int], str]
-    ) -> bytes:
-        return await self._reads.history_json(lease_id, limit, user_name)
 
     async def waiters(self) -> list[dict[str, Any]]:
         return await self._worker.run(self._queue.waiters)
@@ -235,69 +216,6 @@ class AllocatorFacade(CleanupDesk):
         and waiters are left as they are, users and groups are read afresh."""
         self._lifecycle.quota.rules = rules
         self.unleased.reload(unleased)
-
-    async def drain(
-        self, caller: Caller, refs: Sequence[str | int], reason: str
-    ) -> list[GpuStatus]:
-        return await self._worker.run(
-            gpu_admin.drain, self._lifecycle, caller, refs, reason, self._clock()
-        )
-
-    async def undrain(self, caller: Caller, refs: Sequence[str | int]) -> list[GpuStatus]:
-        statuses = await self._worker.run(
-            gpu_admin.undrain, self._lifecycle, caller, refs, self._clock()
-        )
-        self._queue.kick()
-        return statuses
-
-    async def limits(self, subject: Caller) -> dict[str, Any]:
-        waiting = self._queue.waiting_of(subject.uid)
-        return await self._worker.run(self._limits_report, subject, waiting)
-
-    def _limits_report(self, subject: Caller, waiting: int) -> dict[str, Any]:
-        """The limits that apply to `subject` and their current use (`gpuallocctl limits`)."""
-        return self._lifecycle.quota.report(subject, self._lifecycle.leases(), waiting)
-
-    async def usage(
-        self, since: float, until: float | None, user: str | None
-    ) -> tuple[float, list[UserUsage]]:
-        """The window's end (now by default), and each user's GPU-hours, leases and waiting
-        time inside [since, end]; only `user` (a name or a uid) where given."""
-        await self.expire_due()  # a lease past its TTL is charged up to its expiry, no more
-        end = self._clock() if until is None else until
-        found = await self._reads.usage(since, end)
-        if user is not None:
-            found = [u for u in found if user in (u.user, str(u.uid))]
-        return end, found
-
-    async def usage_per_day(
-        self, since: float, until: float, user: str | None
-    ) -> list[tuple[float, dict[str, float]]]:
-        """Each local calendar day from the day of `since` to `until`: its start and each
-        user's GPU-hours in it (only `user`'s where given), in one read of the ledger."""
-        bounds = day_bounds(since, until)
-        hours = await self._reads.gpu_hours_per_day(bounds)
-        if user is not None:
-            hours = [{n: h for n, h in day.items() if n == user} for day in hours]
-        return list(zip(bounds, hours, strict=False))
-
-    async def admin_actions(self, limit: int) -> list[AdminAction]:
-        return await self._worker.run(self._ledger.admin_actions, limit)
-
-    async def purge_history(self, retention_seconds: float) -> int:
-        """Delete what ended more than `retention_seconds` ago, in batches (purge.py)."""
-        return await purge_before(self._worker, self._ledger, self._clock() - retention_seconds)
-
-    async def adopt_topology(self, topology: Topology) -> Topology:
-        """Take a rediscovered topology; GPUs that came back may serve the queue. Leases of
-        MIG instances that vanished end (revoked, with the reason in their history)."""
-        ended = await self._worker.run(self._lifecycle.set_topology, topology)
-        for lease in ended:
-            log.warning(
-                "lease %s of %s ended: its MIG instance vanished", lease.id, lease.owner_name
-            )
-        self._queue.kick()
-        return self._lifecycle.topology
 
     # Housekeeping ---------------------------------------------------------------------------
 
@@ -349,9 +267,6 @@ class AllocatorFacade(CleanupDesk):
         for lease in leases:  # adopted: a revoke stops the work, as it does `run`'s
             self._processes.watch(lease, terminate=True)
         return leases
-
-    async def unleased_history(self, limit: int) -> list[dict[str, Any]]:
-        return await self._worker.run(self._ledger.unleased_events, limit)
 
     async def poll_processes(self) -> None:
         """Watch holders that have no pidfd, and the families of bound leases, by reading

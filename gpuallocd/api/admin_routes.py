@@ -46,14 +46,14 @@ async def drain(request: web.Request) -> web.Response:
     caller = caller_of(request)
     body = await _drain_body(request, reason_required=True)
     reason = (body.text("reason", max_length=MAX_REASON_LENGTH) or "").strip()
-    statuses = await facade_of(request).drain(caller, body.gpu_refs("gpus"), reason)
+    statuses = await facade_of(request).gpus.drain(caller, body.gpu_refs("gpus"), reason)
     return web.json_response({"gpus": [s.to_json() for s in statuses]})
 
 
 async def undrain(request: web.Request) -> web.Response:
     caller = caller_of(request)
     body = await _drain_body(request, reason_required=False)
-    statuses = await facade_of(request).undrain(caller, body.gpu_refs("gpus"))
+    statuses = await facade_of(request).gpus.undrain(caller, body.gpu_refs("gpus"))
     return web.json_response({"gpus": [s.to_json() for s in statuses]})
 
 
@@ -61,7 +61,7 @@ async def limits(request: web.Request) -> web.Response:
     caller = caller_of(request)
     named = request.query.get("user")
     subject = caller if not named or named in (caller.user, str(caller.uid)) else None
-    report = await facade_of(request).limits(subject or caller_named(named or ""))
+    report = await facade_of(request).accounting.limits(subject or caller_named(named or ""))
     return web.json_response(report)
 
 
@@ -71,7 +71,7 @@ async def usage(request: web.Request) -> web.Response:
     until = _query_time(request, "until")
     facade = facade_of(request)
     user = request.query.get("user")
-    end, users = await facade.usage(since, until, user)
+    end, users = await facade.accounting.usage(since, until, user)
     decayed = await facade.scheduling.fair_share_usage()
     reserved = await facade.scheduling.reserved_hours(since, end)
     shown, reserved = (decayed, reserved) if user is None else for_user(user, decayed, reserved)
@@ -86,14 +86,16 @@ async def usage(request: web.Request) -> web.Response:
     if per not in (None, "day"):
         raise InvalidRequest("per must be 'day'", field="per", value=per)
     if per == "day":  # the charts' daily bars, in one read (docs/api.md)
-        days = await facade.usage_per_day(since, end, user)
+        days = await facade.accounting.usage_per_day(since, end, user)
         report["days"] = [{"start": start, "gpu_hours": hours} for start, hours in days]
     return web.json_response(report)
 
 
 async def admin_actions(request: web.Request) -> web.Response:
     caller_of(request)
-    actions = await facade_of(request).admin_actions(query_limit(request, MAX_ACTIONS_LIMIT))
+    actions = await facade_of(request).accounting.admin_actions(
+        query_limit(request, MAX_ACTIONS_LIMIT)
+    )
     return web.json_response({"actions": [a.to_json() for a in actions]})
 
 

@@ -49,7 +49,7 @@ async def adopt(request: web.Request) -> web.Response:
 async def unleased(request: web.Request) -> web.Response:
     caller_of(request)
     facade = facade_of(request)
-    events = await facade.unleased_history(query_limit(request, MAX_UNLEASED_LIMIT))
+    events = await facade.accounting.unleased_history(query_limit(request, MAX_UNLEASED_LIMIT))
     return web.json_response(
         {
             "mode": facade.unleased.rules.mode,

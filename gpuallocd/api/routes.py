@@ -96,7 +96,7 @@ async def get_diagnostics(request: web.Request) -> web.Response:
 
 async def list_gpus(request: web.Request) -> web.Response:
     caller_of(request)
-    statuses = await facade_of(request).gpu_status()
+    statuses = await facade_of(request).gpus.gpu_status()
     gpus = [s.to_json() | {"unleased": unleased_on(request, {s.gpu.uuid})} for s in statuses]
     return _json({"gpus": gpus, "process_tracking": facade_of(request).process_tracking()})
 
@@ -216,7 +216,7 @@ async def history(request: web.Request) -> web.Response:
     limit = query_limit(request, MAX_HISTORY_LIMIT)
     lease_id = request.query.get("lease")
     facade = facade_of(request)
-    events = await facade.history_json(lease_id, limit, user_name)
+    events = await facade.accounting.history_json(lease_id, limit, user_name)
     reservations = [] if lease_id else await facade.scheduling.reservation_events(limit)
     tail = json.dumps(reservations).encode()
     body = b'{"events": %s, "reservation_events": %s}' % (events, tail)
@@ -234,13 +234,13 @@ async def rescan(request: web.Request) -> web.Response:
     ctx = context_of(request)
     # Discovery may take seconds on a real node: off the event loop, then adopted in order.
     topology = await ctx.discover()
-    return _json(topology_to_json(await ctx.facade.adopt_topology(topology)))
+    return _json(topology_to_json(await ctx.facade.gpus.adopt_topology(topology)))
 
 
 async def release_gpu(request: web.Request) -> web.Response:
     caller = caller_of(request)
     ref: str | int = request.match_info["gpu"]
-    status = await facade_of(request).release_gpu(caller, ref)
+    status = await facade_of(request).gpus.release_gpu(caller, ref)
     return _json(status.to_json())
 
 

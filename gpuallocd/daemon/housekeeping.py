@@ -91,7 +91,7 @@ class Housekeeper:
     async def _purge_forever(self, retention_seconds: float) -> None:
         while True:
             try:
-                purged = await self._facade.purge_history(retention_seconds)
+                purged = await self._facade.accounting.purge_history(retention_seconds)
                 if purged:
                     log.info("purged %d lease(s) and admin action(s) past retention", purged)
             except GpuallocError as exc:

@@ -46,7 +46,7 @@ class NodeNow:
 
 
 async def read_node(facade: AllocatorFacade, clock: Callable[[], float]) -> NodeNow:
-    statuses = await facade.gpu_status()
+    statuses = await facade.gpus.gpu_status()
     leases = await facade.leases()
     queue = await facade.waiters()
     reservations = await facade.scheduling.reservations()

@@ -35,7 +35,7 @@ class NodeSample:
 
 async def take_sample(facade: AllocatorFacade, inventory: Inventory) -> NodeSample:
     """Read the node through the façade (on the event loop, like a `status` request)."""
-    gpus = await facade.gpu_status()
+    gpus = await facade.gpus.gpu_status()
     leases = await facade.leases()
     xids = inventory.xid_counts() if isinstance(inventory, XidCounting) else None
     waiters = await facade.waiters()
