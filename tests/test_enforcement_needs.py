@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuallocd.allocator import Limits, LimitsTable
-from gpuallocd.daemon.limits_config import parse_limits
+from gpuallocd.allocator import Limits
+from gpuallocd.daemon.limits_config import parse_limits, parse_unleased_modes
 from gpuallocd.daemon.needs import Host, needs_of
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.daemon.wiring import unleased_rules
+from gpuallocd.enforcement import UnleasedModes
 from gpuallocd.errors import ConfigError, MissingPrivilege
 from tests.service_unit import shipped_unit
 from tests.test_needs import check_needs
@@ -36,9 +37,9 @@ def test_terminate_without_cap_kill_is_refused_naming_the_fix() -> None:
 
 def test_a_groups_terminate_needs_cap_kill_too() -> None:
     """The site reports, but one group's override terminates: CAP_KILL is still needed."""
-    limits = LimitsTable(groups={"students": Limits(unleased_use="terminate")})
+    modes = UnleasedModes(groups={"students": "terminate"})
     with pytest.raises(MissingPrivilege):
-        check_needs(DaemonConfig(limits=limits), root_with())
+        check_needs(DaemonConfig(unleased_modes=modes), root_with())
 
 
 def test_the_units_capabilities_meet_enforcement() -> None:
@@ -63,14 +64,13 @@ def test_device_files_of_another_owner_need_cap_fowner(tmp_path: Path) -> None:
 def test_the_limits_table_takes_the_mode_per_group_and_user() -> None:
     """`unleased_use` in `[limits.group.NAME]` and `[limits.user.NAME]`: the user's own wins,
     else the most lenient group's; a wrong value is a ConfigError naming the table."""
-    table = parse_limits(
-        {
-            "group": {"staff": {"unleased_use": "off"}, "students": {"unleased_use": "adopt"}},
-            "user": {"bob": {"unleased_use": "terminate"}},
-        },
-        "gpuallocd.toml",
-    )
-    rules = unleased_rules(DaemonConfig(limits=table))
+    tables = {
+        "group": {"staff": {"unleased_use": "off"}, "students": {"unleased_use": "adopt"}},
+        "user": {"bob": {"unleased_use": "terminate"}},
+    }
+    modes = parse_unleased_modes(tables, "gpuallocd.toml")
+    assert parse_limits(tables, "gpuallocd.toml").users["bob"] == Limits()  # not a limit
+    rules = unleased_rules(DaemonConfig(unleased_modes=modes))
     assert rules.mode_for("alice", {"students"}) == "adopt"
     assert rules.mode_for("carol", {"students", "staff"}) == "off"
     assert rules.mode_for("bob", {"staff"}) == "terminate"

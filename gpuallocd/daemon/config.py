@@ -21,7 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from gpuallocd.daemon.backup_config import check_backup_settings
-from gpuallocd.daemon.limits_config import check_rule_settings, parse_limits
+from gpuallocd.daemon.limits_config import (
+    check_rule_settings,
+    parse_limits,
+    parse_unleased_modes,
+)
 from gpuallocd.daemon.scheduling_config import check_scheduling_settings
 from gpuallocd.daemon.settings import DaemonConfig, Setting, settings
 from gpuallocd.errors import ConfigError
@@ -158,7 +162,9 @@ def _from_file(path: Path, table: Mapping[str, Setting]) -> dict[str, Any]:
         raise ConfigError(f"{where}: gpuallocd must be a table ([gpuallocd])")
     values: dict[str, Any] = {}
     if "limits" in section or "limits" in data:
-        values["limits"] = parse_limits(section.get("limits", data.get("limits")), where)
+        limits = section.get("limits", data.get("limits"))
+        values["limits"] = parse_limits(limits, where)
+        values["unleased_modes"] = parse_unleased_modes(limits, where)
     for key, value in section.items():
         if key == "limits":
             continue

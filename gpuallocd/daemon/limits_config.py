@@ -19,10 +19,10 @@ from typing import Any
 from gpuallocd.allocator import Limits, LimitsTable
 from gpuallocd.allocator.site.limits import LIMIT_SPECS
 from gpuallocd.daemon.settings import DaemonConfig
-from gpuallocd.enforcement import MODES
+from gpuallocd.enforcement import MODES, UnleasedModes
 from gpuallocd.errors import ConfigError
 
-__all__ = ["check_rule_settings", "parse_limits"]
+__all__ = ["check_rule_settings", "parse_limits", "parse_unleased_modes"]
 
 # Each limit by its key, as `Limits` declares it (whole number or not, smallest value).
 _KEYS = {spec.name: spec for spec in LIMIT_SPECS}
@@ -53,7 +53,8 @@ def _limits(table: Mapping[str, Any], where: str, nested: bool) -> Limits:
         elif key != UNLEASED_KEY and not (nested and key in _TABLES):
             known = ", ".join([*_KEYS, UNLEASED_KEY, *(_TABLES if nested else ())])
             raise ConfigError(f"{where}: unknown key {key!r} (known: {known})")
-    return Limits(**values, unleased_use=_mode(table.get(UNLEASED_KEY), where))
+    _mode(table.get(UNLEASED_KEY), where)  # checked here; read by `parse_unleased_modes`
+    return Limits(**values)
 
 
 def _mode(value: Any, where: str) -> str | None:
@@ -76,6 +77,21 @@ def _overrides(data: Mapping[str, Any], kind: str, where: str) -> dict[str, Limi
             raise ConfigError(f"{label} must be a table")
         found[str(name)] = _limits(table, label, nested=False)
     return found
+
+
+def parse_unleased_modes(data: Any, where: str) -> UnleasedModes:
+    """The `unleased_use` keys of the `[limits]` group and user tables: enforcement's rules,
+    written beside the limits but never part of them (`parse_limits` checks them)."""
+    if not isinstance(data, Mapping):
+        return UnleasedModes()
+    found: dict[str, dict[str, str]] = {"group": {}, "user": {}}
+    for kind, modes in found.items():
+        tables = data.get(kind, {})
+        for name, table in tables.items() if isinstance(tables, Mapping) else ():
+            mode = _mode(table.get(UNLEASED_KEY), where) if isinstance(table, Mapping) else None
+            if mode is not None:
+                modes[str(name)] = mode
+    return UnleasedModes(users=found["user"], groups=found["group"])
 
 
 def parse_limits(data: Any, where: str) -> LimitsTable:

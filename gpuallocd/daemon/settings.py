@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuallocd.allocator import LimitsTable
-from gpuallocd.enforcement import DEFAULT_EXEMPT_COMMANDS, MODES
+from gpuallocd.enforcement import DEFAULT_EXEMPT_COMMANDS, MODES, UnleasedModes
 
 __all__ = [
     "DEFAULT_SOCKET",
@@ -180,6 +180,10 @@ class DaemonConfig:
             "`[limits.user.NAME]` overrides, re-read on SIGHUP (docs/limits.md)"
         },
     )
+    unleased_modes: UnleasedModes = field(
+        default_factory=UnleasedModes,
+        metadata={"within": "limits"},  # `unleased_use` in `[limits]`' group and user tables
+    )
     queue_order: str = _setting(
         "fifo",
         "the wait queue's order: `fifo` (first come, first served) or `fair-share` (the "
@@ -320,8 +324,8 @@ def settings() -> tuple[Setting, ...]:
     hints = typing.get_type_hints(DaemonConfig)
     rows = []
     for f in dataclasses.fields(DaemonConfig):
-        if "section" in f.metadata:
-            continue  # a table of its own (see sections())
+        if "section" in f.metadata or "within" in f.metadata:
+            continue  # a table of its own (see sections()), or read from one
         base, optional = _base_type(hints[f.name])
         rows.append(
             Setting(

@@ -44,7 +44,6 @@ def idle_rules(config: DaemonConfig) -> IdleRules:
 
 def unleased_rules(config: DaemonConfig) -> UnleasedRules:
     """The rules for GPU use without a lease, with the overrides of the `[limits]` tables."""
-    limits = config.limits
     return UnleasedRules(
         mode=config.unleased_use,
         grace_seconds=config.unleased_grace_seconds,
@@ -52,8 +51,8 @@ def unleased_rules(config: DaemonConfig) -> UnleasedRules:
         exempt_users=frozenset(config.unleased_exempt_users),
         exempt_commands=frozenset(config.unleased_exempt_commands),
         over_limit=config.unleased_over_limit,
-        user_modes={n: v.unleased_use for n, v in limits.users.items() if v.unleased_use},
-        group_modes={n: v.unleased_use for n, v in limits.groups.items() if v.unleased_use},
+        user_modes=config.unleased_modes.users,
+        group_modes=config.unleased_modes.groups,
     )
 
 

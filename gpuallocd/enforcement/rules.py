@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["DEFAULT_EXEMPT_COMMANDS", "MODES", "OVER_LIMIT", "UnleasedRules"]
+__all__ = ["DEFAULT_EXEMPT_COMMANDS", "MODES", "OVER_LIMIT", "UnleasedModes", "UnleasedRules"]
 
 MODES = ("off", "report", "terminate", "adopt")
 LENIENCE = ("off", "adopt", "report", "terminate")  # most lenient first
@@ -24,6 +24,15 @@ DEFAULT_EXEMPT_COMMANDS = (
     "dcgm",
     "dcgm-exporter",
 )
+
+
+@dataclass(frozen=True)
+class UnleasedModes:
+    """`unleased_use` where a group's or a user's table in `[limits]` sets it: enforcement's
+    own, kept apart from the limits the allocator enforces."""
+
+    users: Mapping[str, str] = field(default_factory=dict)
+    groups: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

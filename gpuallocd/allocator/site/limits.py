@@ -51,7 +51,6 @@ class Limits:
     max_waiting: int | None = _limit(whole=True, minimum=0.0)
     max_gpu_hours_per_day: float | None = _limit(whole=False, minimum=0.0)
     max_shares: int | None = _limit(whole=True, minimum=0.0)
-    unleased_use: str | None = None  # not a limit: the mode for GPU use without a lease
 
     def value(self, name: str) -> float | None:
         found: float | None = getattr(self, name)
