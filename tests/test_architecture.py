@@ -222,6 +222,7 @@ ROOMS = {
         "site": set(),
         "leases": {"site"},
         "queue": {"leases", "site"},
+        "unleased": {"leases", "site"},
     },
     "gpuallocd.cli": {
         "leasing": set(),
@@ -314,6 +315,7 @@ def _mapped(package_dir: Path) -> list[str]:
         PACKAGE / "allocator" / "leases",
         PACKAGE / "allocator" / "site",
         PACKAGE / "allocator" / "queue",
+        PACKAGE / "allocator" / "unleased",
         PACKAGE / "cli" / "leasing",
         PACKAGE / "cli" / "looking",
         PACKAGE / "cli" / "administering",

@@ -7,8 +7,6 @@ The door, which the API and the daemon call:
     accounting_desk.py  the façade's part for the record: history, usage, limits, admin log
     gpu_desk.py         the façade's part for the GPUs: status, drain, release, topology
     gpu_admin.py        drain, undrain and root's release of a GPU
-    adoption.py         a process already on a GPU becomes its owner's lease
-    unleased.py         GPU use without a lease, acted on at each live sample
     publish.py          what a commit made durable, told to the observer and the log
     observer.py         LeaseObserver: who is told of each lease transition (metrics)
     bells.py            waking those who long-poll a lease's events
@@ -22,9 +20,10 @@ Its rooms, each with a map of its own (floors guarded by tests/test_architecture
     leases/   granting a lease: lifecycle, specs, node view, choosing, TTLs, shares, ids
     queue/    waiting: the queue, its order and view, advance reservations, idle reclaim
     site/     the rules of a shared box: limits, quota, drain, reservations board, idle, purge
+    unleased/ GPU use without a lease: each sample's processes judged, reported, adopted
 
-`site/` imports nothing of `leases/` or `queue/`; `leases/` nothing of `queue/`; no room
-imports the door except `worker.py` and `long_reads.py`, which import nothing of the
+`site/` imports nothing of the other rooms; `leases/` nothing of `queue/` or `unleased/`; no
+room imports the door except `worker.py` and `long_reads.py`, which import nothing of the
 allocator. The processes a bound lease covers, and stopping them, are `gpuallocd.processes`,
 below. The rules a request and a policy's answer obey live in `gpuallocd.policies.rules`,
 where `plan` and `simulate` use them too.

@@ -19,7 +19,6 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from gpuallocd.allocator.accounting_desk import AccountingDesk
-from gpuallocd.allocator.adoption import adopt_own
 from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.cleanups import CleanupDesk
 from gpuallocd.allocator.gpu_desk import GpuDesk
@@ -35,7 +34,8 @@ from gpuallocd.allocator.queue.waiting import WaitQueue
 from gpuallocd.allocator.scheduling_desk import SchedulingDesk
 from gpuallocd.allocator.site.idle import IdleRules
 from gpuallocd.allocator.site.rules import SiteRules
-from gpuallocd.allocator.unleased import UnleasedGuard
+from gpuallocd.allocator.unleased.adoption import adopt_own
+from gpuallocd.allocator.unleased.guard import UnleasedGuard
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.enforcement import UnleasedRules
 from gpuallocd.errors import GpuallocError

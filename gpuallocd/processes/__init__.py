@@ -14,7 +14,6 @@ are stopped. Below the allocator, which asks it; it decides nothing about leases
     lease_processes.py  LeaseProcesses: holders, families, and a revoke's termination together
     signals.py          signals through a pidfd checked against the recorded start time
     terminate.py        SIGTERM, then SIGKILL after the grace, for a revoked lease's processes
-    enforcer.py         ShareEnforcer: memory shares over their size, warned then killed
 
 docs/architecture.md ("How a process is tied to a lease") tells the whole story.
 """

@@ -28,6 +28,7 @@ from gpuallocd.allocator.site.quota import Quota
 from gpuallocd.allocator.site.reservation_board import ReservationBoard, caller_of_uid
 from gpuallocd.allocator.site.rules import SiteRules
 from gpuallocd.allocator.site.ttl import TtlBounds, expected_ttl, granted_ttl
+from gpuallocd.enforcement.shares import ShareEnforcer
 from gpuallocd.errors import (
     InvalidRequest,
     LeaseNotActive,
@@ -48,7 +49,6 @@ from gpuallocd.model import (
 )
 from gpuallocd.model.lease import ENDING_EVENT
 from gpuallocd.policies.rules import request_for
-from gpuallocd.processes.enforcer import ShareEnforcer
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ class LeaseLifecycle:
         return lease
 
     def record_grant(self, lease: Lease, request_id: str | None = None) -> Lease:
-        """Record a lease decided here or by an adoption (allocator/adoption.py)."""
+        """Record a lease decided here or by an adoption (allocator/unleased/adoption.py)."""
         self._ledger.grant(lease, lease.owner_uid, request_id)
         self._active[lease.id] = lease
         self._journal.append(Transition(LeaseEvent.GRANTED, lease, lease.owner_uid))

@@ -4,7 +4,7 @@ the queue's holds for waiters and advance reservations (a reservation of someone
 starts later shortens the lease to end before it, as a grant's defaulted TTL is; one running
 now refuses it).
 
-Used by `unleased_use = "adopt"` (allocator/unleased.py) and by `gpuallocctl adopt`. The
+Used by `unleased_use = "adopt"` (allocator/unleased/guard.py) and by `gpuallocctl adopt`. The
 lease lives as long as the process (and what it starts), up to the owner's longest TTL.
 """
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from gpuallocd.allocator.adoption import ADOPTED_POLICY, adopt, unit_of
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.sharing import UnitHolders
+from gpuallocd.allocator.unleased.adoption import ADOPTED_POLICY, adopt, unit_of
 from gpuallocd.enforcement import Action, Seen, Step, Track, UnitUse, UnleasedRules, decide
 from gpuallocd.enforcement.proc_facts import Owner, OwnerCache, owner_and_start, proc_facts
 from gpuallocd.errors import CallerError, CapacityError
