@@ -22,7 +22,7 @@ from gpulease import Client, DaemonUnavailable
 
 from gpuallocd.allocator.leases.deadlines import boottime
 from gpuallocd.daemon import Daemon
-from gpuallocd.daemon.config import load_config
+from gpuallocd.daemon.config.loading import load_config
 from gpuallocd.inventory import Inventory, open_inventory
 from tests.service_unit import ServiceUnit
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuallocd.daemon.config import load_config
+from gpuallocd.daemon.config.loading import load_config
 from gpuallocd.inventory import Inventory, open_inventory
 from tests.harness import DaemonPaths, ThreadDaemon
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpuallocd.daemon.config import load_config, parse_text
+from gpuallocd.daemon.config.loading import load_config, parse_text
+from gpuallocd.daemon.config.settings import DaemonConfig, Setting, settings
 from gpuallocd.daemon.main import main as daemon_main
-from gpuallocd.daemon.settings import DaemonConfig, Setting, settings
 from gpuallocd.errors import ConfigError
 
 SAMPLES = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuallocd.daemon.config import load_config
+from gpuallocd.daemon.config.loading import load_config
 from gpuallocd.errors import ConfigError
 from tests.harness import DaemonPaths, ProcessDaemon, wait_for
 from tests.test_doctor import doctor

@@ -28,8 +28,8 @@ from gpuallocd.charts import (
     waiting_buckets,
 )
 from gpuallocd.charts.daily import day_starts
-from gpuallocd.daemon.diagnostics import config_warnings
-from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.daemon.config.machine_checks import config_warnings
+from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.dashboard.admission import BUSY, TOO_FAST, FairAdmission, TokenBucket
 from gpuallocd.errors import ConfigError
 from gpuallocd.model import LeaseSpan

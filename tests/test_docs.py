@@ -14,8 +14,8 @@ from gpuallocd import errors
 from gpuallocd.cli import cli
 from gpuallocd.cli import errors as cli_errors
 from gpuallocd.cli.lazy import all_commands
-from gpuallocd.daemon.config import load_config
-from gpuallocd.daemon.settings import (
+from gpuallocd.daemon.config.loading import load_config
+from gpuallocd.daemon.config.settings import (
     DaemonConfig,
     render_markdown,
     render_toml,

@@ -1,4 +1,4 @@
-"""What enforcement needs from the host, checked at start (daemon/needs.py): stopping
+"""What enforcement needs from the host, checked at start (daemon/startup/needs.py): stopping
 processes needs CAP_KILL, ACLs on device files another uid owns need CAP_FOWNER; and the
 per-group override of the mode is read strictly from the limits table."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from gpuallocd.allocator import Limits
-from gpuallocd.daemon.limits_config import parse_limits, parse_unleased_modes
-from gpuallocd.daemon.needs import Host, needs_of
-from gpuallocd.daemon.settings import DaemonConfig
-from gpuallocd.daemon.wiring import unleased_rules
+from gpuallocd.daemon.config.limits_table import parse_limits, parse_unleased_modes
+from gpuallocd.daemon.config.settings import DaemonConfig
+from gpuallocd.daemon.config.wiring import unleased_rules
+from gpuallocd.daemon.startup.needs import Host, needs_of
 from gpuallocd.enforcement import UnleasedModes
 from gpuallocd.errors import ConfigError, MissingPrivilege
 from tests.service_unit import shipped_unit

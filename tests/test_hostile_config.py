@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuallocd.daemon.config import load_config
-from gpuallocd.daemon.settings import settings as setting_table
+from gpuallocd.daemon.config.loading import load_config
+from gpuallocd.daemon.config.settings import settings as setting_table
 from gpuallocd.errors import ConfigError
 from tests.harness import DEFAULT_INVENTORY
 

@@ -149,7 +149,7 @@ def test_the_group_steps_match_the_shipped_config_and_the_socket_unit(tmp_path: 
     """ "Only some users": the sed finds both keys in the shipped config (commented out) and
     the result loads with that group and mode 0o660; the drop-in sets the socket unit's group
     and mode; all name the same group."""
-    from gpuallocd.daemon.config import load_config
+    from gpuallocd.daemon.config.loading import load_config
 
     steps = readme_block("### Only some users")
     group = steps[0].split()[-1]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuallocd.daemon.config import load_config
+from gpuallocd.daemon.config.loading import load_config
 from gpuallocd.errors import ConfigError
 from gpuallocd.ledger.backups import quick_check, take_backup, verify_backups
 from tests.harness import DaemonPaths, ThreadDaemon, ctl_argv, wait_for

@@ -13,7 +13,7 @@ from gpuallocd.allocator.site.idle import IdleRules, IdleTracker
 from gpuallocd.allocator.site.limits import Limits, LimitsTable, Usage, check_grant, check_waiting
 from gpuallocd.allocator.site.ttl import TtlBounds, expected_ttl, granted_ttl, longest_ttl
 from gpuallocd.cli.looking.limits import parse_since
-from gpuallocd.daemon.config import load_config
+from gpuallocd.daemon.config.loading import load_config
 from gpuallocd.errors import ConfigError, InvalidRequest, QuotaExceeded
 from gpuallocd.model import GpuProcess, Lease, LeasedGpu, LeaseSpan, LiveState, UserUsage
 

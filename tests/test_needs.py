@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from gpulease import Client
 
-from gpuallocd.daemon.needs import Host, Need, needs_of, refuse_unmet, warn_weakened
-from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.daemon.config.settings import DaemonConfig
+from gpuallocd.daemon.startup.needs import Host, Need, needs_of, refuse_unmet, warn_weakened
 from gpuallocd.errors import MissingPrivilege
 from gpuallocd.host import ProcVisibility, proc_visibility
 from tests.harness import DaemonPaths, ProcessDaemon
@@ -22,7 +22,7 @@ BEFORE_THIS_ISSUE = ("CAP_CHOWN", "CAP_SYS_ADMIN")  # the unit's set when it shi
 
 def check_needs(config: DaemonConfig, host: Host) -> list[Need]:
     """What a start does with the needs: refuse (MissingPrivilege) where an enabled feature
-    cannot work, then warn once per weakened one (daemon/preflight.py, lifecycle.py)."""
+    cannot work, then warn once per weakened one (daemon/startup/preflight.py, lifecycle.py)."""
     needs = refuse_unmet(config, host)
     warn_weakened(needs)
     return needs

@@ -11,8 +11,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpuallocd.daemon.config import load_config
-from gpuallocd.daemon.recovery import recover
+from gpuallocd.daemon.config.loading import load_config
+from gpuallocd.daemon.ledger_care.recovery import recover
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.model import GpuProcess, LiveState, Topology
 from gpuallocd.processes.lease_environ import lease_carriers

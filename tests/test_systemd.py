@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from gpulease import Client
 
-from gpuallocd.daemon.activation import listen_fd_count
 from gpuallocd.daemon.sdnotify import watchdog_interval
+from gpuallocd.daemon.startup.activation import listen_fd_count
 from tests.harness import (
     DEFAULT_INVENTORY,
     DaemonPaths,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuallocd.cli import cli
-from gpuallocd.daemon.config import load_config
+from gpuallocd.daemon.config.loading import load_config
 from gpuallocd.errors import ConfigError, GpuallocError
 from gpuallocd.model import Topology
 from gpuallocd.planning import make_unit_plan, read_trace, simulate

@@ -17,7 +17,7 @@ __all__ = ["CONTEXT", "ApiContext", "LedgerAdmin", "context_of"]
 
 
 class LedgerAdmin(Protocol):
-    """The ledger's backups, for admins (daemon/ledger_backups.py)."""
+    """The ledger's backups, for admins (daemon/ledger_care/backups.py)."""
 
     async def backup(self, caller: Caller) -> dict[str, Any]: ...
 
@@ -29,12 +29,13 @@ class ApiContext:
     facade: AllocatorFacade
     discover: Callable[[], Awaitable[Topology]]  # off the event loop, with a deadline
     started_at: float
-    body_timeout_seconds: float  # request_body_timeout_seconds (daemon/settings.py)
+    body_timeout_seconds: float  # request_body_timeout_seconds (daemon/config/settings.py)
     diagnostics: Callable[[], dict[str, Any]] = dict  # the daemon's; empty where not given
     ports: Callable[[], list[dict[str, Any]]] = list  # metrics, dashboard: served or why not
     ledger_admin: LedgerAdmin | None = None  # backups; None where the daemon keeps none
     driver: Callable[[], dict[str, Any]] = dict  # the GPU driver's calls (driver_guard.py)
-    # the config's warnings and a refused reload (daemon/config_check.py), for health/doctor
+    # the config's warnings and a refused reload (daemon/config/machine_checks.py): health,
+    # doctor
     config_report: Callable[[], dict[str, Any]] = dict
 
 

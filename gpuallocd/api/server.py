@@ -202,7 +202,7 @@ class UnixApiServer:
         head_timeout: float,
     ) -> None:
         """The grace, connection limits and head timeout come from the daemon's settings
-        (`daemon/settings.py`), which alone hold their defaults."""
+        (`daemon/config/settings.py`), which alone hold their defaults."""
         self._runner = web.AppRunner(app, shutdown_timeout=grace_seconds, **_RUNNER_OPTIONS)
         self._sock = sock
         self._server: asyncio.AbstractServer | None = None

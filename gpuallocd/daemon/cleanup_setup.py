@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from gpuallocd.allocator import LeaseLifecycle
 from gpuallocd.allocator.cleanups import CleanupHandler, CleanupRunner
-from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.enforcement.acl import revoke_user
 from gpuallocd.enforcement.devices import DEVICE_ACL, DeviceAccess, unit_files
 from gpuallocd.ledger import Ledger

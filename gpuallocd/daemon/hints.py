@@ -12,7 +12,7 @@ import os
 import pwd
 from pathlib import Path
 
-from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.errors import GpuallocError, HardwareUnavailable, StateUnusable
 from gpuallocd.inventory.file import bundled_examples
 

@@ -38,26 +38,26 @@ from gpuallocd.api.limits import ConnectionLimiter, connection_limiters, quiet_a
 from gpuallocd.api.peercred import forget_identities
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handlers
 from gpuallocd.api.tcp_site import Handlers, port_report
-from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.cleanup_setup import cleanup_runner, device_access
-from gpuallocd.daemon.config_check import ConfigState
-from gpuallocd.daemon.diagnostics import diagnostics
-from gpuallocd.daemon.driver_guard import DriverGuard, close_within
-from gpuallocd.daemon.housekeeping import Housekeeper
-from gpuallocd.daemon.integrity import prepare_private_dir
-from gpuallocd.daemon.ledger_setup import ledger_backups, open_ledger, with_ledger_status
-from gpuallocd.daemon.needs import Host, Need, warn_weakened
-from gpuallocd.daemon.preflight import preflight
-from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watchdog
-from gpuallocd.daemon.settings import DaemonConfig
-from gpuallocd.daemon.socketwatch import SocketWatch
-from gpuallocd.daemon.statelock import StateLock
-from gpuallocd.daemon.wiring import (
+from gpuallocd.daemon.config.machine_checks import ConfigState
+from gpuallocd.daemon.config.settings import DaemonConfig
+from gpuallocd.daemon.config.wiring import (
     allocator_settings,
     idle_rules,
     site_rules,
     unleased_rules,
 )
+from gpuallocd.daemon.diagnostics import diagnostics
+from gpuallocd.daemon.driver_guard import DriverGuard, close_within
+from gpuallocd.daemon.housekeeping import Housekeeper
+from gpuallocd.daemon.ledger_care.opening import ledger_backups, open_ledger, with_ledger_status
+from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watchdog
+from gpuallocd.daemon.socketwatch import SocketWatch
+from gpuallocd.daemon.startup.activation import inherited_api_socket, listen_fd_count
+from gpuallocd.daemon.startup.integrity import prepare_private_dir
+from gpuallocd.daemon.startup.needs import Host, Need, warn_weakened
+from gpuallocd.daemon.startup.preflight import preflight
+from gpuallocd.daemon.startup.statelock import StateLock
 from gpuallocd.dashboard import DashboardServer
 from gpuallocd.enforcement.devices import DeviceAccess
 from gpuallocd.errors import (

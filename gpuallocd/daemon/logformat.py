@@ -1,5 +1,5 @@
 """The daemon's log lines: what users control (process names, labels, user names) may carry
-ESC, BEL or a newline, so every message is escaped (`gpuallocd.model.text`) before it is written;
+ESC, BEL or a newline, so every message is escaped (`gpuallocd.text`) before it is written;
 a reader's terminal never acts on it and no message forges a line. A traceback keeps its
 lines, each escaped (an exception's message may quote what a user chose)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gpuallocd.model.text import escape_unprintable
+from gpuallocd.text import escape_unprintable
 
 __all__ = ["LOG_FORMAT", "EscapingFormatter"]
 

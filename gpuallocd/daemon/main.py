@@ -17,12 +17,18 @@ from typing import Any, TypeVar
 import click
 
 from gpuallocd import __version__
-from gpuallocd.daemon.config import load_config, parse_text
+from gpuallocd.daemon.config.loading import load_config, parse_text
+from gpuallocd.daemon.config.settings import (
+    DaemonConfig,
+    Setting,
+    render_markdown,
+    render_toml,
+    settings,
+)
 from gpuallocd.daemon.eventloop import run_event_loop
 from gpuallocd.daemon.hints import hint_for
 from gpuallocd.daemon.lifecycle import Daemon
 from gpuallocd.daemon.logformat import LOG_FORMAT, EscapingFormatter
-from gpuallocd.daemon.settings import DaemonConfig, Setting, render_markdown, render_toml, settings
 from gpuallocd.errors import ConfigError, GpuallocError, StartupError
 
 __all__ = ["EXIT_UNEXPECTED", "main"]
@@ -130,7 +136,7 @@ def main(config_file: Path | None, initialise: bool, recover: bool, **options: A
         for note in notes:
             log.warning("%s", note)
         if recover:
-            from gpuallocd.daemon.recovery import recover as rebuild_ledger
+            from gpuallocd.daemon.ledger_care.recovery import recover as rebuild_ledger
 
             rebuild_ledger(config)
             return

@@ -1,6 +1,6 @@
 """What this machine offers the daemon, read without side effects: its capabilities, how
 /proc is mounted, which directories it may write, the init system, the cgroup hierarchy and
-the clock source. The daemon checks its features' needs with it (`daemon/needs.py`);
+the clock source. The daemon checks its features' needs with it (`daemon/startup/needs.py`);
 `gpuallocctl doctor` shows the same facts.
 
     capabilities.py   Linux capabilities by name, read from /proc/PID/status

@@ -20,14 +20,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuallocd.daemon.backup_config import check_backup_settings
-from gpuallocd.daemon.limits_config import (
+from gpuallocd.daemon.config.backup_checks import check_backup_settings
+from gpuallocd.daemon.config.limits_table import (
     check_rule_settings,
     parse_limits,
     parse_unleased_modes,
 )
-from gpuallocd.daemon.scheduling_config import check_scheduling_settings
-from gpuallocd.daemon.settings import DaemonConfig, Setting, settings
+from gpuallocd.daemon.config.scheduling_checks import check_scheduling_settings
+from gpuallocd.daemon.config.settings import DaemonConfig, Setting, settings
 from gpuallocd.errors import ConfigError
 
 if sys.version_info >= (3, 11):

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from gpuallocd.daemon.statelock import open_no_follow
+from gpuallocd.daemon.startup.statelock import open_no_follow
 from gpuallocd.errors import StateUnusable
 
 __all__ = [

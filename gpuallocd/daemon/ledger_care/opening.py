@@ -6,15 +6,15 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuallocd.allocator import SiteRules
-from gpuallocd.daemon.integrity import (
+from gpuallocd.daemon.config.settings import DaemonConfig
+from gpuallocd.daemon.ledger_care.backups import LedgerBackups
+from gpuallocd.daemon.ledger_care.health import check_integrity, unusable_ledger
+from gpuallocd.daemon.startup.integrity import (
     LEDGER_COMPANIONS,
     check_ledger,
     check_state_files,
     mark_initialised,
 )
-from gpuallocd.daemon.ledger_backups import LedgerBackups
-from gpuallocd.daemon.ledger_health import check_integrity, unusable_ledger
-from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.errors import LedgerError
 from gpuallocd.ledger import Ledger
 from gpuallocd.metrics import DaemonMetrics

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuallocd.allocator import Limits, LimitsTable
 from gpuallocd.allocator.site.limits import LIMIT_SPECS
-from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.enforcement import MODES, UnleasedModes
 from gpuallocd.errors import ConfigError
 

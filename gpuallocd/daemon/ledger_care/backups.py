@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuallocd.allocator import SiteRules
-from gpuallocd.daemon.integrity import prepare_private_dir
+from gpuallocd.daemon.startup.integrity import prepare_private_dir
 from gpuallocd.errors import InvalidRequest, LedgerError, StateUnusable
 from gpuallocd.ledger.backups import (
     BackupInfo,

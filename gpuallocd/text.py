@@ -1,7 +1,7 @@
 """Text that users control (process names, labels, names of things), made safe to show on a
 terminal or in a log line. The one home of the escaping: the CLI and the daemon's log both
-use it. A pure function, so it lives with the data every package may import; nothing
-heavier than the standard library here (`run` imports it before it starts the command)."""
+use it. A pure function at the top of the package, beside `errors`, so every package may
+import it; nothing heavier than the standard library (`run` imports it before its command)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from gpuallocd.api.server import refuse_if_served
 from gpuallocd.api.tcp_address import parse_host_port
-from gpuallocd.daemon.needs import Host, Need, refuse_unmet
-from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.daemon.config.settings import DaemonConfig
+from gpuallocd.daemon.startup.needs import Host, Need, refuse_unmet
 
 __all__ = ["preflight"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from gpuallocd.allocator import AllocatorSettings, IdleRules, SiteRules
-from gpuallocd.daemon.settings import DaemonConfig
+from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.enforcement import UnleasedRules
 
 __all__ = [

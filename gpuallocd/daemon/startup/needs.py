@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuallocd.daemon.settings import DaemonConfig
-from gpuallocd.daemon.wiring import terminates
+from gpuallocd.daemon.config.settings import DaemonConfig
+from gpuallocd.daemon.config.wiring import terminates
 from gpuallocd.enforcement.devices import open_to_users
 from gpuallocd.errors import MissingPrivilege
 from gpuallocd.host import (

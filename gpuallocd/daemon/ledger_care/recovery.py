@@ -7,7 +7,7 @@ Run with the daemon stopped (it takes the state lock, so it refuses while one se
    a later `--recover` starts again from that copy: a crash anywhere below is recovered by
    running the command again, to the same end.
 2. In `recovery-work/`, a copy of that copy is salvaged and the new ledger built
-   (daemon/recovery_rebuild.py), then checked (`PRAGMA quick_check`) and fsynced.
+   (daemon/ledger_care/rebuild.py), then checked (`PRAGMA quick_check`) and fsynced.
 3. The damaged ledger's -wal and -shm are removed (their copy is pending), the new ledger is
    renamed into place, the directory fsynced.
 4. `recovery-pending/` becomes `damaged/ledger-<time>/`: the damaged files are kept there,
@@ -25,12 +25,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpuallocd.allocator.crash_points import arm, crash_point
-from gpuallocd.daemon.integrity import LEDGER_COMPANIONS, check_state_files, prepare_private_dir
-from gpuallocd.daemon.ledger_backups import BACKUPS_DIR
-from gpuallocd.daemon.ledger_health import PENDING_DIR
-from gpuallocd.daemon.recovery_rebuild import Evidence, Outcome, rebuild
-from gpuallocd.daemon.settings import DaemonConfig
-from gpuallocd.daemon.statelock import StateLock
+from gpuallocd.daemon.config.settings import DaemonConfig
+from gpuallocd.daemon.ledger_care.backups import BACKUPS_DIR
+from gpuallocd.daemon.ledger_care.health import PENDING_DIR
+from gpuallocd.daemon.ledger_care.rebuild import Evidence, Outcome, rebuild
+from gpuallocd.daemon.startup.integrity import (
+    LEDGER_COMPANIONS,
+    check_state_files,
+    prepare_private_dir,
+)
+from gpuallocd.daemon.startup.statelock import StateLock
 from gpuallocd.errors import HardwareUnavailable, InventoryError, NvmlError, StateUnusable
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.ledger.backups import newest_good_backup, quick_check
