@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol, runtime_checkable
 
-from gpuallocd.model import LiveState, Topology
+from gpuallocd.model import LiveState, PowerReading, Topology
 
-__all__ = ["NO_GPU_HINT", "Inventory", "XidCounting"]
+__all__ = ["NO_GPU_HINT", "Inventory", "PowerMetering", "XidCounting"]
 
 NO_GPU_HINT = (
     "to run without a GPU, start on a topology file instead, "
@@ -42,4 +42,21 @@ class XidCounting(Protocol):
     def xid_counts(self) -> Mapping[str, int]:
         """Xid events seen per GPU UUID since the backend started; GPUs without any may be
         missing."""
+        ...
+
+
+@runtime_checkable
+class PowerMetering(Protocol):
+    """An inventory that reads GPUs' energy and power and sets power limits (NVML does).
+
+    Optional: callers check `isinstance(inventory, PowerMetering)` before asking.
+    """
+
+    def power(self, uuids: Collection[str] | None = None) -> Mapping[str, PowerReading]:
+        """Power of the given whole GPUs (all when None); a GPU that cannot be read is left
+        out."""
+        ...
+
+    def set_power_limit(self, uuid: str, limit_mw: int) -> None:
+        """Set a whole GPU's power limit; raises NvmlError (no permission, out of range)."""
         ...

@@ -11,14 +11,17 @@ list them. The file maps a GPU's UUID to what NVML reports for it now; every key
         "utilization_gpu_percent": 97,
         "memory_used_bytes": 13958643712
       },
-      "xid": [{"seq": 1, "uuid": "GPU-...", "xid": 79}]
+      "xid": [{"seq": 1, "uuid": "GPU-...", "xid": 79}],
+      "driver_reload": [{"seq": 1}]
     }
 
 The file says what runs now: a GPU it does not name (or names without `processes`) runs no
 process; utilisation and memory it does not give are the recording's. A process on one of a
 GPU's MIG instances carries `gpu_instance_id` and `compute_instance_id`. `xid` delivers each
-critical-error event once, by its `seq`. The file is read again only when it changed (size or
-modification time); one that is missing, unreadable or not JSON leaves the machine as it was.
+critical-error event once, by its `seq`; each `driver_reload` (once, by its `seq`) restarts
+the energy counters at 0 and puts the default power limits back. The file is read again
+only when it changed (size or modification time); one that is missing, unreadable or not
+JSON leaves the machine as it was.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class LiveFile:
     path: Path
     _seen: tuple[int, int] | None = None
     delivered_xids: set[int] = field(default_factory=set)
+    delivered_reloads: set[int] = field(default_factory=set)
     _recorded: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def changed(self) -> dict[str, Any] | None:
@@ -76,12 +80,19 @@ class LiveFile:
                 fresh.append((str(event["uuid"]), int(event["xid"])))
         return fresh
 
-    def apply(self, devices: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    def new_reloads(self, content: dict[str, Any]) -> int:
+        """How many driver reloads of `content` were not delivered yet."""
+        fresh = {int(event["seq"]) for event in content.get("driver_reload", ())}
+        fresh -= self.delivered_reloads
+        self.delivered_reloads |= fresh
+        return len(fresh)
+
+    def apply(self, devices: list[dict[str, Any]]) -> tuple[list[tuple[str, int]], int]:
         """Update the recorded `devices` from the file if it changed; the Xid events to
-        deliver now, as (uuid, xid)."""
+        deliver now, as (uuid, xid), and the number of driver reloads to replay."""
         content = self.changed()
         if content is None:
-            return []
+            return [], 0
         for device in devices:
             recorded = self._recorded.setdefault(
                 str(device.get("uuid")), {key: device.get(key) for key in LIVE_KEYS}
@@ -90,4 +101,4 @@ class LiveFile:
             now = now if isinstance(now, dict) else {}
             device.update({key: now.get(key, recorded[key]) for key in LIVE_KEYS})
             device["processes"] = now.get("processes", [])
-        return self.new_xids(content)
+        return self.new_xids(content), self.new_reloads(content)

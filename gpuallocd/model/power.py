@@ -1,0 +1,29 @@
+"""What a GPU tells of its power: energy counter, draw and power limits, in NVML's units."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PowerReading"]
+
+
+@dataclass(frozen=True, slots=True)
+class PowerReading:
+    """One GPU's power now; each figure None where the card or driver cannot tell.
+
+    `energy_mj` is the driver's counter (millijoules since it loaded; it restarts at 0 when
+    the driver reloads, and is absent before Volta). Limits bound the sustained draw.
+    """
+
+    energy_mj: int | None = None
+    draw_mw: int | None = None
+    limit_mw: int | None = None
+    default_limit_mw: int | None = None
+    min_limit_mw: int | None = None
+    max_limit_mw: int | None = None
+
+    def accepts_limit(self, limit_mw: int) -> bool:
+        """Whether the card takes this power limit (within its constraints)."""
+        if self.min_limit_mw is None or self.max_limit_mw is None:
+            return False
+        return self.min_limit_mw <= limit_mw <= self.max_limit_mw
