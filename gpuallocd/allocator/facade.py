@@ -17,6 +17,7 @@ from typing import Any
 from gpuallocd.allocator import gpu_admin
 from gpuallocd.allocator.adoption import adopt_own
 from gpuallocd.allocator.bells import LeaseBells
+from gpuallocd.allocator.energy_desk import EnergyDesk
 from gpuallocd.allocator.health_notice import HealthNotices
 from gpuallocd.allocator.idle import IdleRules
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
@@ -37,15 +38,7 @@ from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.enforcement import UnleasedRules
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import (
-    AdminAction,
-    Caller,
-    HistoryEvent,
-    Lease,
-    LiveState,
-    Topology,
-    UserUsage,
-)
+from gpuallocd.model import AdminAction, Caller, HistoryEvent, Lease, LiveState, Topology, UserUsage
 from gpuallocd.processes.lease_processes import SCAN_SECONDS, LeaseProcesses
 from gpuallocd.processes.tracking import Tracking
 
@@ -92,6 +85,7 @@ class AllocatorFacade:
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells = LeaseBells()
         self.health = HealthNotices(lifecycle)
+        self.energy = EnergyDesk(lifecycle, ledger, self._worker, clock, self._reads)
         self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
         self.revoke_grace_seconds = revoke_grace_seconds
 

@@ -52,6 +52,10 @@ class LongReads:
         the read-only connection (fair share's decayed use of a week of leases)."""
         return await self._off_loop(use, self._reader.lease_spans)
 
+    async def energy_after(self, seq: int) -> tuple[dict[str, float], int]:
+        """Joules per user in the energy readings after `seq`, and the last one's seq."""
+        return await self._off_loop(self._reader.energy_after, seq)
+
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         self._reader.close()

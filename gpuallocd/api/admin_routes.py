@@ -4,13 +4,17 @@ a user, accounting from the history, and the record of admin actions."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from aiohttp import web
 
+from gpuallocd.api.context import context_of
 from gpuallocd.api.peercred import caller_named
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
 from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest
+from gpuallocd.model import UserUsage
+from gpuallocd.model.energy import JOULES_PER_KWH, EnergyPrice
 
 __all__ = ["admin_routes"]
 
@@ -63,6 +67,14 @@ async def limits(request: web.Request) -> web.Response:
     return web.json_response(report)
 
 
+def priced(usage: UserUsage, price: EnergyPrice | None) -> dict[str, Any]:
+    """The cost of a user's energy, leased and unleased, where the site set a price."""
+    if price is None:
+        return {}
+    joules = usage.energy_joules + usage.unleased_energy_joules
+    return {"energy_cost": price.cost(joules / JOULES_PER_KWH)}
+
+
 async def usage(request: web.Request) -> web.Response:
     caller_of(request)
     since = _query_time(request, "since") or 0.0
@@ -70,11 +82,16 @@ async def usage(request: web.Request) -> web.Response:
     facade = facade_of(request)
     end, users = await facade.usage(since, until, request.query.get("user"))
     decayed = await facade.scheduling.fair_share_usage()
+    price = context_of(request).energy_price
     return web.json_response(
         {
             "since": since,
             "until": end,
-            "users": [{**u.to_json(), "decayed_gpu_hours": decayed.get(u.user)} for u in users],
+            "users": [
+                {**u.to_json(), "decayed_gpu_hours": decayed.get(u.user), **priced(u, price)}
+                for u in users
+            ],
+            "energy_price": None if price is None else price.to_json(),
             "fair_share": decayed,
             "reservations": await facade.scheduling.reserved_hours(since, end),
         }

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from gpuallocd.allocator import AllocatorFacade
 from gpuallocd.model import Topology
+from gpuallocd.model.energy import EnergyPrice
 
 __all__ = ["CONTEXT", "ApiContext", "context_of"]
 
@@ -22,6 +23,7 @@ class ApiContext:
     started_at: float
     body_timeout_seconds: float  # request_body_timeout_seconds (daemon/settings.py)
     diagnostics: Callable[[], dict[str, Any]] = dict  # the daemon's; empty where not given
+    energy_price: EnergyPrice | None = None  # energy_price_per_kwh and energy_currency
 
 
 CONTEXT = web.AppKey("context", ApiContext)

@@ -12,6 +12,7 @@ import click
 
 from gpuallocd.cli.common import daemon_client
 from gpuallocd.cli.output import echo_json, table
+from gpuallocd.cli.units import energy_text
 
 __all__ = ["COMMANDS", "parse_since"]
 
@@ -76,7 +77,7 @@ def _decayed(user: dict[str, Any]) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _usage_rows(users: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+def _usage_rows(users: list[dict[str, Any]], priced: bool) -> list[tuple[Any, ...]]:
     rows = [
         (
             u["user"],
@@ -84,6 +85,9 @@ def _usage_rows(users: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
             u["leases"],
             f"{u['waiting_seconds'] / 3600:.2f}",
             _decayed(u),
+            energy_text(u.get("energy_kwh", 0.0), u.get("energy_estimate", False)),
+            f"{u.get('unleased_gpu_hours', 0.0):.2f} / {u.get('unleased_energy_kwh', 0.0):.3f}",
+            *((f"{u.get('energy_cost', 0.0):.2f}",) if priced else ()),
         )
         for u in users
     ]
@@ -91,8 +95,22 @@ def _usage_rows(users: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         hours = sum(u["gpu_hours"] for u in users)
         waited = sum(u["waiting_seconds"] for u in users) / 3600
         leases = sum(u["leases"] for u in users)
-        rows.append(("TOTAL", f"{hours:.2f}", leases, f"{waited:.2f}", ""))
+        kwh = energy_text(
+            sum(u.get("energy_kwh", 0.0) for u in users),
+            any(u.get("energy_estimate") for u in users),
+        )
+        cost = sum(u.get("energy_cost", 0.0) for u in users)
+        total = ("TOTAL", f"{hours:.2f}", leases, f"{waited:.2f}", "", kwh, "")
+        rows.append(total + ((f"{cost:.2f}",) if priced else ()))
     return rows
+
+
+def _usage_headers(price: dict[str, Any] | None) -> tuple[str, ...]:
+    headers = ["USER", "GPU-HOURS", "LEASES", "HOURS-WAITED", "DECAYED", "KWH"]
+    headers.append("UNLEASED GPU-H / KWH")
+    if price is not None:
+        headers.append(f"COST {price['currency']}".strip())
+    return tuple(headers)
 
 
 def _reservation_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -115,7 +133,7 @@ def _reservation_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
 def usage(
     ctx: click.Context, since: str, user: str | None, local_json: bool, plot: Path | None
 ) -> None:
-    """GPU-hours, leases and hours waited per user, from the history (like sreport)."""
+    """GPU-hours, leases, hours waited and energy per user, from the history (like sreport)."""
     start = parse_since(since)
     if plot is not None:
         from gpuallocd.cli.usage_plot import write_plot
@@ -133,8 +151,9 @@ def usage(
         time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) for t in (start, report["until"])
     )
     click.echo(f"usage from {span}")
-    headers = ("USER", "GPU-HOURS", "LEASES", "HOURS-WAITED", "DECAYED")
-    click.echo(table(headers, _usage_rows(report["users"])))
+    price = report.get("energy_price")
+    rows = _usage_rows(report["users"], price is not None)
+    click.echo(table(_usage_headers(price), rows))
     reserved = _reservation_rows(report)
     if reserved:
         click.echo("reservations")

@@ -16,7 +16,7 @@ from gpuallocd.cli.reservation_text import (
     with_priorities,
 )
 from gpuallocd.cli.style import Styled, colour_enabled, render_table
-from gpuallocd.cli.units import format_duration
+from gpuallocd.cli.units import energy_text, format_duration
 
 __all__ = ["COMMANDS", "queue_rows"]
 
@@ -106,13 +106,19 @@ def history(ctx: click.Context, lease_id: str | None, limit: int) -> None:
             e["event"],
             user_of(e["actor_uid"]),
             e["detail"],
+            _energy(e.get("energy")),
         )
         for e in events
     ]
-    rows += reservation_history_rows(answer.get("reservation_events") or [])
+    rows += [(*row, "") for row in reservation_history_rows(answer.get("reservation_events") or [])]
     rows.sort(key=lambda row: str(row[0]))
-    headers = ("TIME", "LEASE", "EVENT", "BY", "DETAIL")
+    headers = ("TIME", "LEASE", "EVENT", "BY", "DETAIL", "KWH")
     click.echo(render_table(headers, rows, colour=colour_enabled()))
+
+
+def _energy(energy: dict[str, Any] | None) -> str:
+    """An ended lease's energy (`-` where none was read)."""
+    return "-" if not energy else energy_text(energy["kwh"], energy["estimate"])
 
 
 def _query(lease_id: str | None, limit: int) -> dict[str, Any]:

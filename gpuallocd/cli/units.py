@@ -14,6 +14,7 @@ import click
 __all__ = [
     "ByteSize",
     "Duration",
+    "energy_text",
     "format_duration",
     "format_left",
     "parse_duration",
@@ -106,3 +107,8 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def energy_text(kwh: float, estimate: bool) -> str:
+    """kWh as shown everywhere: an estimate says so (docs/accounting.md)."""
+    return f"{kwh:.3f} (estimate)" if estimate else f"{kwh:.3f}"

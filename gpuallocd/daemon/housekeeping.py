@@ -1,6 +1,6 @@
 """What the daemon does between requests: expire leases, sample live GPU state, poll
-processes that have no pidfd, and purge history past its retention. Each loop calls the
-allocator's façade and nothing else."""
+processes that have no pidfd, read leased GPUs' energy, and purge history past its
+retention. Each loop calls the allocator's façade and nothing else."""
 
 from __future__ import annotations
 
@@ -31,11 +31,13 @@ class Housekeeper:
         sample_interval_seconds: float,
         *,
         retention_seconds: float | None = None,
+        energy_interval_seconds: float = 0.0,
     ) -> None:
         self._facade = facade
         self._retention = retention_seconds
         self._inventory = inventory
         self._sample_interval = sample_interval_seconds
+        self._energy_interval = energy_interval_seconds
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -46,6 +48,8 @@ class Housekeeper:
         self._spawn(self._facade.poll_processes())
         if self._retention is not None:
             self._spawn(self._purge_forever(self._retention))
+        if self._energy_interval > 0 and self._facade.energy.metered:
+            self._spawn(self._meter_forever())
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -73,6 +77,14 @@ class Housekeeper:
             except Exception:
                 log.exception("sampling live GPU state failed; will retry")
             await asyncio.sleep(self._sample_interval)
+
+    async def _meter_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._energy_interval)
+            try:
+                await self._facade.energy.meter()
+            except GpuallocError as exc:
+                log.error("reading the leased GPUs' energy failed: %s", exc.message)
 
     async def _purge_forever(self, retention_seconds: float) -> None:
         while True:

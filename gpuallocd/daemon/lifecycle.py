@@ -42,6 +42,7 @@ from gpuallocd.api.tcp_site import Handlers
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.allocator_setup import allocator_settings
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
+from gpuallocd.daemon.energy_setup import energy_price, power_reader
 from gpuallocd.daemon.enforcement_setup import unleased_rules
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.integrity import (
@@ -188,6 +189,7 @@ class Daemon:
             settings=allocator_settings(self.config),
             rules=site_rules(self.config),
             monotonic=self._monotonic,
+            power=power_reader(inventory, self.config.energy_interval_seconds),
         )
         facade = AllocatorFacade(
             lifecycle,
@@ -248,6 +250,7 @@ class Daemon:
             inventory,
             self.config.sample_interval_seconds,
             retention_seconds=self.config.history_retention_days * 86400.0,
+            energy_interval_seconds=self.config.energy_interval_seconds,
         )
         limiter = self._limiter()  # the API socket's, metrics and dashboard ports' connections
         exporter = self._exporter(facade, inventory, limiter)
@@ -261,6 +264,9 @@ class Daemon:
             discover=inventory.rescan,
             started_at=started_at,
             body_timeout_seconds=self.config.request_body_timeout_seconds,
+            energy_price=energy_price(
+                self.config.energy_price_per_kwh, self.config.energy_currency
+            ),
             diagnostics=functools.partial(
                 diagnostics, self.config, self._needs, facade.process_tracking_stats, started_at
             ),

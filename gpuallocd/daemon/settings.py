@@ -186,6 +186,16 @@ class DaemonConfig:
         "owner's primary group (`group`)",
         choices=("user", "group"),
     )
+    energy_interval_seconds: float = _setting(
+        60.0,
+        "how often the energy counters of leased GPUs are read besides at each grant and end "
+        "(a driver reload or a restart loses at most this much); 0 turns energy accounting off "
+        "(docs/accounting.md)",
+    )
+    energy_price_per_kwh: float | None = _setting(
+        None, "a price per kWh: `usage` then shows what each user's energy cost", example="0.32"
+    )
+    energy_currency: str = _setting("", "the currency of `energy_price_per_kwh`, shown with costs")
     revoke_grace_seconds: float = _setting(
         30.0,
         "after a revoke, how long the processes of a lease that asked to be terminated "

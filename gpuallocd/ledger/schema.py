@@ -31,6 +31,7 @@ __all__ = [
     "admin_actions",
     "advance_reservations",
     "drains",
+    "energy_use",
     "gpus",
     "history",
     "lease_gpus",
@@ -221,4 +222,23 @@ unleased_use = Table(
     Column("lease_id", String),
     Column("detail", Text, nullable=False),
     Index("unleased_use_by_time", "at"),
+)
+
+# Energy drawn, one row per reading of a lease's GPUs (docs/accounting.md): the joules since
+# the previous reading, charged to the lease's owner; `estimate` where the lease held part of a
+# GPU (a share, a MIG instance). Rows with no lease are unleased use charged to its owner,
+# with the GPU-seconds it held. No foreign key: the rows of a purged lease go with it.
+energy_use = Table(
+    "energy_use",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("lease_id", String),
+    Column("owner_uid", Integer, nullable=False),
+    Column("owner_name", String, nullable=False),
+    Column("at", Float, nullable=False),
+    Column("joules", Float, nullable=False),
+    Column("estimate", Boolean, nullable=False),
+    Column("gpu_seconds", Float, nullable=False, server_default="0"),
+    Index("energy_use_by_lease", "lease_id"),
+    Index("energy_use_by_time", "at"),
 )

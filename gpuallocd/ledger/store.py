@@ -39,6 +39,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from gpuallocd.errors import GpuBusy, LedgerError
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.admin_records import AdminRecords
+from gpuallocd.ledger.energy_records import EnergyRecords
 from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.ledger.reader import LedgerReader
@@ -109,9 +110,9 @@ def _make_engine(path: Path, sync: str) -> Engine:
     return engine
 
 
-class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords):
+class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords, EnergyRecords):
     """GPUs, leases and their history, in one SQLite file (drains, admin actions,
-    accounting reads, advance reservations and unleased use in the base classes)."""
+    accounting reads, advance reservations, unleased use and energy in the base classes)."""
 
     def __init__(
         self,

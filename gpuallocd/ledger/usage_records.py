@@ -57,7 +57,8 @@ class UsageRecords(LedgerAccess):
                 conn.execute(select(_L.c.id).where(_L.c.ended_at < cutoff).limit(batch)).scalars()
             )
             if ids:
-                h, g = schema.history, schema.lease_gpus
+                h, g, e = schema.history, schema.lease_gpus, schema.energy_use
+                conn.execute(delete(e).where(e.c.lease_id.in_(ids)))
                 conn.execute(delete(h).where(h.c.lease_id.in_(ids)))
                 conn.execute(delete(g).where(g.c.lease_id.in_(ids)))
                 conn.execute(delete(_L).where(_L.c.id.in_(ids)))

@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from gpuallocd.model.energy import LeaseEnergy
+
 __all__ = [
     "Caller",
     "HistoryEvent",
@@ -181,6 +183,7 @@ class HistoryEvent:
     actor_uid: int
     at: float
     detail: str | None
+    energy: LeaseEnergy | None = None  # an end event's: what the lease drew
 
     def to_json(self, actor_name: str | None = None) -> dict[str, Any]:
         """`actor` names who acted as admin actions do (`actor_name`, else the uid as text);
@@ -193,4 +196,5 @@ class HistoryEvent:
             "actor_uid": self.actor_uid,
             "at": self.at,
             "detail": self.detail,
+            "energy": None if self.energy is None else self.energy.to_json(),
         }

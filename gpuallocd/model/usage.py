@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuallocd.model.energy import JOULES_PER_KWH
+
 __all__ = ["LeaseSpan", "UserUsage", "gpu_seconds", "usage_by_user"]
 
 
@@ -39,6 +41,10 @@ class UserUsage:
     gpu_hours: float
     leases: int
     waiting_seconds: float
+    energy_joules: float = 0.0  # drawn under leases (docs/accounting.md)
+    energy_estimate: bool = False  # some of it estimated (shares, MIG instances)
+    unleased_gpu_hours: float = 0.0  # GPU time of processes on GPUs the user held no lease on
+    unleased_energy_joules: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +53,11 @@ class UserUsage:
             "gpu_hours": self.gpu_hours,
             "leases": self.leases,
             "waiting_seconds": self.waiting_seconds,
+            "energy_kwh": self.energy_joules / JOULES_PER_KWH,
+            "energy_joules": self.energy_joules,
+            "energy_estimate": self.energy_estimate,
+            "unleased_gpu_hours": self.unleased_gpu_hours,
+            "unleased_energy_kwh": self.unleased_energy_joules / JOULES_PER_KWH,
         }
 
 

@@ -1,0 +1,43 @@
+"""The record of energy drawn (`energy_use`): one row per reading, per lease or unleased user."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import delete, func, insert, select
+
+from gpuallocd.ledger import schema
+from gpuallocd.ledger.access import LedgerAccess
+from gpuallocd.model.energy import EnergyUse, LeaseEnergy
+
+__all__ = ["EnergyRecords"]
+
+_E = schema.energy_use
+_INSERT = insert(_E)
+
+
+class EnergyRecords(LedgerAccess):
+    """The `energy_use` table."""
+
+    def record_energy(self, uses: Sequence[EnergyUse]) -> None:
+        """Rows of energy drawn since the previous reading (nothing for none)."""
+        if not uses:
+            return
+        with self._write() as conn:
+            conn.execute(_INSERT, [use.to_row() for use in uses])
+
+    def lease_energy(self, lease_id: str) -> LeaseEnergy | None:
+        """The energy a lease drew so far; None where none was read for it."""
+        query = select(func.count(), func.total(_E.c.joules), func.max(_E.c.estimate)).where(
+            _E.c.lease_id == lease_id
+        )
+        with self._read() as conn:
+            count, joules, estimate = conn.execute(query).one()
+        return LeaseEnergy(float(joules), bool(estimate)) if count else None
+
+    def purge_energy_before(self, cutoff: float, batch: int) -> int:
+        """Delete up to `batch` readings older than `cutoff`; how many went."""
+        old = select(_E.c.seq).where(_E.c.at < cutoff).limit(batch).scalar_subquery()
+        with self._write() as conn:
+            done = conn.execute(delete(_E).where(_E.c.seq.in_(old)))
+        return int(done.rowcount or 0)
