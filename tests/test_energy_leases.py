@@ -17,6 +17,7 @@ from gpuallocd.inventory import Inventory
 from gpuallocd.inventory.nvml.backend import NvmlInventory
 from gpuallocd.testing import FakeNvml
 from tests.harness import DaemonPaths, HandClock, ThreadDaemon, wait_for
+from tests.rules_harness import daemon_with_config
 from tests.system_users import SystemUsers, open_to_everyone
 
 FULL_LOAD_W = 300.0  # a V100-SXM2's default power limit, drawn at 100 % utilisation
@@ -25,18 +26,17 @@ FULL_LOAD_W = 300.0  # a V100-SXM2's default power limit, drawn at 100 % utilisa
 class Machine:
     """A daemon on the recorded DGX-1 whose energy runs on a hand clock."""
 
-    def __init__(self, paths: DaemonPaths, **settings: Any) -> None:
+    def __init__(self, paths: DaemonPaths, config: str | None = None, **settings: Any) -> None:
+        """`config`: the text of a config file (limits), read as the daemon reads one."""
         self.clock = HandClock()
         self.fake = FakeNvml.from_recording("dgx1-volta", clock=self.clock)
         for uuid in self.fake.uuids():
             self.fake.set_utilization(uuid, 100)
-        self.daemon = ThreadDaemon(
-            paths,
-            inventory="nvml-recording:dgx1-volta",
-            inventory_opener=self._open,
-            default_policy="simple",
-            **settings,
-        )
+        settings.update(inventory="nvml-recording:dgx1-volta", default_policy="simple")
+        if config is None:
+            self.daemon = ThreadDaemon(paths, inventory_opener=self._open, **settings)
+        else:
+            self.daemon = daemon_with_config(paths, config, inventory_opener=self._open, **settings)
 
     def _open(self, spec: str) -> Inventory:
         return NvmlInventory(nvml=self.fake, name=self.fake.name, xid_wait_ms=20)

@@ -9,13 +9,15 @@ key set nowhere is no limit.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from gpuallocd.allocator.budgets import budget_field
 from gpuallocd.errors import QuotaExceeded
 from gpuallocd.model import Lease, LeasedGpu, UnitKind
 
 __all__ = [
+    "BUDGETS",
     "LIMIT_NAMES",
     "AppliedLimits",
     "Limits",
@@ -28,7 +30,7 @@ __all__ = [
     "units_weight",
 ]
 
-LIMIT_NAMES = (
+LIMIT_NAMES: tuple[str, ...] = (
     "max_gpus",
     "max_ttl_seconds",
     "max_waiting",
@@ -46,11 +48,21 @@ class Limits:
     max_waiting: int | None = None
     max_gpu_hours_per_day: float | None = None
     max_shares: int | None = None
+    max_gpu_hours_per_week: float | None = budget_field("gpu_hours", "week")
+    max_gpu_hours_per_month: float | None = budget_field("gpu_hours", "month")
+    max_kwh_per_day: float | None = budget_field("kwh", "day")
+    max_kwh_per_week: float | None = budget_field("kwh", "week")
+    max_kwh_per_month: float | None = budget_field("kwh", "month")
     unleased_use: str | None = None  # not a limit: the mode for GPU use without a lease
 
     def value(self, name: str) -> float | None:
         found: float | None = getattr(self, name)
         return found
+
+
+# Budgets (allocator/budgets.py): name -> (what it measures, its window in seconds).
+BUDGETS = {f.name: f.metadata["budget"] for f in fields(Limits) if "budget" in f.metadata}
+LIMIT_NAMES += tuple(BUDGETS)
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,7 @@ class Usage:
     waiting: int = 0
     gpu_hours_per_day: float = 0.0
     shares: int = 0
+    budgets: Mapping[str, float] = field(default_factory=dict)  # use in each budget's window
 
     def current(self, name: str) -> float | None:
         """The use that `name` limits; None for `max_ttl_seconds`, which limits a request."""
@@ -123,6 +136,7 @@ class Usage:
             "max_waiting": float(self.waiting),
             "max_gpu_hours_per_day": self.gpu_hours_per_day,
             "max_shares": float(self.shares),
+            **self.budgets,
         }.get(name)
 
     def to_json(self) -> dict[str, Any]:

@@ -8,12 +8,13 @@ from typing import Any
 
 from aiohttp import web
 
+from gpuallocd.allocator.limits import BUDGETS
 from gpuallocd.api.context import context_of
 from gpuallocd.api.peercred import caller_named
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
 from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest
-from gpuallocd.model import UserUsage
+from gpuallocd.model import Caller, UserUsage
 from gpuallocd.model.energy import JOULES_PER_KWH, EnergyPrice
 
 __all__ = ["admin_routes"]
@@ -75,8 +76,18 @@ def priced(usage: UserUsage, price: EnergyPrice | None) -> dict[str, Any]:
     return {"energy_cost": price.cost(joules / JOULES_PER_KWH)}
 
 
+async def _budgets(request: web.Request, caller: Caller) -> list[dict[str, Any]] | None:
+    """With `user`: that user's budgets and what remains of each (as `limits` shows them)."""
+    named = request.query.get("user")
+    if not named:
+        return None
+    subject = caller if named in (caller.user, str(caller.uid)) else caller_named(named)
+    report = await facade_of(request).limits(subject)
+    return [entry for entry in report["limits"] if entry["limit"] in BUDGETS]
+
+
 async def usage(request: web.Request) -> web.Response:
-    caller_of(request)
+    caller = caller_of(request)
     since = _query_time(request, "since") or 0.0
     until = _query_time(request, "until")
     facade = facade_of(request)
@@ -92,6 +103,7 @@ async def usage(request: web.Request) -> web.Response:
                 for u in users
             ],
             "energy_price": None if price is None else price.to_json(),
+            "budgets": await _budgets(request, caller),
             "fair_share": decayed,
             "reservations": await facade.scheduling.reserved_hours(since, end),
         }

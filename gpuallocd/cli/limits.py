@@ -38,7 +38,7 @@ def parse_since(text: str, now: float | None = None) -> float:
 def _show(value: float | None, name: str) -> str | None:
     if value is None:
         return None
-    if name == "max_gpu_hours_per_day":
+    if name.startswith(("max_gpu_hours_", "max_kwh_")):
         return f"{value:.2f}"
     return f"{value:g}"
 
@@ -50,6 +50,7 @@ def _limit_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
             _show(entry["value"], entry["limit"]) or "none",
             entry["source"],
             _show(entry["current"], entry["limit"]),
+            _show(entry.get("remaining"), entry["limit"]),
         )
         for entry in report["limits"]
     ]
@@ -69,7 +70,7 @@ def limits(ctx: click.Context, user: str | None, local_json: bool) -> None:
     groups = ", ".join(report["groups"]) or "-"
     admin = ", admin" if report["admin"] else ""
     click.echo(f"limits of {report['user']} (uid {report['uid']}{admin}; groups: {groups})")
-    click.echo(table(("LIMIT", "VALUE", "FROM", "CURRENT"), _limit_rows(report)))
+    click.echo(table(("LIMIT", "VALUE", "FROM", "CURRENT", "REMAINING"), _limit_rows(report)))
 
 
 def _decayed(user: dict[str, Any]) -> str:
@@ -113,6 +114,13 @@ def _usage_headers(price: dict[str, Any] | None) -> tuple[str, ...]:
     return tuple(headers)
 
 
+def _budget_rows(budgets: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [
+        (b["limit"], f"{b['value']:.2f}", f"{b['current']:.2f}", f"{b['remaining']:.2f}")
+        for b in budgets
+    ]
+
+
 def _reservation_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
     return [
         (r["id"], r["for"], r["gpus"], f"{r['gpu_hours']:.2f}", r["reason"])
@@ -154,6 +162,10 @@ def usage(
     price = report.get("energy_price")
     rows = _usage_rows(report["users"], price is not None)
     click.echo(table(_usage_headers(price), rows))
+    budgets = [b for b in report.get("budgets") or [] if b["value"] is not None]
+    if budgets:
+        click.echo("budgets")
+        click.echo(table(("BUDGET", "VALUE", "USED", "REMAINING"), _budget_rows(budgets)))
     reserved = _reservation_rows(report)
     if reserved:
         click.echo("reservations")

@@ -35,6 +35,12 @@ class EnergyRecords(LedgerAccess):
             count, joules, estimate = conn.execute(query).one()
         return LeaseEnergy(float(joules), bool(estimate)) if count else None
 
+    def energy_readings(self, uid: int, since: float) -> list[tuple[float, float]]:
+        """(time, joules) of `uid`'s readings after `since`, leased and unleased (budgets)."""
+        query = select(_E.c.at, _E.c.joules).where(_E.c.owner_uid == uid, _E.c.at > since)
+        with self._read() as conn:
+            return [(float(at), float(joules)) for at, joules in conn.execute(query)]
+
     def purge_energy_before(self, cutoff: float, batch: int) -> int:
         """Delete up to `batch` readings older than `cutoff`; how many went."""
         old = select(_E.c.seq).where(_E.c.at < cutoff).limit(batch).scalar_subquery()

@@ -241,4 +241,5 @@ energy_use = Table(
     Column("gpu_seconds", Float, nullable=False, server_default="0"),
     Index("energy_use_by_lease", "lease_id"),
     Index("energy_use_by_time", "at"),
+    Index("energy_use_by_owner", "owner_uid", "at"),
 )
