@@ -45,6 +45,7 @@ SAMPLES = {
     "fair_share_half_life_hours": "24",
     "fair_share_wait_weight": "2.5",
     "fair_share_by": "group",
+    "lease_power_limit_watts": "250",
     "energy_interval_seconds": "30",
     "energy_price_per_kwh": "0.32",
     "energy_currency": "EUR",

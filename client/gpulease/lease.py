@@ -16,7 +16,7 @@ from gpulease.client import Client, GpuRef
 from gpulease.errors import DaemonUnavailable, GpuallocError, LeaseNotActive, UnknownLease
 from gpulease.models import Lease
 from gpulease.renewer import OnIdle, OnRevoke, OnUnhealthy, Renewer
-from gpulease.sizes import parse_size
+from gpulease.sizes import parse_size, parse_watts
 
 __all__ = ["gpu_lease", "visible_devices_env"]
 
@@ -72,6 +72,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     A GPU of the lease that fails (an Xid) is told at the next renewal: a RuntimeWarning,
     GpuUnhealthy raised in the main thread (`on_unhealthy="raise"`), or
     `on_unhealthy(lease, gpus)`, each GPU with `index`, `uuid` and `reason`.
+    `power_limit="250W"` caps the leased GPUs' power while the lease lasts.
     """
 
     def __init__(
@@ -92,6 +93,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         on_revoke: OnRevoke = "warn",
         on_idle: OnIdle | None = None,
         on_unhealthy: OnUnhealthy = "warn",
+        power_limit: str | int | None = None,
     ) -> None:
         if on_unhealthy not in ("warn", "raise") and not callable(on_unhealthy):
             raise ValueError("on_unhealthy must be 'warn', 'raise' or a callable")
@@ -108,6 +110,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
             "memory_bytes": None if memory is None else parse_size(memory),
             "mig_profile": mig,
             "min_free_memory_bytes": min_free_memory_bytes,
+            "power_limit_watts": None if power_limit is None else parse_watts(power_limit),
         }
         self._wait, self._timeout = wait, timeout
         self._socket, self._visible, self._on_revoke = socket, visible, on_revoke

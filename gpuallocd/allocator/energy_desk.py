@@ -37,7 +37,7 @@ class EnergyDesk:
     @property
     def metered(self) -> bool:
         """Whether the inventory has energy counters to read (NVML does)."""
-        return self._lifecycle.energy.enabled
+        return self._lifecycle.hardware.energy.enabled
 
     async def meter(self) -> None:
         """Read every leased GPU's counter: what each active lease drew since the last
@@ -48,7 +48,8 @@ class EnergyDesk:
         leases = self._lifecycle.leases()
         node = self._lifecycle.node
         unleased = unleased_owners(node.topology.gpus, node.live, leases)
-        self._lifecycle.energy.record(self._ledger, leases, leases, self._clock(), unleased)
+        meter = self._lifecycle.hardware.energy
+        meter.record(self._ledger, leases, leases, self._clock(), unleased)
 
     async def totals(self) -> dict[str, float]:
         """Joules per user since the daemon started counting (the metrics' counter): the

@@ -24,6 +24,7 @@ from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.long_reads import LongReads
 from gpuallocd.allocator.node_view import GpuStatus
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
+from gpuallocd.allocator.power_desk import PowerDesk
 from gpuallocd.allocator.publish import publish
 from gpuallocd.allocator.purge import purge_before
 from gpuallocd.allocator.queue_order import QueueOrder
@@ -86,6 +87,7 @@ class AllocatorFacade:
         self._bells = LeaseBells()
         self.health = HealthNotices(lifecycle)
         self.energy = EnergyDesk(lifecycle, ledger, self._worker, clock, self._reads)
+        self.power = PowerDesk(lifecycle, ledger, self._worker)  # caps: power_desk.py
         self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
         self.revoke_grace_seconds = revoke_grace_seconds
 

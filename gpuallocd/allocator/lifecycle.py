@@ -17,8 +17,8 @@ from dataclasses import replace
 from gpuallocd.allocator.chooser import Chooser
 from gpuallocd.allocator.deadlines import Deadlines
 from gpuallocd.allocator.drain import DrainBoard
-from gpuallocd.allocator.energy import EnergyMeter, PowerRead
 from gpuallocd.allocator.events_log import Transition
+from gpuallocd.allocator.hardware import LeaseHardware
 from gpuallocd.allocator.node_view import GpuStatus, NodeView, Reservation
 from gpuallocd.allocator.quota import Quota
 from gpuallocd.allocator.request_ids import RequestIds
@@ -67,7 +67,7 @@ class LeaseLifecycle:
         start_time_of: Callable[[int], int | None] = process_start_time,
         rules: SiteRules | None = None,
         monotonic: Clock | None = None,
-        power: PowerRead | None = None,
+        hardware: LeaseHardware | None = None,
     ) -> None:
         """`clock` gives the wall-clock times shown to people; `monotonic` (the same clock
         when not given) decides expiry: see `deadlines.py`."""
@@ -83,7 +83,7 @@ class LeaseLifecycle:
         self.quota = Quota(ledger, clock, rules or SiteRules())
         self.drains = DrainBoard(ledger)
         self.reservations = ReservationBoard(ledger)
-        self.energy = EnergyMeter(power)  # energy of leases: allocator/energy.py
+        self.hardware = hardware or LeaseHardware()  # energy and power caps: hardware.py
         self._sync_units(topology)
         self._active = {lease.id: lease for lease in ledger.active_leases()}
         self._journal: list[Transition] = []  # written to the log after the commit
@@ -233,7 +233,7 @@ class LeaseLifecycle:
 
     def record_grant(self, lease: Lease) -> Lease:
         """Record a lease decided here or by an adoption (allocator/adoption.py)."""
-        self.energy.record(self._ledger, self._active.values(), [lease], lease.created_at)
+        self.hardware.granted(self._ledger, self._active.values(), lease, lease.created_at)
         self._ledger.grant(lease, lease.owner_uid)
         self._active[lease.id] = lease
         self._journal.append(Transition(LeaseEvent.GRANTED, lease, lease.owner_uid))
@@ -342,6 +342,7 @@ class LeaseLifecycle:
             bound=spec.bind_to_process,
             pid_start_time=start_time,
             waited_seconds=0.0 if waited_since is None else max(0.0, now - waited_since),
+            power_limit_watts=spec.power_limit_watts,
         )
 
     def _end(
@@ -356,7 +357,7 @@ class LeaseLifecycle:
         """End `leases` now, or each at its time in `at` (an expiry: when it was due)."""
         now = self._clock()
         ended = [lease.ended(state, at[lease.id] if at else now) for lease in leases]
-        self.energy.record(self._ledger, self._active.values(), leases, now)
+        self.hardware.ending(self._ledger, self._active.values(), leases, now)
         self._ledger.end(ended, actor_uid, detail)
         for lease in ended:
             self._active.pop(lease.id, None)

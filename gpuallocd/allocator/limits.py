@@ -18,6 +18,7 @@ from gpuallocd.model import Lease, LeasedGpu, UnitKind
 
 __all__ = [
     "BUDGETS",
+    "DECLARED",
     "LIMIT_NAMES",
     "AppliedLimits",
     "Limits",
@@ -53,6 +54,10 @@ class Limits:
     max_kwh_per_day: float | None = budget_field("kwh", "day")
     max_kwh_per_week: float | None = budget_field("kwh", "week")
     max_kwh_per_month: float | None = budget_field("kwh", "month")
+    max_power_limit_watts: float | None = field(
+        default=None,
+        metadata={"meaning": "the highest power cap a user's lease may have (W)", "minimum": 1.0},
+    )
     unleased_use: str | None = None  # not a limit: the mode for GPU use without a lease
 
     def value(self, name: str) -> float | None:
@@ -60,9 +65,11 @@ class Limits:
         return found
 
 
+# Limits declared with metadata (their meaning, their smallest value), budgets among them.
+DECLARED = {f.name: f.metadata for f in fields(Limits) if f.metadata}
 # Budgets (allocator/budgets.py): name -> (what it measures, its window in seconds).
-BUDGETS = {f.name: f.metadata["budget"] for f in fields(Limits) if "budget" in f.metadata}
-LIMIT_NAMES += tuple(BUDGETS)
+BUDGETS = {name: meta["budget"] for name, meta in DECLARED.items() if "budget" in meta}
+LIMIT_NAMES += tuple(DECLARED)
 
 
 @dataclass(frozen=True)

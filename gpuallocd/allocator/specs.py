@@ -44,6 +44,7 @@ class AllocateSpec:
     mig_profile: str | None = None
     request_id: str | None = None  # a retried request with the same id gets the same lease
     on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes
+    power_limit_watts: float | None = None  # cap the leased GPUs' power (allocator/power_caps.py)
 
 
 def requested_ttl(settings: AllocatorSettings, requested: float | None) -> float:

@@ -41,6 +41,7 @@ ALLOCATE_FIELDS = frozenset(
         "mig_profile",
         "request_id",
         "on_revoke",
+        "power_limit_watts",
     }
 )
 ON_REVOKE_CHOICES = ("notify", "terminate")
@@ -111,6 +112,7 @@ def _allocate_spec(body: Body) -> AllocateSpec:
         mig_profile=body.text("mig_profile", max_length=MAX_PROFILE_LENGTH),
         request_id=body.text("request_id", max_length=MAX_REQUEST_ID_LENGTH),
         on_revoke=body.choice("on_revoke", ON_REVOKE_CHOICES) or "notify",
+        power_limit_watts=body.integer("power_limit_watts", minimum=1),
     )
     if spec.count is None and not spec.gpus:
         if spec.memory_bytes is None and spec.mig_profile is None:
@@ -122,7 +124,7 @@ def _allocate_spec(body: Body) -> AllocateSpec:
 async def allocate(request: web.Request) -> web.StreamResponse:
     caller = caller_of(request)
     body = await read_body(request, ALLOCATE_FIELDS)
-    spec = _allocate_spec(body)
+    spec = facade_of(request).power.resolved(caller, _allocate_spec(body))
     wait = bool(body.boolean("wait"))
     timeout = body.seconds("wait_timeout_seconds")
     lease = await facade_of(request).allocate(caller, spec, wait=wait, timeout=timeout)

@@ -14,6 +14,7 @@ import click
 __all__ = [
     "ByteSize",
     "Duration",
+    "Watts",
     "energy_text",
     "format_duration",
     "format_left",
@@ -97,6 +98,22 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
 
         try:
             return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Watts(click.ParamType):  # type: ignore[type-arg]
+    """A click type for power limits, in whole watts (`250W` or `250`)."""
+
+    name = "watts"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int):
+            return value
+        from gpulease.sizes import parse_watts  # the client's reading of power limits
+
+        try:
+            return parse_watts(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 

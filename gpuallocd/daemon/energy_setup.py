@@ -1,13 +1,15 @@
-"""Energy accounting from the daemon's settings: whether it reads energy, and its price."""
+"""Energy and power from the daemon's settings: what reads energy and sets caps, the price."""
 
 from __future__ import annotations
 
-from gpuallocd.allocator.energy import PowerRead
+from gpuallocd.allocator.energy import EnergyMeter, PowerRead
+from gpuallocd.allocator.hardware import LeaseHardware
+from gpuallocd.allocator.power_caps import PowerCaps
 from gpuallocd.inventory import Inventory
 from gpuallocd.inventory.base import PowerMetering
 from gpuallocd.model.energy import EnergyPrice
 
-__all__ = ["energy_price", "power_reader"]
+__all__ = ["energy_price", "lease_hardware", "power_reader"]
 
 
 def power_reader(inventory: Inventory, interval_seconds: float) -> PowerRead | None:
@@ -20,3 +22,10 @@ def power_reader(inventory: Inventory, interval_seconds: float) -> PowerRead | N
 def energy_price(per_kwh: float | None, currency: str) -> EnergyPrice | None:
     """The site's price of a kWh, or None where it set none."""
     return None if per_kwh is None else EnergyPrice(per_kwh, currency)
+
+
+def lease_hardware(inventory: Inventory, energy_interval_seconds: float) -> LeaseHardware:
+    """Energy readings and power caps over the inventory, where it has them (NVML)."""
+    control = inventory if isinstance(inventory, PowerMetering) else None
+    meter = EnergyMeter(power_reader(inventory, energy_interval_seconds))
+    return LeaseHardware(meter, PowerCaps(control))

@@ -43,6 +43,7 @@ class Housekeeper:
     async def start(self) -> None:
         """Reconcile with processes that died while the daemon was down, then start the loops."""
         await self._facade.start()
+        await self._facade.power.start()  # put back what a stopped daemon left capped
         self._spawn(self._expire_forever())
         self._spawn(self._sample_forever())
         self._spawn(self._facade.poll_processes())
@@ -50,6 +51,7 @@ class Housekeeper:
             self._spawn(self._purge_forever(self._retention))
         if self._energy_interval > 0 and self._facade.energy.metered:
             self._spawn(self._meter_forever())
+        self._spawn(self._reapply_caps_forever())
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -85,6 +87,14 @@ class Housekeeper:
                 await self._facade.energy.meter()
             except GpuallocError as exc:
                 log.error("reading the leased GPUs' energy failed: %s", exc.message)
+
+    async def _reapply_caps_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._energy_interval if self._energy_interval > 0 else 60.0)
+            try:
+                await self._facade.power.reapply()
+            except GpuallocError as exc:
+                log.error("setting power caps again failed: %s", exc.message)
 
     async def _purge_forever(self, retention_seconds: float) -> None:
         while True:

@@ -42,7 +42,7 @@ from gpuallocd.api.tcp_site import Handlers
 from gpuallocd.daemon.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.allocator_setup import allocator_settings
 from gpuallocd.daemon.diagnostics import config_warnings, diagnostics
-from gpuallocd.daemon.energy_setup import energy_price, power_reader
+from gpuallocd.daemon.energy_setup import energy_price, lease_hardware
 from gpuallocd.daemon.enforcement_setup import unleased_rules
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.integrity import (
@@ -189,7 +189,7 @@ class Daemon:
             settings=allocator_settings(self.config),
             rules=site_rules(self.config),
             monotonic=self._monotonic,
-            power=power_reader(inventory, self.config.energy_interval_seconds),
+            hardware=lease_hardware(inventory, self.config.energy_interval_seconds),
         )
         facade = AllocatorFacade(
             lifecycle,
@@ -201,6 +201,7 @@ class Daemon:
             tracking=self._tracking(),
             unleased=unleased_rules(self.config),
         )
+        facade.power.site_default_watts = self.config.lease_power_limit_watts
         self._facade_in_service = facade
         return facade
 
@@ -208,7 +209,7 @@ class Daemon:
         """The metrics, the CDI spec where `cdi_spec_path` is set, and the device files'
         ACLs with `device_access = "acl"`."""
         path = self.config.cdi_spec_path
-        observers: list[LeaseObserver] = [self._metrics]
+        observers: list[LeaseObserver] = [self._metrics, lifecycle.hardware]
         if path is not None:
             observers.append(CdiSpecWriter(path, lifecycle.topology.gpus, lifecycle.leases()))
         if self.config.device_access == "acl":

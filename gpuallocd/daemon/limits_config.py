@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuallocd.allocator import Limits, LimitsTable
-from gpuallocd.allocator.limits import BUDGETS
+from gpuallocd.allocator.limits import DECLARED
 from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.enforcement import MODES
 from gpuallocd.errors import ConfigError
@@ -32,7 +32,7 @@ _KEYS: dict[str, tuple[bool, float]] = {
     "max_gpu_hours_per_day": (False, 0.0),
     "max_shares": (True, 0.0),
 }
-_KEYS.update({name: (False, 0.0) for name in BUDGETS})  # budgets: GPU-hours, kWh
+_KEYS.update({name: (False, meta["minimum"]) for name, meta in DECLARED.items()})
 _TABLES = ("group", "user")
 MAX_LIMIT = 1e15  # past any real use; a larger (or infinite) value is a mistake
 UNLEASED_KEY = "unleased_use"
@@ -67,7 +67,7 @@ def _limits(table: Mapping[str, Any], where: str, nested: bool) -> Limits:
         max_gpu_hours_per_day=values.get("max_gpu_hours_per_day"),
         max_shares=None if shares is None else int(shares),
         unleased_use=_mode(table.get(UNLEASED_KEY), where),
-        **{name: values.get(name) for name in BUDGETS},
+        **{name: values.get(name) for name in DECLARED},
     )
 
 

@@ -196,6 +196,12 @@ class DaemonConfig:
         None, "a price per kWh: `usage` then shows what each user's energy cost", example="0.32"
     )
     energy_currency: str = _setting("", "the currency of `energy_price_per_kwh`, shown with costs")
+    lease_power_limit_watts: float | None = _setting(
+        None,
+        "a power cap (W) for the whole GPUs of every lease that asks for none, kept within each "
+        "card's limits; set and put back as the lease begins and ends (docs/accounting.md)",
+        example="250",
+    )
     revoke_grace_seconds: float = _setting(
         30.0,
         "after a revoke, how long the processes of a lease that asked to be terminated "

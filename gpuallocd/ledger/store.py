@@ -42,6 +42,7 @@ from gpuallocd.ledger.admin_records import AdminRecords
 from gpuallocd.ledger.energy_records import EnergyRecords
 from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
+from gpuallocd.ledger.power_records import PowerRecords
 from gpuallocd.ledger.reader import LedgerReader
 from gpuallocd.ledger.reservation_records import ReservationRecords
 from gpuallocd.ledger.rows import (
@@ -110,9 +111,11 @@ def _make_engine(path: Path, sync: str) -> Engine:
     return engine
 
 
-class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords, EnergyRecords):
-    """GPUs, leases and their history, in one SQLite file (drains, admin actions,
-    accounting reads, advance reservations, unleased use and energy in the base classes)."""
+class Ledger(
+    AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords, EnergyRecords, PowerRecords
+):
+    """GPUs, leases and their history, in one SQLite file (drains, admin actions, accounting
+    reads, advance reservations, unleased use, energy and power caps in the base classes)."""
 
     def __init__(
         self,

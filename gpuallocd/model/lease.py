@@ -123,6 +123,7 @@ class Lease:
     bound: bool = False  # ends when the process `pid` (started at `pid_start_time`) exits
     pid_start_time: int | None = None
     waited_seconds: float = 0.0  # how long the request waited in the queue before its grant
+    power_limit_watts: float | None = None  # the GPUs' power cap asked for (docs/accounting.md)
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -151,6 +152,7 @@ class Lease:
             self.bound,
             self.pid_start_time,
             self.waited_seconds,
+            self.power_limit_watts,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -167,6 +169,7 @@ class Lease:
             "ended_at": self.ended_at,
             "bound_to_process": self.bound,
             "waited_seconds": self.waited_seconds,
+            "power_limit_watts": self.power_limit_watts,
         }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PowerReading"]
+__all__ = ["PowerCap", "PowerReading"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,3 +27,13 @@ class PowerReading:
         if self.min_limit_mw is None or self.max_limit_mw is None:
             return False
         return self.min_limit_mw <= limit_mw <= self.max_limit_mw
+
+
+@dataclass(frozen=True, slots=True)
+class PowerCap:
+    """One GPU capped for one lease: the limit set, and the one to put back at its end."""
+
+    gpu_uuid: str
+    lease_id: str
+    set_mw: int
+    restore_mw: int

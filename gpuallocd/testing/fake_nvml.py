@@ -156,8 +156,10 @@ class FakeNvml(PowerQueries):
         ]
 
     def follow_live_file(self, path: Path) -> None:
-        """From now on, each sample first applies what `path` says runs on the GPUs now."""
+        """From now on, each sample first applies what `path` says runs on the GPUs now; power
+        limits set are kept in `PATH.limits` (a card keeps them when the daemon restarts)."""
         self._live = LiveFile(path)
+        self.power.keep_limits_in(path.with_name(path.name + ".limits"))
 
     def _apply_live_file(self) -> None:
         if self._live is None:

@@ -11,10 +11,12 @@ driver reload restarts it at 0 and puts the default limit back, as the real driv
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pynvml
@@ -46,6 +48,29 @@ class PowerModel:
             for d in devices
             if _number(d.get("energy_counter_mj")) is not None
         }
+        self._limits_file: Path | None = None
+
+    def keep_limits_in(self, path: Path) -> None:
+        """Keep the power limits set in `path`, as a card keeps them across daemon restarts:
+        read them now (where the file exists), write them at each change."""
+        self._limits_file = path
+        try:
+            kept = json.loads(path.read_text())
+        except (OSError, ValueError):
+            kept = {}
+        with self.changing():
+            for device in self._devices:
+                limit = kept.get(str(device.get("uuid"))) if isinstance(kept, dict) else None
+                if isinstance(limit, int):
+                    device["power_limit_mw"] = limit
+
+    def _save_limits(self) -> None:
+        if self._limits_file is None:
+            return
+        limits = {str(d.get("uuid")): d.get("power_limit_mw") for d in self._devices}
+        fresh = self._limits_file.with_name(self._limits_file.name + ".new")
+        fresh.write_text(json.dumps(limits))
+        fresh.replace(self._limits_file)
 
     def draw_mw(self, device: dict[str, Any]) -> int:
         """What the GPU draws now, in milliwatts (0 where the recording cannot say)."""
@@ -86,6 +111,7 @@ class PowerModel:
     def set_limit_mw(self, device: dict[str, Any], limit_mw: int) -> None:
         with self.changing():
             device["power_limit_mw"] = limit_mw
+            self._save_limits()
 
     def reload_driver(self) -> None:
         """Counters restart at 0; every limit goes back to its default."""
@@ -95,6 +121,7 @@ class PowerModel:
                     self._energy[id(device)] = 0.0
                 if _number(device.get("power_default_limit_mw")) is not None:
                     device["power_limit_mw"] = device["power_default_limit_mw"]
+            self._save_limits()
 
 
 class PowerQueries:
