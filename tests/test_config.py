@@ -46,6 +46,8 @@ SAMPLES = {
     "fair_share_wait_weight": "2.5",
     "fair_share_by": "group",
     "lease_power_limit_watts": "250",
+    "power_budget_watts": "1600",
+    "power_fit": "cap",
     "energy_interval_seconds": "30",
     "energy_price_per_kwh": "0.32",
     "energy_currency": "EUR",

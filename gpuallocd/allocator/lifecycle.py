@@ -227,13 +227,13 @@ class LeaseLifecycle:
         if request.kind != "whole":
             self.quota.check_units(caller, self._active.values(), units, ttl_seconds=ttl)
         lease = self._new_lease(caller, spec, policy_name, units, ttl, waited_since)
-        self.record_grant(lease)
+        lease = self.record_grant(lease)
         self._request_ids.remember(caller.uid, spec.request_id, lease.id)
         return lease
 
     def record_grant(self, lease: Lease) -> Lease:
         """Record a lease decided here or by an adoption (allocator/adoption.py)."""
-        self.hardware.granted(self._ledger, self._active.values(), lease, lease.created_at)
+        lease = self.hardware.granted(self._ledger, self._active.values(), lease, lease.created_at)
         self._ledger.grant(lease, lease.owner_uid)
         self._active[lease.id] = lease
         self._journal.append(Transition(LeaseEvent.GRANTED, lease, lease.owner_uid))

@@ -1,9 +1,11 @@
 """The façade's part for power caps (power_caps.py): the cap a request gets, putting back at
-start what a stopped daemon left capped, and setting caps again after a driver reload."""
+start what a stopped daemon left capped, and setting caps again after a driver reload; the
+power budget's figures (power_budget.py)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from gpuallocd.allocator.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.power_caps import resolve_cap
@@ -50,6 +52,7 @@ class PowerDesk:
     def _start(self) -> None:
         active = {lease.id for lease in self._lifecycle.leases()}
         self._lifecycle.hardware.caps.start(self._ledger, active)
+        self._lifecycle.hardware.budget.refresh()
 
     async def reapply(self) -> None:
         """Set again the caps a driver reload took away (and forget those put back)."""
@@ -59,3 +62,14 @@ class PowerDesk:
         caps = self._lifecycle.hardware.caps
         caps.reapply()
         caps.forget_done(self._ledger)
+        self._lifecycle.hardware.budget.refresh()
+
+    async def status(self) -> dict[str, Any] | None:
+        """The power budget's figures for `status` (None without a budget or power readings)."""
+        return await self._worker.run(self._status)
+
+    def _status(self) -> dict[str, Any] | None:
+        hardware = self._lifecycle.hardware
+        if hardware.budget.budget_mw is None and not hardware.budget.readings:
+            return None
+        return hardware.budget.to_json(self._lifecycle.leases(), hardware.caps.in_force)

@@ -90,7 +90,9 @@ async def list_gpus(request: web.Request) -> web.Response:
     caller_of(request)
     statuses = await facade_of(request).gpu_status()
     gpus = [s.to_json() | {"unleased": unleased_on(request, {s.gpu.uuid})} for s in statuses]
-    return _json({"gpus": gpus, "process_tracking": facade_of(request).process_tracking()})
+    power = await facade_of(request).power.status()
+    tracking = facade_of(request).process_tracking()
+    return _json({"gpus": gpus, "process_tracking": tracking, "power": power})
 
 
 async def list_leases(request: web.Request) -> web.Response:

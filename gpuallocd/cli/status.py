@@ -176,11 +176,22 @@ def _frame(ctx: click.Context, verbose: bool, colour: bool) -> str:
     frame = render_status(gpus, waiters, now=now, verbose=verbose, colour=colour)
     if verbose and node.get("process_tracking"):
         frame += f"\nprocess tracking: {node['process_tracking']} (docs/security.md)"
+    if node.get("power"):
+        frame += "\n" + power_line(node["power"])
     return frame + ("\n" + reservation_lines(reservations, now).rstrip() if reservations else "")
 
 
 def _json_view(node: dict[str, Any]) -> dict[str, Any]:
-    return {"gpus": node["gpus"], "process_tracking": node.get("process_tracking")}
+    view = {"gpus": node["gpus"], "process_tracking": node.get("process_tracking")}
+    return view | ({"power": node["power"]} if node.get("power") else {})
+
+
+def power_line(power: dict[str, Any]) -> str:
+    """`power: 1,450 of 1,600 W committed, 900 W drawn` (docs/accounting.md)."""
+    budget = power.get("budget_watts")
+    of = f" of {budget:,.0f} W" if budget is not None else " W"
+    drawn = f"{power['drawn_watts']:,.0f} W drawn"
+    return f"power: {power['committed_watts']:,.0f}{of} committed, {drawn}"
 
 
 @click.command()

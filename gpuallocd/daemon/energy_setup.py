@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from gpuallocd.allocator.energy import EnergyMeter, PowerRead
 from gpuallocd.allocator.hardware import LeaseHardware
+from gpuallocd.allocator.power_budget import PowerBudget
 from gpuallocd.allocator.power_caps import PowerCaps
+from gpuallocd.daemon.settings import DaemonConfig
 from gpuallocd.inventory import Inventory
 from gpuallocd.inventory.base import PowerMetering
 from gpuallocd.model.energy import EnergyPrice
@@ -24,8 +26,10 @@ def energy_price(per_kwh: float | None, currency: str) -> EnergyPrice | None:
     return None if per_kwh is None else EnergyPrice(per_kwh, currency)
 
 
-def lease_hardware(inventory: Inventory, energy_interval_seconds: float) -> LeaseHardware:
-    """Energy readings and power caps over the inventory, where it has them (NVML)."""
+def lease_hardware(inventory: Inventory, config: DaemonConfig) -> LeaseHardware:
+    """Energy readings, power caps and the power budget over the inventory, where it has
+    them (NVML)."""
     control = inventory if isinstance(inventory, PowerMetering) else None
-    meter = EnergyMeter(power_reader(inventory, energy_interval_seconds))
-    return LeaseHardware(meter, PowerCaps(control))
+    meter = EnergyMeter(power_reader(inventory, config.energy_interval_seconds))
+    budget = PowerBudget(control, config.power_budget_watts, config.power_fit)
+    return LeaseHardware(meter, PowerCaps(control), budget)

@@ -189,7 +189,7 @@ class Daemon:
             settings=allocator_settings(self.config),
             rules=site_rules(self.config),
             monotonic=self._monotonic,
-            hardware=lease_hardware(inventory, self.config.energy_interval_seconds),
+            hardware=lease_hardware(inventory, self.config),
         )
         facade = AllocatorFacade(
             lifecycle,

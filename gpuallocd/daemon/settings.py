@@ -196,6 +196,19 @@ class DaemonConfig:
         None, "a price per kWh: `usage` then shows what each user's energy cost", example="0.32"
     )
     energy_currency: str = _setting("", "the currency of `energy_price_per_kwh`, shown with costs")
+    power_budget_watts: float | None = _setting(
+        None,
+        "the box's power budget for its GPUs (W; the power supply's safe continuous figure): "
+        "each leased GPU counts its cap or default limit, each free one its idle draw; a "
+        "grant that would pass it waits, or gets a lower cap (`power_fit`)",
+        example="1600",
+    )
+    power_fit: str = _setting(
+        "wait",
+        "a grant over `power_budget_watts`: `wait` in the queue, or `cap` its GPUs lower to fit "
+        "(where the cards accept such a cap)",
+        choices=("wait", "cap"),
+    )
     lease_power_limit_watts: float | None = _setting(
         None,
         "a power cap (W) for the whole GPUs of every lease that asks for none, kept within each "
