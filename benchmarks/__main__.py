@@ -20,6 +20,7 @@ from pathlib import Path
 
 from benchmarks.daemon import INVENTORY, RunningDaemon, running_daemon
 from benchmarks.dashboard import dashboard_rows
+from benchmarks.energy import energy_rows
 from benchmarks.genv import genv_python, measure_genv
 from benchmarks.http_floor import capture_answers, serving_http_floor
 from benchmarks.policies import policy_rows
@@ -214,6 +215,7 @@ def main() -> None:
         rows += read_rows(seconds=SECONDS)
         rows += dashboard_rows(root / "dashboard", REPEATS, SECONDS, WARMUP_SECONDS)
         rows += _policy_rows()
+        rows += energy_rows(root)
     rows += process_tracking_rows()
     _print(rows)
 

@@ -112,3 +112,14 @@ def test_a_driver_reload_in_the_live_file_restarts_counters_and_limits(
     clock.now += 2
     inventory.sample()
     assert inventory.power([uuid])[uuid].energy_mj == 600_000  # delivered once, not again
+
+
+def test_the_energy_read_asks_only_for_the_counter(
+    volta: tuple[NvmlInventory, FakeNvml, _Clock],
+) -> None:
+    """The meter's read is one NVML call per GPU: the counter, nothing else."""
+    inventory, fake, _ = volta
+    before = sum(fake.calls.values())
+    (reading,) = inventory.energy([fake.uuids()[0]]).values()
+    assert reading.energy_mj == 7_000_000_000 and reading.draw_mw is None
+    assert sum(fake.calls.values()) - before == 1

@@ -18,7 +18,7 @@ def power_reader(inventory: Inventory, interval_seconds: float) -> PowerRead | N
     """How the allocator reads GPUs' power, or None: no counters here, or accounting off."""
     if interval_seconds <= 0 or not isinstance(inventory, PowerMetering):
         return None
-    return inventory.power
+    return inventory.energy
 
 
 def energy_price(per_kwh: float | None, currency: str) -> EnergyPrice | None:

@@ -57,6 +57,10 @@ class PowerMetering(Protocol):
         out."""
         ...
 
+    def energy(self, uuids: Collection[str]) -> Mapping[str, PowerReading]:
+        """Only the energy counters of the given whole GPUs (`energy_mj` of each reading)."""
+        ...
+
     def set_power_limit(self, uuid: str, limit_mw: int) -> None:
         """Set a whole GPU's power limit; raises NvmlError (no permission, out of range)."""
         ...

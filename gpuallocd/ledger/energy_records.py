@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, select
 
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.access import LedgerAccess
@@ -13,7 +13,10 @@ from gpuallocd.model.energy import EnergyUse, LeaseEnergy
 __all__ = ["EnergyRecords"]
 
 _E = schema.energy_use
-_INSERT = insert(_E)
+_INSERT = (
+    "INSERT INTO energy_use (lease_id, owner_uid, owner_name, at, joules, estimate, "
+    "gpu_seconds) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 class EnergyRecords(LedgerAccess):
@@ -21,10 +24,8 @@ class EnergyRecords(LedgerAccess):
 
     def record_energy(self, uses: Sequence[EnergyUse]) -> None:
         """Rows of energy drawn since the previous reading (nothing for none)."""
-        if not uses:
-            return
-        with self._write() as conn:
-            conn.execute(_INSERT, [use.to_row() for use in uses])
+        if uses:
+            self._hot_write([(_INSERT, tuple(use.to_row().values())) for use in uses])
 
     def lease_energy(self, lease_id: str) -> LeaseEnergy | None:
         """The energy a lease drew so far; None where none was read for it."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import and_, delete, insert, or_, select
+from sqlalchemy import select
 
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.access import LedgerAccess
@@ -14,24 +14,17 @@ from gpuallocd.model.power import PowerCap
 __all__ = ["PowerRecords"]
 
 _P = schema.power_caps
+_INSERT = "INSERT INTO power_caps (gpu_uuid, lease_id, set_mw, restore_mw) VALUES (?, ?, ?, ?)"
+_DELETE = "DELETE FROM power_caps WHERE gpu_uuid = ? AND lease_id = ?"
 
 
 class PowerRecords(LedgerAccess):
     """The `power_caps` table."""
 
     def record_caps(self, caps: Iterable[PowerCap]) -> None:
-        rows = [
-            {
-                "gpu_uuid": c.gpu_uuid,
-                "lease_id": c.lease_id,
-                "set_mw": c.set_mw,
-                "restore_mw": c.restore_mw,
-            }
-            for c in caps
-        ]
-        if rows:
-            with self._write() as conn:
-                conn.execute(insert(_P), rows)
+        steps = [(_INSERT, (c.gpu_uuid, c.lease_id, c.set_mw, c.restore_mw)) for c in caps]
+        if steps:
+            self._hot_write(steps)
 
     def power_caps(self) -> list[PowerCap]:
         """Every cap not yet put back, oldest lease first by GPU."""
@@ -41,7 +34,6 @@ class PowerRecords(LedgerAccess):
 
     def forget_caps(self, caps: Iterable[PowerCap]) -> None:
         """Delete the records of caps whose limits were put back."""
-        pairs = [and_(_P.c.gpu_uuid == c.gpu_uuid, _P.c.lease_id == c.lease_id) for c in caps]
-        if pairs:
-            with self._write() as conn:
-                conn.execute(delete(_P).where(or_(*pairs)))
+        steps = [(_DELETE, (c.gpu_uuid, c.lease_id)) for c in caps]
+        if steps:
+            self._hot_write(steps)

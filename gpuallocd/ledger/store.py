@@ -221,6 +221,12 @@ class Ledger(
         except sqlite3.Error as exc:
             raise LedgerError(f"the ledger write failed: {exc}") from exc
 
+    def _hot_write(self, steps: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        try:
+            self._hot.write(steps, nested=self._batch is not None)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"the ledger write failed: {exc}") from exc
+
     def note(self, lease_id: str, event_kind: LeaseEvent, at: float, detail: str) -> None:
         """Record an event that changes no lease (a memory share found over its size)."""
         with self._write() as conn:

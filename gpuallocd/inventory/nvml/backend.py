@@ -14,7 +14,7 @@ from collections.abc import Collection
 from typing import Any
 
 from gpuallocd.errors import NvmlError
-from gpuallocd.inventory.nvml.api import NvmlApi
+from gpuallocd.inventory.nvml.api import NvmlApi, optional
 from gpuallocd.inventory.nvml.discovery import Discovery, discover
 from gpuallocd.inventory.nvml.gate import NvmlGate
 from gpuallocd.inventory.nvml.health import CRITICAL_XIDS, HealthTable, XidWatcher, xid_reason
@@ -111,6 +111,19 @@ class NvmlInventory:
                 found[uuid] = read_power(self._api, handle)
             except NvmlError:
                 continue  # a GPU in trouble: its sample says so
+        return found
+
+    def energy(self, uuids: Collection[str]) -> dict[str, PowerReading]:
+        """Only the energy counters of whole GPUs (one NVML call each: the meter's read)."""
+        handles = self._discovery.handles
+        found: dict[str, PowerReading] = {}
+        for uuid in uuids:
+            handle = handles.get(uuid)
+            if handle is not None:
+                try:
+                    found[uuid] = PowerReading(energy_mj=optional(self._api.energy_mj, handle))
+                except NvmlError:
+                    continue  # a GPU in trouble: its sample says so
         return found
 
     def set_power_limit(self, uuid: str, limit_mw: int) -> None:
