@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+import pytest
+
+from gpuallocd.allocator.budgets import Readings, frees_at, use_in_window
 from gpuallocd.allocator.energy import EnergyMeter, split_energy
 from gpuallocd.allocator.unleased_energy import split_unleased
 from gpuallocd.errors import NvmlError
@@ -106,3 +109,15 @@ def test_unleased_use_of_several_owners_is_split_by_their_memory_as_an_estimate(
         (7, 300.0, 45.0, True, None),
         (8, 100.0, 15.0, True, None),
     ]
+
+
+def test_a_budget_frees_up_when_enough_use_leaves_its_window() -> None:
+    """kWh in a window add up the readings inside it; `frees_at` is when the use falls below
+    the budget if nothing more is used (readings in any order)."""
+    day = 86400.0
+    energy = [(1000.0, 3.6e6), (500.0, 3.6e6), (2000.0, 3.6e6)]  # 1 kWh each
+    found = Readings([], energy, now=2500.0)
+    assert use_in_window(found, "kwh", day) == 3.0
+    assert found.use("kwh", 600.0, 2500.0) == 2.0
+    assert frees_at(found, "kwh", day, 2.5) == pytest.approx(500.0 + day, abs=1e-3)
+    assert frees_at(found, "kwh", day, 1.0) == pytest.approx(2000.0 + day, abs=1e-3)

@@ -151,3 +151,29 @@ def test_run_caps_its_gpu_while_the_command_runs(
         go.touch()
         command.wait(30)
         machine.daemon.stop()
+
+
+def test_hostile_power_limits_are_refused_and_change_nothing(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """A power limit that is not a whole positive number of watts is `invalid_request`, and no
+    GPU's limit moves; a huge one is kept within the card's range; `usage --user` of a user
+    the machine does not know answers (no budgets) instead of failing."""
+    machine = started(paths, short_dir)
+    try:
+        with machine.daemon.client() as root:
+            for bad in (0, -250, True, 2.5, "250W", [250], 100_001, 10**400):
+                try:
+                    root.request("POST", "/v1/leases", {"count": 1, "power_limit_watts": bad})
+                except Exception as exc:  # the client's InvalidRequest, or a JSON refusal
+                    assert "power_limit_watts" in str(exc) or "JSON" in str(exc), exc
+                else:
+                    raise AssertionError(f"{bad!r} was accepted")
+            assert root.leases() == []
+            assert [limit_of(machine, i) for i in range(8)] == [DEFAULT_MW] * 8
+            huge = root.allocate(1, power_limit_watts=5000)
+            assert limit_of(machine, huge.gpus[0].index) == DEFAULT_MW  # the card's highest
+            report = root.request("GET", "/v1/usage?since=0&user=nosuchuser-e31")
+            assert report["budgets"] is None
+    finally:
+        machine.daemon.stop()

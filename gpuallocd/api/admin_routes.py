@@ -81,7 +81,10 @@ async def _budgets(request: web.Request, caller: Caller) -> list[dict[str, Any]]
     named = request.query.get("user")
     if not named:
         return None
-    subject = caller if named in (caller.user, str(caller.uid)) else caller_named(named)
+    try:
+        subject = caller if named in (caller.user, str(caller.uid)) else caller_named(named)
+    except InvalidRequest:
+        return None  # a user gone from this machine still has usage, no longer limits
     report = await facade_of(request).limits(subject)
     return [entry for entry in report["limits"] if entry["limit"] in BUDGETS]
 

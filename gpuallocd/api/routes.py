@@ -48,6 +48,7 @@ ON_REVOKE_CHOICES = ("notify", "terminate")
 MAX_HISTORY_LIMIT = 10_000
 MAX_EVENTS_WAIT_SECONDS = 300
 MAX_PROFILE_LENGTH = 64
+MAX_POWER_LIMIT_WATTS = 100_000  # past any GPU's; a card's own range bounds the rest
 MAX_REQUEST_ID_LENGTH = 100
 
 
@@ -116,6 +117,10 @@ def _allocate_spec(body: Body) -> AllocateSpec:
         on_revoke=body.choice("on_revoke", ON_REVOKE_CHOICES) or "notify",
         power_limit_watts=body.integer("power_limit_watts", minimum=1),
     )
+    if (spec.power_limit_watts or 0) > MAX_POWER_LIMIT_WATTS:
+        raise InvalidRequest(
+            f"power_limit_watts may be at most {MAX_POWER_LIMIT_WATTS}", field="power_limit_watts"
+        )
     if spec.count is None and not spec.gpus:
         if spec.memory_bytes is None and spec.mig_profile is None:
             raise InvalidRequest("give a count, or the GPUs to lease", field="count")
