@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from gpuallocd.charts.bars import BarGroup
 from gpuallocd.model import LeaseSpan
 
-__all__ = ["WAIT_BUCKETS", "Interval", "daily_hours", "gpu_timelines", "waiting_buckets"]
+__all__ = [
+    "WAIT_BUCKETS",
+    "Interval",
+    "daily_energy",
+    "daily_hours",
+    "gpu_timelines",
+    "waiting_buckets",
+]
 
 # Upper bounds in seconds, and their labels; the last bucket is everything longer.
 WAIT_BUCKETS = ((1.0, "<1 s"), (60.0, "<1 min"), (600.0, "<10 min"), (3600.0, "<1 h"))
@@ -60,6 +67,23 @@ def daily_hours(spans: Iterable[LeaseSpan], days: int, now: float) -> list[BarGr
     return [
         BarGroup(time.strftime("%m-%d", time.localtime(start)), values)
         for start, values in zip(bounds, hours, strict=False)
+    ]
+
+
+def daily_energy(
+    readings: Iterable[tuple[float, str, float]], days: int, now: float
+) -> list[BarGroup]:
+    """Each of the last `days` days with each user's kWh, from (time, user, joules) readings
+    (or sums of them by the hour: each counts on the day its time falls in)."""
+    bounds = day_starts(days, now)
+    kwh: list[dict[str, float]] = [{} for _ in range(days)]
+    for at, user, joules in readings:
+        day = bisect.bisect_right(bounds, at) - 1
+        if 0 <= day < days:
+            kwh[day][user] = kwh[day].get(user, 0.0) + joules / 3_600_000
+    return [
+        BarGroup(time.strftime("%m-%d", time.localtime(start)), values)
+        for start, values in zip(bounds, kwh, strict=False)
     ]
 
 

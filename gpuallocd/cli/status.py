@@ -15,6 +15,7 @@ from gpuallocd.cli.reservation_text import reservation_lines
 from gpuallocd.cli.style import colour_enabled, render_table, short_uuid, state_cell
 from gpuallocd.cli.units import Duration, format_left
 from gpuallocd.cli.watch import watch_frames
+from gpuallocd.model.power import power_text
 
 __all__ = ["COMMANDS", "render_status"]
 
@@ -177,21 +178,13 @@ def _frame(ctx: click.Context, verbose: bool, colour: bool) -> str:
     if verbose and node.get("process_tracking"):
         frame += f"\nprocess tracking: {node['process_tracking']} (docs/security.md)"
     if node.get("power"):
-        frame += "\n" + power_line(node["power"])
+        frame += "\n" + power_text(node["power"])
     return frame + ("\n" + reservation_lines(reservations, now).rstrip() if reservations else "")
 
 
 def _json_view(node: dict[str, Any]) -> dict[str, Any]:
     view = {"gpus": node["gpus"], "process_tracking": node.get("process_tracking")}
     return view | ({"power": node["power"]} if node.get("power") else {})
-
-
-def power_line(power: dict[str, Any]) -> str:
-    """`power: 1,450 of 1,600 W committed, 900 W drawn` (docs/accounting.md)."""
-    budget = power.get("budget_watts")
-    of = f" of {budget:,.0f} W" if budget is not None else " W"
-    drawn = f"{power['drawn_watts']:,.0f} W drawn"
-    return f"power: {power['committed_watts']:,.0f}{of} committed, {drawn}"
 
 
 @click.command()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuallocd.charts import (
     Interval,
+    daily_energy,
     daily_hours,
     gpu_timelines,
     stacked_bars,
@@ -25,7 +26,8 @@ def _figure(name: str, svg: str) -> str:
 
 
 def charts_html(reader: LedgerReader, node: NodeNow) -> str:
-    """GPU-hours per user per day (7 and 30 days), leases per GPU (24 h), waiting times."""
+    """GPU-hours per user per day (7 and 30 days), kWh per user per day (30 days, where
+    energy was read), leases per GPU (24 h), waiting times."""
     now = node.now
     spans = reader.lease_spans(day_starts(30, now)[0], now)
     month = daily_hours(spans, 30, now)
@@ -39,10 +41,15 @@ def charts_html(reader: LedgerReader, node: NodeNow) -> str:
         (s.owner_name, s.waited_seconds) for s in spans if s.created_at >= now - 7 * DAY
     )
     unit = "GPU-hours"
+    energy = daily_energy(reader.energy_by_hour(day_starts(30, now)[0]), 30, now)
+    kwh = "kWh per user, 30 days (shares and MIG instances estimated)"
     return "".join(
         (
             _figure("usage-7d", stacked_bars(week, title=f"{unit} per user, 7 days", unit=unit)),
             _figure("usage-30d", stacked_bars(month, title=f"{unit} per user, 30 days", unit=unit)),
+            _figure("energy-30d", stacked_bars(energy, title=kwh, unit="kWh"))
+            if any(day.values for day in energy)
+            else "",
             _figure("timeline", timeline(rows, now - DAY, now, title="Leases per GPU, 24 hours")),
             _figure(
                 "waiting",

@@ -26,6 +26,7 @@ class NodeNow:
     labels: dict[str, str | None]
     queue: list[dict[str, Any]]
     reservations: list[dict[str, Any]]
+    power: dict[str, Any] | None = None  # budget, committed and drawn watts (`status`)
 
     def gpu_names(self) -> dict[str, str]:
         """Each GPU's and MIG instance's UUID to the name of its GPU's row (`GPU 0`)."""
@@ -43,6 +44,7 @@ async def read_node(facade: AllocatorFacade, clock: Callable[[], float]) -> Node
     leases = await facade.leases()
     queue = await facade.waiters()
     reservations = await facade.scheduling.reservations()
+    power = await facade.power.status()
     return NodeNow(
         now=clock(),
         name=facade.topology.name,
@@ -50,4 +52,5 @@ async def read_node(facade: AllocatorFacade, clock: Callable[[], float]) -> Node
         labels={lease.id: lease.label for lease in leases},
         queue=queue,
         reservations=reservations,
+        power=power,
     )

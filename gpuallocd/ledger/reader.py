@@ -198,6 +198,17 @@ class LedgerReader(UsageRecords):
             rows = conn.execute(query).all()
         return {name: float(j) for name, j, _ in rows}, max((r[2] for r in rows), default=seq)
 
+    def energy_by_hour(self, since: float) -> list[tuple[float, str, float]]:
+        """(hour, user, joules): each user's energy readings after `since`, summed by the
+        hour in SQL (a month of readings a minute is tens of thousands of rows)."""
+        query = (
+            "SELECT CAST(at / 3600 AS INTEGER) * 3600.0 + 1800.0 AS hour, owner_name, "
+            "total(joules) FROM energy_use WHERE at > ? GROUP BY hour, owner_name"
+        )
+        with self._read() as conn:
+            rows = conn.exec_driver_sql(query, (since,)).all()
+        return [(float(hour), str(user), float(joules)) for hour, user, joules in rows]
+
     def gpu_spans(self, since: float, until: float) -> list[GpuSpan]:
         """Each lease on each GPU held at some time inside [since, until) (the dashboard's
         timeline)."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["PowerCap", "PowerReading"]
+__all__ = ["PowerCap", "PowerReading", "power_text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,3 +39,12 @@ class PowerCap:
     lease_id: str
     set_mw: int
     restore_mw: int
+
+
+def power_text(power: Mapping[str, Any]) -> str:
+    """`power: 1,450 of 1,600 W committed, 900 W drawn`, as `status` and the dashboard say it
+    (`GET /v1/gpus`'s `power`; without a budget: `power: 1,450 W committed, ...`)."""
+    budget = power.get("budget_watts")
+    of = f" of {budget:,.0f} W" if budget is not None else " W"
+    drawn = f"{power['drawn_watts']:,.0f} W drawn"
+    return f"power: {power['committed_watts']:,.0f}{of} committed, {drawn}"
