@@ -69,8 +69,11 @@ class PowerModel:
             return
         limits = {str(d.get("uuid")): d.get("power_limit_mw") for d in self._devices}
         fresh = self._limits_file.with_name(self._limits_file.name + ".new")
-        fresh.write_text(json.dumps(limits))
-        fresh.replace(self._limits_file)
+        try:
+            fresh.write_text(json.dumps(limits))
+            fresh.replace(self._limits_file)
+        except OSError:
+            return  # a directory the daemon may not write (a sandbox): limits live in memory
 
     def draw_mw(self, device: dict[str, Any]) -> int:
         """What the GPU draws now, in milliwatts (0 where the recording cannot say)."""
