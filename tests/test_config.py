@@ -45,6 +45,7 @@ SAMPLES = {
     "fair_share_half_life_hours": "24",
     "fair_share_wait_weight": "2.5",
     "fair_share_by": "group",
+    "fair_share_unleased": "count",
     "lease_power_limit_watts": "250",
     "power_budget_watts": "1600",
     "power_fit": "cap",

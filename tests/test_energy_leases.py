@@ -146,9 +146,14 @@ def test_unleased_use_is_charged_to_its_owner_in_a_column_of_its_own(
     system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
 ) -> None:
     """carol runs on a GPU nobody leased: its GPU time and energy are hers, as unleased use,
-    not as leased energy."""
+    not as leased energy; with `fair_share_unleased = "count"` fair share counts the time."""
     open_to_everyone(short_dir)
-    machine = Machine(paths, energy_interval_seconds=0.05, sample_interval_seconds=0.05)
+    machine = Machine(
+        paths,
+        energy_interval_seconds=0.05,
+        sample_interval_seconds=0.05,
+        fair_share_unleased="count",
+    )
     machine.daemon.start()
     users = system_users
     worker = users.start("carol", ["-c", "import time; time.sleep(600)"], short_dir / "c.log")
@@ -167,6 +172,7 @@ def test_unleased_use_is_charged_to_its_owner_in_a_column_of_its_own(
             what="carol's unleased energy",
         )
         assert carol()["energy_kwh"] == 0
+        assert carol()["decayed_gpu_hours"] > 0  # fair share counts it, as the site asked
         text = users.ctl("carol", machine.daemon.paths.socket, "usage", "--since", "1d").stdout
         assert f"/ {expected:.3f}" in text
     finally:

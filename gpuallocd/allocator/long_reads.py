@@ -12,7 +12,7 @@ import asyncio
 import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gpuallocd.errors import UnknownLease
 from gpuallocd.ledger import Ledger
@@ -21,7 +21,14 @@ from gpuallocd.model import HistoryEvent, LeaseSpan, UserUsage
 __all__ = ["LeaseSpans", "LongReads"]
 
 T = TypeVar("T")
-LeaseSpans = Callable[[float, float], list[LeaseSpan]]
+
+
+class LeaseSpans(Protocol):
+    """`lease_spans(since, until)` of a ledger or a reader (ledger/usage_records.py)."""
+
+    def __call__(
+        self, since: float, until: float, *, with_unleased: bool = False
+    ) -> list[LeaseSpan]: ...
 
 
 class LongReads:

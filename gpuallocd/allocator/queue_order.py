@@ -120,7 +120,8 @@ class QueueOrder:
         at = self._clock() if now is None else now
         half_life = self._settings.fair_share_half_life_hours
         read = self._ledger.lease_spans if lease_spans is None else lease_spans
-        spans = read(at - horizon_seconds(half_life), at)
+        unleased = self._settings.fair_share_counts_unleased
+        spans = read(at - horizon_seconds(half_life), at, with_unleased=unleased)
         account_of = None
         if self._settings.fair_share_by == "group":
             account_of = {s.owner_uid: _primary_group_of(s.owner_uid) for s in spans}

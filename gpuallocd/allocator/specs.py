@@ -23,6 +23,7 @@ class AllocatorSettings:
     fair_share_half_life_hours: float = 7 * 24.0
     fair_share_wait_weight: float = 1.0  # priority (GPU-hours) gained per hour of waiting
     fair_share_by: str = "user"  # user, group (the owner's primary group)
+    fair_share_counts_unleased: bool = False  # unleased use counts as GPU-hours in fair share
 
 
 @dataclass(frozen=True, slots=True)

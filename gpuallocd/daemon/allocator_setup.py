@@ -20,4 +20,5 @@ def allocator_settings(config: DaemonConfig) -> AllocatorSettings:
         fair_share_half_life_hours=config.fair_share_half_life_hours,
         fair_share_wait_weight=config.fair_share_wait_weight,
         fair_share_by=config.fair_share_by,
+        fair_share_counts_unleased=config.fair_share_unleased == "count",
     )

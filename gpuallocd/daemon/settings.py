@@ -215,6 +215,12 @@ class DaemonConfig:
         "card's limits; set and put back as the lease begins and ends (docs/accounting.md)",
         example="250",
     )
+    fair_share_unleased: str = _setting(
+        "ignore",
+        "fair-share: `count` GPU time used without a lease (charged to its owner, "
+        "docs/accounting.md) as the owner's GPU-hours, like a lease's, or `ignore` it",
+        choices=("ignore", "count"),
+    )
     revoke_grace_seconds: float = _setting(
         30.0,
         "after a revoke, how long the processes of a lease that asked to be terminated "
