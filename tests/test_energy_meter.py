@@ -1,16 +1,21 @@
-"""The energy meter's arithmetic: splitting a GPU's energy, reloads, restarts, no counter."""
+"""Energy, budgets and power caps without a daemon: the meter's arithmetic (splitting a GPU's
+energy, reloads, restarts, no counter), a budget's window, and caps put back at start."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from pathlib import Path
 
 import pytest
 
 from gpuallocd.allocator.budgets import Readings, frees_at, use_in_window
 from gpuallocd.allocator.energy import EnergyMeter, split_energy
+from gpuallocd.allocator.power_caps import PowerCaps
 from gpuallocd.allocator.unleased_energy import split_unleased
 from gpuallocd.errors import NvmlError
+from gpuallocd.ledger import Ledger
 from gpuallocd.model import Lease, LeasedGpu, LeaseState, PowerReading, UnitKind
+from gpuallocd.model.power import PowerCap
 
 
 def lease(lease_id: str, *units: LeasedGpu, uid: int = 1000) -> Lease:
@@ -121,3 +126,39 @@ def test_a_budget_frees_up_when_enough_use_leaves_its_window() -> None:
     assert found.use("kwh", 600.0, 2500.0) == 2.0
     assert frees_at(found, "kwh", day, 2.5) == pytest.approx(500.0 + day, abs=1e-3)
     assert frees_at(found, "kwh", day, 1.0) == pytest.approx(2000.0 + day, abs=1e-3)
+
+
+class _Cards:
+    """Power limits the test can read, as a PowerControl."""
+
+    def __init__(self) -> None:
+        self.limits = {"GPU-a": 300_000}
+
+    def power(self, uuids: Collection[str] | None = None) -> Mapping[str, PowerReading]:
+        return {
+            u: PowerReading(limit_mw=v, min_limit_mw=100_000, max_limit_mw=300_000)
+            for u, v in self.limits.items()
+        }
+
+    def set_power_limit(self, uuid: str, limit_mw: int) -> None:
+        self.limits[uuid] = limit_mw
+
+
+def test_at_start_an_ended_leases_cap_is_put_back_before_an_active_ones_is_set(
+    tmp_path: Path,
+) -> None:
+    """Two records on one GPU (a crash left the old one): whatever their order, the GPU ends
+    with the active lease's cap, and only the ended lease's record goes."""
+    for first, second in (
+        (("old", 200_000), ("new", 150_000)),
+        (("new", 150_000), ("old", 200_000)),
+    ):
+        ledger = Ledger(tmp_path / f"{first[0]}.sqlite3")
+        ledger.record_caps([PowerCap("GPU-a", first[0], first[1], 300_000)])
+        ledger.record_caps([PowerCap("GPU-a", second[0], second[1], 300_000)])
+        cards = _Cards()
+        caps = PowerCaps(cards)
+        caps.start(ledger, active={"new"})
+        assert cards.limits["GPU-a"] == 150_000
+        assert [c.lease_id for c in ledger.power_caps()] == ["new"]
+        ledger.close()

@@ -114,11 +114,13 @@ class PowerCaps:
     def start(self, ledger: Ledger, active: Collection[str]) -> None:
         """At the daemon's start: put back the limits of leases that ended while it was down
         (or that it could not put back before it stopped), set again those of active ones."""
-        for cap in ledger.power_caps():
+        found = ledger.power_caps()
+        for cap in found:  # put back first: an active lease's cap is set after, over it
+            if cap.lease_id not in active:
+                self._put_back(cap)
+        for cap in found:
             if cap.lease_id in active:
                 self.in_force[cap.gpu_uuid] = cap
-            else:
-                self._put_back(cap)
         self.reapply()
         self._forget_done(ledger)
 
@@ -138,7 +140,8 @@ class PowerCaps:
 
     def _put_back(self, cap: Cap) -> None:
         self._set(cap.gpu_uuid, cap.restore_mw, f"put back the limit after lease {cap.lease_id}")
-        self.in_force.pop(cap.gpu_uuid, None)
+        if self.in_force.get(cap.gpu_uuid) == cap:
+            del self.in_force[cap.gpu_uuid]
         self._done.append(cap)
 
     def _forget_done(self, ledger: Ledger) -> None:
