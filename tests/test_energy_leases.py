@@ -82,6 +82,9 @@ def test_a_whole_gpu_lease_is_charged_its_measured_energy(
     assert users.ctl("alice", machine.daemon.paths.socket, "free", lease["id"]).returncode == 0
     energy = end_event(users, machine, lease["id"])["energy"]
     assert energy == {"joules": FULL_LOAD_W * 3600, "kwh": 0.3, "estimate": False}
+    with machine.daemon.client() as root:  # the holder's own stream of its lease's events
+        _, events, _ = root.lease_events(lease["id"])
+    assert [e["energy"] for e in events if e["event"] == "freed"] == [energy]
     by_user = users_usage(users, machine)
     alice = by_user[users.name("alice")]
     assert (alice["energy_kwh"], alice["energy_estimate"]) == (0.3, False)

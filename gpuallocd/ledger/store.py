@@ -20,6 +20,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -43,7 +44,7 @@ from gpuallocd.ledger.energy_records import EnergyRecords
 from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.ledger.power_records import PowerRecords
-from gpuallocd.ledger.reader import LedgerReader
+from gpuallocd.ledger.reader import ENDINGS, LedgerReader
 from gpuallocd.ledger.reservation_records import ReservationRecords
 from gpuallocd.ledger.rows import (
     event_from_row,
@@ -256,7 +257,11 @@ class Ledger(
         )
         with self._read() as conn:
             rows = conn.execute(query).mappings().all()
-        return [event_from_row(r) for r in rows]
+        events = [event_from_row(r) for r in rows]
+        if any(e.event.value in ENDINGS for e in events):  # the end carries what it drew
+            energy = self.lease_energy(lease_id)
+            events = [replace(e, energy=energy) if e.event.value in ENDINGS else e for e in events]
+        return events
 
     # Internals ------------------------------------------------------------------------------
 
