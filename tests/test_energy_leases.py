@@ -6,7 +6,9 @@ energy each lease drew is exact: a V100 of `dgx1-volta` at full load draws its 3
 
 from __future__ import annotations
 
+import grp
 import json
+import pwd
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,6 +91,14 @@ def test_a_whole_gpu_lease_is_charged_its_measured_energy(
     alice = by_user[users.name("alice")]
     assert (alice["energy_kwh"], alice["energy_estimate"]) == (0.3, False)
     assert users.name("bob") not in by_user
+    report = ctl_json(users, "carol", machine, "usage", "--since", "1d")
+    group = grp.getgrgid(pwd.getpwnam(users.name("alice")).pw_gid).gr_name
+    (alices,) = [g for g in report["groups"] if g["group"] == group]
+    assert (alices["energy_kwh"], alices["users"]) == (0.3, 1)
+    assert (
+        "groups (each user in their primary group)"
+        in users.ctl("carol", machine.daemon.paths.socket, "usage", "--since", "1d").stdout
+    )
     text = users.ctl("alice", machine.daemon.paths.socket, "history", "--lease", lease["id"])
     assert "0.300" in text.stdout and "estimate" not in text.stdout
     metric = f'gpuallocd_energy_joules_total{{user="{users.name("alice")}"}} 1.08e+06'

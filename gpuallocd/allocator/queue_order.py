@@ -26,7 +26,7 @@ from gpuallocd.policies.fair_share import (
     horizon_seconds,
 )
 
-__all__ = ["FAIR_SHARE", "FIFO", "QueueOrder"]
+__all__ = ["FAIR_SHARE", "FIFO", "QueueOrder", "primary_group_of"]
 
 FIFO = "fifo"
 FAIR_SHARE = "fair-share"
@@ -61,6 +61,11 @@ def _primary_group_of(uid: int) -> str:
         return _group_name(pwd.getpwuid(uid).pw_gid)
     except KeyError:
         return str(uid)
+
+
+def primary_group_of(uid: int) -> str:
+    """A uid's primary group's name, as fair share's `group` accounts name it."""
+    return _primary_group_of(uid)
 
 
 class QueueOrder:

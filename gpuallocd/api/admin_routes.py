@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from gpuallocd.allocator.limits import BUDGETS
+from gpuallocd.allocator.queue_order import primary_group_of
 from gpuallocd.api.context import context_of
 from gpuallocd.api.peercred import caller_named
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
@@ -16,6 +17,7 @@ from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest
 from gpuallocd.model import Caller, UserUsage
 from gpuallocd.model.energy import JOULES_PER_KWH, EnergyPrice
+from gpuallocd.model.usage import usage_by_group
 
 __all__ = ["admin_routes"]
 
@@ -105,6 +107,7 @@ async def usage(request: web.Request) -> web.Response:
                 {**u.to_json(), "decayed_gpu_hours": decayed.get(u.user), **priced(u, price)}
                 for u in users
             ],
+            "groups": usage_by_group(users, primary_group_of),
             "energy_price": None if price is None else price.to_json(),
             "budgets": await _budgets(request, caller),
             "fair_share": decayed,

@@ -114,6 +114,18 @@ def _usage_headers(price: dict[str, Any] | None) -> tuple[str, ...]:
     return tuple(headers)
 
 
+def _group_rows(groups: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            g["group"],
+            g["users"],
+            f"{g['gpu_hours']:.2f}",
+            energy_text(g["energy_kwh"], g["energy_estimate"]),
+        )
+        for g in groups
+    ]
+
+
 def _budget_rows(budgets: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return [
         (b["limit"], f"{b['value']:.2f}", f"{b['current']:.2f}", f"{b['remaining']:.2f}")
@@ -162,6 +174,10 @@ def usage(
     price = report.get("energy_price")
     rows = _usage_rows(report["users"], price is not None)
     click.echo(table(_usage_headers(price), rows))
+    groups = report.get("groups") or []
+    if groups and not user:
+        click.echo("groups (each user in their primary group)")
+        click.echo(table(("GROUP", "USERS", "GPU-HOURS", "KWH"), _group_rows(groups)))
     budgets = [b for b in report.get("budgets") or [] if b["value"] is not None]
     if budgets:
         click.echo("budgets")

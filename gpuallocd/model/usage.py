@@ -6,13 +6,13 @@ of its life inside the window, times its GPUs; an active lease counts up to the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from gpuallocd.model.energy import JOULES_PER_KWH
 
-__all__ = ["LeaseSpan", "UserUsage", "gpu_seconds", "usage_by_user"]
+__all__ = ["LeaseSpan", "UserUsage", "gpu_seconds", "usage_by_group", "usage_by_user"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +84,32 @@ def usage_by_user(spans: Iterable[LeaseSpan], since: float, until: float) -> lis
         for uid, (name, seconds, leases, waited) in totals.items()
     ]
     return sorted(found, key=lambda u: (-u.gpu_hours, u.user))
+
+
+def usage_by_group(
+    users: Iterable[UserUsage], group_of: Callable[[int], str]
+) -> list[dict[str, Any]]:
+    """Each group's use: its members' (each user in their primary group `group_of(uid)`)
+    GPU-hours and kWh added up, leased and unleased; most kWh first."""
+    totals: dict[str, dict[str, Any]] = {}
+    for user in users:
+        group = group_of(user.uid)
+        entry = totals.setdefault(
+            group,
+            {
+                "group": group,
+                "users": 0,
+                "gpu_hours": 0.0,
+                "energy_kwh": 0.0,
+                "energy_estimate": False,
+                "unleased_gpu_hours": 0.0,
+                "unleased_energy_kwh": 0.0,
+            },
+        )
+        entry["users"] += 1
+        entry["gpu_hours"] += user.gpu_hours
+        entry["energy_kwh"] += user.energy_joules / JOULES_PER_KWH
+        entry["energy_estimate"] = entry["energy_estimate"] or user.energy_estimate
+        entry["unleased_gpu_hours"] += user.unleased_gpu_hours
+        entry["unleased_energy_kwh"] += user.unleased_energy_joules / JOULES_PER_KWH
+    return sorted(totals.values(), key=lambda g: (-g["energy_kwh"], -g["gpu_hours"], g["group"]))
