@@ -20,6 +20,7 @@ from pathlib import Path
 
 from benchmarks.daemon import INVENTORY, RunningDaemon, running_daemon
 from benchmarks.dashboard import dashboard_rows
+from benchmarks.energy import energy_rows
 from benchmarks.floor import measure_floor
 from benchmarks.genv import genv_python, measure_genv
 from benchmarks.http_floor import capture_answers, serving_http_floor
@@ -217,6 +218,7 @@ def main() -> None:
         rows += _policy_rows()
         (root / "soak").mkdir()
         rows += soak_rows(root / "soak")  # BENCH_SOAK_SECONDS (default 60; 0 skips it)
+        rows += energy_rows(root)
     rows += process_tracking_rows()
     _print(rows)
 

@@ -201,11 +201,12 @@ class PolicyNotApplicable(CallerError):
 
 class QuotaExceeded(CallerError):
     """Granting the request would pass one of the caller's limits (`limit`, its `value`, the
-    caller's `current` use; for `max_ttl_seconds`, `current` is the TTL asked for)."""
+    caller's `current` use; for `max_ttl_seconds`, `current` is the TTL asked for; for a
+    budget, `frees_at`: when enough of the use leaves its window)."""
 
     code = "quota_exceeded"
     http_status = 403
-    detail_keys = frozenset({"limit", "value", "current"})
+    detail_keys = frozenset({"limit", "value", "current", "frees_at"})
 
 
 class WouldWaitForever(CallerError):

@@ -223,9 +223,10 @@ def test_every_module_names_its_job() -> None:
 ROOMS = {
     "gpuallocd.allocator": {
         "site": set(),
-        "leases": {"site"},
-        "queue": {"leases", "site"},
-        "unleased": {"leases", "site"},
+        "power": set(),
+        "leases": {"site", "power"},
+        "queue": {"leases", "site", "power"},
+        "unleased": {"leases", "site", "power"},
     },
     "gpuallocd.daemon": {
         "config": set(),
@@ -328,6 +329,7 @@ def _mapped(package_dir: Path) -> list[str]:
         PACKAGE / "allocator" / "site",
         PACKAGE / "allocator" / "queue",
         PACKAGE / "allocator" / "unleased",
+        PACKAGE / "allocator" / "power",
         PACKAGE / "cli" / "leasing",
         PACKAGE / "cli" / "looking",
         PACKAGE / "cli" / "administering",

@@ -141,7 +141,7 @@ def test_history_names_users_and_refuses_an_unknown_lease(daemon: ThreadDaemon) 
     lease = ctl_json(daemon, "allocate", "-n", "1")
     ctl_json(daemon, "free", lease["id"])
     lines = ctl(daemon, "history", "--lease", lease["id"]).output.splitlines()
-    assert lines[0].split() == ["TIME", "LEASE", "EVENT", "BY", "DETAIL"]
+    assert lines[0].split() == ["TIME", "LEASE", "EVENT", "BY", "DETAIL", "KWH"]
     assert [line.split()[3:5] for line in lines[1:]] == [["granted", "root"], ["freed", "root"]]
     unknown = ctl(daemon, "history", "--lease", "deadbeef")
     assert unknown.exit_code == 2 and "unknown_lease" in unknown.output

@@ -16,6 +16,7 @@ import pytest
 
 from gpuallocd.ledger import Ledger, LedgerReader
 from gpuallocd.model import Gpu, Lease, LeasedGpu, LeaseState
+from gpuallocd.model.energy import EnergyUse
 from tests.harness import DaemonPaths, ThreadDaemon, wait_for
 from tests.rules_harness import daemon_with_config
 from tests.system_users import SystemUsers, open_to_everyone
@@ -104,12 +105,18 @@ def test_the_history_sqlite_renders_is_the_models_json(tmp_path: Path) -> None:
         at = 1795664155.828242 + n / 7
         lease = Lease(f"L{n}", (LeasedGpu("GPU-a", 0),), 5, "u", None, None, "simple", at, at + 9)
         ledger.grant(lease, 5)
+        if n % 2:  # energy read for some leases, one of them an estimate
+            ledger.record_energy([EnergyUse(f"L{n}", 5, "u", at, 1234.5678 * n, n == 3)])
         ledger.end([lease.ended(LeaseState.FREED, at + 0.1)], 5, f'why "{n}"\t\x01')
     reader = ledger.reader()
     try:
         for lease_id, limit in ((None, 100), (None, 3), ("L2", 100), ("none", 10)):
             built = json.loads(reader.history_json(lease_id, limit))
             assert built == [e.to_json() for e in reader.history(lease_id, limit)]
+        assert [e["energy"] for e in json.loads(reader.history_json("L3"))] == [
+            None,
+            {"joules": 1234.5678 * 3, "kwh": 1234.5678 * 3 / 3.6e6, "estimate": True},
+        ]
     finally:
         reader.close()
         ledger.close()

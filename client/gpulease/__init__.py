@@ -44,7 +44,7 @@ from gpulease.errors import (
 )
 from gpulease.lease import gpu_lease, visible_devices_env
 from gpulease.models import GpuStatus, Lease, LeasedGpu
-from gpulease.sizes import parse_size
+from gpulease.sizes import parse_size, parse_watts
 from gpulease.transport import DEFAULT_SOCKET, UntrustedServer
 
 __version__ = "0.1.0"
@@ -91,5 +91,6 @@ __all__ = [
     "__version__",
     "gpu_lease",
     "parse_size",
+    "parse_watts",
     "visible_devices_env",
 ]

@@ -91,6 +91,7 @@ class Client:
         mig_profile: str | None = None,
         request_id: str | None = None,
         on_revoke: str | None = None,
+        power_limit_watts: int | None = None,
     ) -> Lease:
         """Lease `count` GPUs (chosen by the policy), including `gpus` where given.
 
@@ -105,6 +106,8 @@ class Client:
         this one starts too, and ends when the last of them has exited.
         `request_id`: a retry with the same id gets the same lease, never a second one.
         `on_revoke="terminate"`: a revoke stops the lease's processes (SIGTERM, then SIGKILL).
+        `power_limit_watts`: cap the leased GPUs' power for the lease (within each card's
+        limits; the previous limit is put back at its end).
 
         A wait outlives a restart of the daemon: the request is sent again (same id) while
         the daemon comes back, for up to `RESTART_SECONDS` of it not answering.
@@ -125,6 +128,7 @@ class Client:
             mig_profile=mig_profile,
             request_id=request_id,
             on_revoke=on_revoke,
+            power_limit_watts=power_limit_watts,
         )
         if not wait:
             return Lease.from_json(self.request("POST", "/v1/leases", body))

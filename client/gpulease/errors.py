@@ -184,7 +184,8 @@ class PolicyNotApplicable(CallerError):
 
 
 class QuotaExceeded(CallerError):
-    """Over a limit of the site: `details` has `limit`, `value` and `current`."""
+    """Over a limit of the site: `details` has `limit`, `value` and `current` (and for a
+    budget `frees_at`, when enough of the use leaves its window)."""
 
     code = "quota_exceeded"
 

@@ -17,7 +17,7 @@ from gpulease.errors import DaemonUnavailable, GpuallocError, LeaseNotActive, Un
 from gpulease.models import Lease
 from gpulease.nesting import check_nested, enclosing_lease, note, part_of
 from gpulease.renewer import OnIdle, OnRevoke, OnUnhealthy, Renewer
-from gpulease.sizes import parse_size
+from gpulease.sizes import parse_size, parse_watts
 
 __all__ = ["gpu_lease", "visible_devices_env"]
 
@@ -78,6 +78,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     `gpuallocctl run`) the block uses that lease when it covers the request, says so on
     stderr, sets `nested` True, and neither renews nor frees it; it refuses a request the
     lease cannot cover (InvalidRequest). `nested="new"` takes a lease of its own instead.
+    `power_limit="250W"` caps the leased GPUs' power while the lease lasts.
     """
 
     def __init__(
@@ -99,6 +100,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         on_idle: OnIdle | None = None,
         on_unhealthy: OnUnhealthy = "warn",
         nested: str = "reuse",
+        power_limit: str | int | None = None,
     ) -> None:
         self._nested_choice = check_nested(nested)
         if on_unhealthy not in ("warn", "raise") and not callable(on_unhealthy):
@@ -116,6 +118,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
             "memory_bytes": None if memory is None else parse_size(memory),
             "mig_profile": mig,
             "min_free_memory_bytes": min_free_memory_bytes,
+            "power_limit_watts": None if power_limit is None else parse_watts(power_limit),
         }
         self._wait, self._timeout = wait, timeout
         self._socket, self._visible, self._on_revoke = socket, visible, on_revoke

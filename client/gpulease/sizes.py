@@ -1,15 +1,17 @@
 """Memory sizes as people write them: `20G`, `20GiB`, `512M`, `1.5T`, `4096B`, or an int of
 bytes. A number without a unit is refused: `20` is far more often meant as 20 GiB than as
-20 bytes, so it is named as a likely mistake instead of being read either way."""
+20 bytes, so it is named as a likely mistake instead of being read either way. Power
+limits: `250W` or a number of watts."""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["parse_size"]
+__all__ = ["parse_size", "parse_watts"]
 
 _UNITS = {"B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])(?:I?B)?|(B))?\s*$", re.IGNORECASE)
+_WATTS = re.compile(r"^\s*(\d{1,6})\s*W?\s*$", re.IGNORECASE)
 
 
 def parse_size(size: str | int) -> int:
@@ -33,4 +35,20 @@ def parse_size(size: str | int) -> int:
         value = int(float(number) * _UNITS[unit])
     if value < 1:
         raise ValueError(f"a memory size must be positive, not {size!r}")
+    return value
+
+
+def parse_watts(power: str | int) -> int:
+    """Watts from `250W` or `250` (whole watts, 1 to 999999). ValueError for anything else."""
+    if isinstance(power, bool):
+        raise ValueError(f"not a power limit: {power!r}")
+    if isinstance(power, int):
+        value = power
+    else:
+        match = _WATTS.match(power)
+        if match is None:
+            raise ValueError(f"not a power limit: {power!r} (try 250W)")
+        value = int(match.group(1))
+    if not 1 <= value <= 999_999:
+        raise ValueError(f"a power limit must be 1 to 999999 W, not {power!r}")
     return value

@@ -6,6 +6,8 @@ The door, which the API and the daemon call:
     scheduling_desk.py  the façade's part for the queue's order and advance reservations
     accounting_desk.py  the façade's part for the record: history, usage, limits, admin log
     gpu_desk.py         the façade's part for the GPUs: status, drain, release, topology
+    energy_desk.py      the façade's part for energy: the timer's readings, usage in kWh
+    power_desk.py       the façade's part for power caps: what a request gets, putting back
     gpu_admin.py        drain, undrain and root's release of a GPU
     publish.py          what a commit made durable, told to the observer and the log
     observer.py         LeaseObserver: who is told of each lease transition (metrics)
@@ -21,6 +23,7 @@ Its rooms, each with a map of its own (floors guarded by tests/test_architecture
     queue/    waiting: the queue, its order and view, advance reservations, idle reclaim
     site/     the rules of a shared box: limits, quota, drain, reservations board, idle, purge
     unleased/ GPU use without a lease: each sample's processes judged, reported, adopted
+    power/    energy per lease, power caps, the box's power budget
 
 `site/` imports nothing of the other rooms; `leases/` nothing of `queue/` or `unleased/`; no
 room imports the door except `worker.py` and `long_reads.py`, which import nothing of the

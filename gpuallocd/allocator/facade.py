@@ -21,12 +21,14 @@ from typing import Any
 from gpuallocd.allocator.accounting_desk import AccountingDesk
 from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.cleanups import CleanupDesk
+from gpuallocd.allocator.energy_desk import EnergyDesk
 from gpuallocd.allocator.gpu_desk import GpuDesk
 from gpuallocd.allocator.leases.health_notice import HealthNotices
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.long_reads import LongReads
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
+from gpuallocd.allocator.power_desk import PowerDesk
 from gpuallocd.allocator.publish import publish
 from gpuallocd.allocator.queue.order import QueueOrder
 from gpuallocd.allocator.queue.reclaim import IdleReclaimer
@@ -97,6 +99,8 @@ class AllocatorFacade(CleanupDesk):
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells = LeaseBells()
         self.health = HealthNotices(lifecycle)
+        self.energy = EnergyDesk(lifecycle, ledger, self._worker, clock, self._reads)
+        self.power = PowerDesk(lifecycle, ledger, self._worker)  # caps: power_desk.py
         self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
         self.revoke_grace_seconds = revoke_grace_seconds
 

@@ -12,7 +12,7 @@ import asyncio
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gpuallocd.errors import UnknownLease
 from gpuallocd.ledger import Ledger
@@ -21,7 +21,14 @@ from gpuallocd.model import HistoryEvent, LeaseSpan, UserUsage, gpu_hours_per_da
 __all__ = ["LeaseSpans", "LongReads"]
 
 T = TypeVar("T")
-LeaseSpans = Callable[[float, float], list[LeaseSpan]]
+
+
+class LeaseSpans(Protocol):
+    """`lease_spans(since, until)` of a ledger or a reader (ledger/usage_records.py)."""
+
+    def __call__(
+        self, since: float, until: float, *, with_unleased: bool = False
+    ) -> list[LeaseSpan]: ...
 
 
 class LongReads:
@@ -58,6 +65,10 @@ class LongReads:
         """`use(lease_spans)` in the reads thread, where `lease_spans(since, until)` reads
         the read-only connection (fair share's decayed use of a week of leases)."""
         return await self._off_loop(use, self._reader.lease_spans)
+
+    async def energy_after(self, seq: int) -> tuple[dict[str, float], int]:
+        """Joules per user in the energy readings after `seq`, and the last one's seq."""
+        return await self._off_loop(self._reader.energy_after, seq)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -8,11 +8,17 @@ from typing import Any
 
 from aiohttp import web
 
+from gpuallocd.allocator.queue.order import primary_group_of
+from gpuallocd.allocator.site.limits import BUDGETS
+from gpuallocd.api.context import context_of
 from gpuallocd.api.peercred import caller_named
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
 from gpuallocd.api.usage_view import for_user
 from gpuallocd.api.validation import Body
 from gpuallocd.errors import InvalidRequest
+from gpuallocd.model import Caller, UserUsage
+from gpuallocd.model.energy import JOULES_PER_KWH, EnergyPrice
+from gpuallocd.model.usage import usage_by_group
 
 __all__ = ["admin_routes"]
 
@@ -65,8 +71,29 @@ async def limits(request: web.Request) -> web.Response:
     return web.json_response(report)
 
 
+def priced(usage: UserUsage, price: EnergyPrice | None) -> dict[str, Any]:
+    """The cost of a user's energy, leased and unleased, where the site set a price."""
+    if price is None:
+        return {}
+    joules = usage.energy_joules + usage.unleased_energy_joules
+    return {"energy_cost": price.cost(joules / JOULES_PER_KWH)}
+
+
+async def _budgets(request: web.Request, caller: Caller) -> list[dict[str, Any]] | None:
+    """With `user`: that user's budgets and what remains of each (as `limits` shows them)."""
+    named = request.query.get("user")
+    if not named:
+        return None
+    try:
+        subject = caller if named in (caller.user, str(caller.uid)) else caller_named(named)
+    except InvalidRequest:
+        return None  # a user gone from this machine still has usage, no longer limits
+    report = await facade_of(request).accounting.limits(subject)
+    return [entry for entry in report["limits"] if entry["limit"] in BUDGETS]
+
+
 async def usage(request: web.Request) -> web.Response:
-    caller_of(request)
+    caller = caller_of(request)
     since = _query_time(request, "since") or 0.0
     until = _query_time(request, "until")
     facade = facade_of(request)
@@ -75,10 +102,17 @@ async def usage(request: web.Request) -> web.Response:
     decayed = await facade.scheduling.fair_share_usage()
     reserved = await facade.scheduling.reserved_hours(since, end)
     shown, reserved = (decayed, reserved) if user is None else for_user(user, decayed, reserved)
+    price = context_of(request).energy_price
     report: dict[str, Any] = {
         "since": since,
         "until": end,
-        "users": [{**u.to_json(), "decayed_gpu_hours": decayed.get(u.user)} for u in users],
+        "users": [
+            {**u.to_json(), "decayed_gpu_hours": decayed.get(u.user), **priced(u, price)}
+            for u in users
+        ],
+        "groups": usage_by_group(users, primary_group_of),
+        "energy_price": None if price is None else price.to_json(),
+        "budgets": await _budgets(request, caller),
         "fair_share": shown,
         "reservations": reserved,
     }

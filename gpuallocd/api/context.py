@@ -12,6 +12,7 @@ from aiohttp import web
 
 from gpuallocd.allocator import AllocatorFacade
 from gpuallocd.model import Caller, Topology
+from gpuallocd.model.energy import EnergyPrice
 
 __all__ = ["CONTEXT", "ApiContext", "LedgerAdmin", "context_of"]
 
@@ -37,6 +38,7 @@ class ApiContext:
     # the config's warnings and a refused reload (daemon/config/machine_checks.py): health,
     # doctor
     config_report: Callable[[], dict[str, Any]] = dict
+    energy_price: EnergyPrice | None = None  # energy_price_per_kwh and energy_currency
 
 
 CONTEXT = web.AppKey("context", ApiContext)

@@ -44,12 +44,14 @@ ALLOCATE_FIELDS = frozenset(
         "mig_profile",
         "request_id",
         "on_revoke",
+        "power_limit_watts",
     }
 )
 ON_REVOKE_CHOICES = ("notify", "terminate")
 MAX_HISTORY_LIMIT = 10_000
 MAX_EVENTS_WAIT_SECONDS = 300
 MAX_PROFILE_LENGTH = 64
+MAX_POWER_LIMIT_WATTS = 100_000  # past any GPU's; a card's own range bounds the rest
 MAX_REQUEST_ID_LENGTH = 100
 
 
@@ -98,7 +100,9 @@ async def list_gpus(request: web.Request) -> web.Response:
     caller_of(request)
     statuses = await facade_of(request).gpus.gpu_status()
     gpus = [s.to_json() | {"unleased": unleased_on(request, {s.gpu.uuid})} for s in statuses]
-    return _json({"gpus": gpus, "process_tracking": facade_of(request).process_tracking()})
+    power = await facade_of(request).power.status()
+    tracking = facade_of(request).process_tracking()
+    return _json({"gpus": gpus, "process_tracking": tracking, "power": power})
 
 
 async def list_leases(request: web.Request) -> web.Response:
@@ -120,7 +124,12 @@ def _allocate_spec(body: Body) -> AllocateSpec:
         mig_profile=body.text("mig_profile", max_length=MAX_PROFILE_LENGTH),
         request_id=body.text("request_id", max_length=MAX_REQUEST_ID_LENGTH),
         on_revoke=body.choice("on_revoke", ON_REVOKE_CHOICES) or "notify",
+        power_limit_watts=body.integer("power_limit_watts", minimum=1),
     )
+    if (spec.power_limit_watts or 0) > MAX_POWER_LIMIT_WATTS:
+        raise InvalidRequest(
+            f"power_limit_watts may be at most {MAX_POWER_LIMIT_WATTS}", field="power_limit_watts"
+        )
     count = requested_count(spec.count, spec.gpus, spec.memory_bytes, spec.mig_profile)
     return replace(spec, count=count)
 
@@ -128,7 +137,7 @@ def _allocate_spec(body: Body) -> AllocateSpec:
 async def allocate(request: web.Request) -> web.StreamResponse:
     caller = caller_of(request)
     body = await read_body(request, ALLOCATE_FIELDS)
-    spec = _allocate_spec(body)
+    spec = facade_of(request).power.resolved(caller, _allocate_spec(body))
     wait = bool(body.boolean("wait"))
     timeout = body.seconds("wait_timeout_seconds")
     lease = await facade_of(request).allocate(caller, spec, wait=wait, timeout=timeout)

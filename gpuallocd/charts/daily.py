@@ -3,6 +3,7 @@ leases over a window, and how long granted requests waited."""
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ __all__ = [
     "WAIT_BUCKETS",
     "Interval",
     "daily_bars",
+    "daily_energy",
     "daily_hours",
     "gpu_timelines",
     "waiting_buckets",
@@ -52,6 +54,23 @@ def daily_bars(bounds: Sequence[float], hours: Sequence[Mapping[str, float]]) ->
     return [
         BarGroup(time.strftime("%m-%d", time.localtime(start)), dict(values))
         for start, values in zip(bounds, hours, strict=False)
+    ]
+
+
+def daily_energy(
+    readings: Iterable[tuple[float, str, float]], days: int, now: float
+) -> list[BarGroup]:
+    """Each of the last `days` days with each user's kWh, from (time, user, joules) readings
+    (or sums of them by the hour: each counts on the day its time falls in)."""
+    bounds = day_starts(days, now)
+    kwh: list[dict[str, float]] = [{} for _ in range(days)]
+    for at, user, joules in readings:
+        day = bisect.bisect_right(bounds, at) - 1
+        if 0 <= day < days:
+            kwh[day][user] = kwh[day].get(user, 0.0) + joules / 3_600_000
+    return [
+        BarGroup(time.strftime("%m-%d", time.localtime(start)), values)
+        for start, values in zip(bounds, kwh, strict=False)
     ]
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gpuallocd.cli.quantities import ByteSize, Duration, format_left
+from gpuallocd.cli.quantities import ByteSize, Duration, Watts, format_left
 
 if TYPE_CHECKING:
     from gpulease import Client
@@ -67,6 +67,12 @@ def lease_request_options(ttl_help: str, label_help: str) -> Callable[[F], F]:
             "--min-free-memory",
             type=ByteSize(),
             help="Only GPUs with at least this much memory free: 20G, 512M (GiB, MiB).",
+        ),
+        click.option(
+            "--power-limit",
+            type=Watts(),
+            metavar="WATTS",
+            help="Cap each leased GPU's power while the lease lasts: 250W.",
         ),
         click.option("--wait", is_flag=True, help="Queue until the GPUs are free."),
         click.option(

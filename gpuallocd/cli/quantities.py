@@ -14,6 +14,8 @@ import click
 __all__ = [
     "ByteSize",
     "Duration",
+    "Watts",
+    "energy_text",
     "format_duration",
     "format_left",
     "parse_duration",
@@ -103,9 +105,30 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
             self.fail(str(exc), param, ctx)
 
 
+class Watts(click.ParamType):  # type: ignore[type-arg]
+    """A click type for power limits, in whole watts (`250W` or `250`)."""
+
+    name = "watts"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int):
+            return value
+        from gpulease.sizes import parse_watts  # the client's reading of power limits
+
+        try:
+            return parse_watts(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
     except ValueError:
         return False
     return True
+
+
+def energy_text(kwh: float, estimate: bool) -> str:
+    """kWh as shown everywhere: an estimate says so (docs/accounting.md)."""
+    return f"{kwh:.3f} (estimate)" if estimate else f"{kwh:.3f}"

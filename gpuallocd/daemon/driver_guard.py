@@ -127,6 +127,12 @@ class DriverGuard:
             log.warning("the late %s failed: %s", task, future.exception())
         log.warning("the GPU driver answered again; %s resumes", task)
 
+    @property
+    def hung(self) -> bool:
+        """A driver call runs past its deadline now: calls made on the event loop (a grant's
+        energy reading) are skipped meanwhile, not made to hang with it."""
+        return bool(self._hung())
+
     def _hung(self) -> list[InFlight]:
         calls = self._gate_calls.overdue(self._deadline) if self._gate_calls else []
         return calls or self._tasks.overdue(self._deadline)

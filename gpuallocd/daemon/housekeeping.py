@@ -1,6 +1,7 @@
 """What the daemon does between requests: expire leases, sample live GPU state (through the
-driver guard), poll processes that have no pidfd, finish pending cleanups and purge history
-past its retention. Each loop calls the allocator's façade and nothing else."""
+driver guard), poll processes that have no pidfd, read leased GPUs' energy, finish pending
+cleanups and purge history past its retention. Each loop calls the allocator's façade and
+nothing else."""
 
 from __future__ import annotations
 
@@ -33,23 +34,29 @@ class Housekeeper:
         *,
         retention_seconds: float | None = None,
         guard: DriverGuard | None = None,
+        energy_interval_seconds: float = 0.0,
     ) -> None:
         self._facade = facade
         self._guard = guard or DriverGuard.of(inventory, deadline_seconds=10.0)
         self._retention = retention_seconds
         self._inventory = inventory
         self._sample_interval = sample_interval_seconds
+        self._energy_interval = energy_interval_seconds
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         """Reconcile with processes that died while the daemon was down, then start the loops."""
         await self._facade.start()
+        await self._facade.power.start()  # put back what a stopped daemon left capped
         self._spawn(self._expire_forever())
         self._spawn(self._sample_forever())
         self._spawn(self._facade.poll_processes())
         if self._retention is not None:
             self._spawn(self._purge_forever(self._retention))
         self._spawn(self._clean_forever())
+        if self._energy_interval > 0 and self._facade.energy.metered:
+            self._spawn(self._meter_forever())
+        self._spawn(self._reapply_caps_forever())
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -87,6 +94,22 @@ class Housekeeper:
             except GpuallocError as exc:
                 log.error("doing the pending cleanups failed: %s", exc.message)
             await asyncio.sleep(EXPIRY_TICK_SECONDS)
+
+    async def _meter_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._energy_interval)
+            try:
+                await self._facade.energy.meter()
+            except GpuallocError as exc:
+                log.error("reading the leased GPUs' energy failed: %s", exc.message)
+
+    async def _reapply_caps_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._energy_interval if self._energy_interval > 0 else 60.0)
+            try:
+                await self._facade.power.reapply()
+            except GpuallocError as exc:
+                log.error("setting power caps again failed: %s", exc.message)
 
     async def _purge_forever(self, retention_seconds: float) -> None:
         while True:

@@ -40,6 +40,7 @@ from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handle
 from gpuallocd.api.tcp_site import Handlers, port_report
 from gpuallocd.daemon.cleanup_setup import cleanup_runner, device_access
 from gpuallocd.daemon.config.machine_checks import ConfigState
+from gpuallocd.daemon.config.power_wiring import energy_price, lease_hardware
 from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.daemon.config.wiring import (
     allocator_settings,
@@ -176,7 +177,7 @@ class Daemon:
         log.info("process tracking: %s (%s)", tracking.mode, tracking.reason)
         return tracking
 
-    def _facade(self, inventory: Inventory, ledger: Ledger) -> AllocatorFacade:
+    def _facade(self, inventory: Inventory, ledger: Ledger, guard: DriverGuard) -> AllocatorFacade:
         lifecycle = LeaseLifecycle(
             ledger,
             inventory.topology(),
@@ -184,6 +185,7 @@ class Daemon:
             settings=allocator_settings(self.config),
             rules=self._rules,
             monotonic=self._monotonic,
+            hardware=lease_hardware(inventory, self.config, lambda: guard.hung),
         )
         facade = AllocatorFacade(
             lifecycle,
@@ -195,6 +197,7 @@ class Daemon:
             tracking=self._tracking(),
             unleased=unleased_rules(self.config),
         )
+        facade.power.site_default_watts = self.config.lease_power_limit_watts
         self._facade_in_service = facade
         return facade
 
@@ -202,7 +205,7 @@ class Daemon:
         """The metrics, the CDI spec where `cdi_spec_path` is set, and the device files'
         ACLs with `device_access = "acl"`."""
         path = self.config.cdi_spec_path
-        observers: list[LeaseObserver] = [self._metrics]
+        observers: list[LeaseObserver] = [self._metrics, lifecycle.hardware]
         if path is not None:
             observers.append(CdiSpecWriter(path, lifecycle.topology.gpus, lifecycle.leases()))
         self._device_access = device_access(self.config, lifecycle)
@@ -241,15 +244,16 @@ class Daemon:
         )
 
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
-        facade = self._facade(inventory, ledger)
-        facade.cleanups = cleanup_runner(ledger, self._clock, self._device_access)
         guard = DriverGuard.of(inventory, deadline_seconds=self.config.driver_call_timeout_seconds)
+        facade = self._facade(inventory, ledger, guard)
+        facade.cleanups = cleanup_runner(ledger, self._clock, self._device_access)
         housekeeper = Housekeeper(
             facade,
             inventory,
             self.config.sample_interval_seconds,
             retention_seconds=self.config.history_retention_days * 86400.0,
             guard=guard,
+            energy_interval_seconds=self.config.energy_interval_seconds,
         )
         limiter, on_ports = self._limiters()  # the API socket's; the TCP ports'
         exporter = self._exporter(facade, inventory, on_ports)
@@ -271,6 +275,9 @@ class Daemon:
             ports=ports,
             ledger_admin=backups,
             config_report=self._config_state.report,
+            energy_price=energy_price(
+                self.config.energy_price_per_kwh, self.config.energy_currency
+            ),
         )
         socket_path = Path(self.config.socket)
         activated = inherited_api_socket()  # socket activation: systemd owns the path

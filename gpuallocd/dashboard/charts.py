@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuallocd.charts import (
     Interval,
+    daily_energy,
     daily_hours,
     gpu_timelines,
     stacked_bars,
@@ -26,7 +27,8 @@ def _figure(name: str, svg: str) -> str:
 
 
 def charts_html(reader: LedgerReader, node: NodeNow) -> str:
-    """GPU-hours per user per day (7 and 30 days), leases per GPU (24 h), waiting times."""
+    """GPU-hours per user per day (7 and 30 days), kWh per user per day (30 days, where
+    energy was read), leases per GPU (24 h), waiting times."""
     now = node.now
     spans = reader.lease_spans(day_starts(30, now)[0], now)
     month = daily_hours(spans, 30, now)
@@ -45,8 +47,11 @@ def charts_html(reader: LedgerReader, node: NodeNow) -> str:
     for day in month:
         for user, hours in day.values.items():
             totals[user] = totals.get(user, 0.0) + hours
-    colors = colors_by_rank(ranked(totals) + sorted({it.user for it in held}))
+    energy = daily_energy(reader.energy_by_hour(day_starts(30, now)[0]), 30, now)
+    others = {it.user for it in held} | {user for day in energy for user in day.values}
+    colors = colors_by_rank(ranked(totals) + sorted(others - totals.keys()))
     unit = "GPU-hours"
+    kwh = "kWh per user, 30 days (shares and MIG instances estimated)"
     return "".join(
         (
             _figure(
@@ -57,6 +62,9 @@ def charts_html(reader: LedgerReader, node: NodeNow) -> str:
                 "usage-30d",
                 stacked_bars(month, title=f"{unit} per user, 30 days", unit=unit, colors=colors),
             ),
+            _figure("energy-30d", stacked_bars(energy, title=kwh, unit="kWh", colors=colors))
+            if any(day.values for day in energy)
+            else "",
             _figure(
                 "timeline",
                 timeline(rows, now - DAY, now, title="Leases per GPU, 24 hours", colors=colors),

@@ -6,7 +6,13 @@ from collections.abc import Callable
 
 from gpuallocd.dashboard.charts import charts_html
 from gpuallocd.dashboard.page import page_html
-from gpuallocd.dashboard.sections import gpus_html, history_html, queue_html, reservations_html
+from gpuallocd.dashboard.sections import (
+    gpus_html,
+    history_html,
+    power_html,
+    queue_html,
+    reservations_html,
+)
 from gpuallocd.dashboard.source import NodeNow
 from gpuallocd.dashboard.summary import summary_html, unleased_html
 from gpuallocd.dashboard.text import clock_time
@@ -35,7 +41,14 @@ class Renderer:
     def live(self, node: NodeNow) -> dict[str, str]:
         """The GPUs, the queue and the history; those of less than LIVE_FRESH_SECONDS ago
         while the GPUs and leases are as they were."""
-        key = (node.gpus, node.labels, len(node.queue), node.reservations, node.unleased)
+        key = (
+            node.gpus,
+            node.labels,
+            len(node.queue),
+            node.reservations,
+            node.unleased,
+            node.power,
+        )
         kept = self._live
         if kept is not None and kept[1] == key and 0 <= node.now - kept[0] < LIVE_FRESH_SECONDS:
             return kept[2]
@@ -49,7 +62,7 @@ class Renderer:
             "now": clock_time(node.now),
             "summary": summary_html(node),
             "unleased": unleased_html(node, self._user_name),
-            "gpus": gpus_html(node, self._user_name),
+            "gpus": gpus_html(node, self._user_name) + power_html(node),
             "queue": queue_html(node),
             "reservations": reservations_html(node),
             "history": history_html(events, self._user_name),

@@ -10,6 +10,7 @@ from gpuallocd.dashboard.source import NodeNow
 from gpuallocd.dashboard.text import clock_time, duration, esc, gib, user_of
 from gpuallocd.model import HistoryEvent
 from gpuallocd.model.actors import rule_of
+from gpuallocd.model.power import power_text
 
 __all__ = ["gpus_html", "history_html", "queue_html", "reservations_html"]
 
@@ -114,6 +115,11 @@ def gpus_html(node: NodeNow, user_name: Callable[[int], str]) -> str:
         rows.append(_gpu_row(gpu, node, user_name))
         rows.extend(_part_rows(gpu, node))
     return _table("gpus", GPU_HEAD, rows, "no GPU on this node")
+
+
+def power_html(node: NodeNow) -> str:
+    """The power line under the GPUs, where they report power (`power_text`)."""
+    return f'<p class="power">{esc(power_text(node.power))}</p>' if node.power else ""
 
 
 def queue_html(node: NodeNow) -> str:

@@ -27,6 +27,7 @@ class NodeNow:
     labels: dict[str, str | None]
     queue: list[dict[str, Any]]
     reservations: list[dict[str, Any]]
+    power: dict[str, Any] | None = None  # budget, committed and drawn watts (`status`)
     unleased: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -50,6 +51,7 @@ async def read_node(facade: AllocatorFacade, clock: Callable[[], float]) -> Node
     leases = await facade.leases()
     queue = await facade.waiters()
     reservations = await facade.scheduling.reservations()
+    power = await facade.power.status()
     return NodeNow(
         now=clock(),
         name=facade.topology.name,
@@ -58,4 +60,5 @@ async def read_node(facade: AllocatorFacade, clock: Callable[[], float]) -> Node
         queue=queue,
         reservations=reservations,
         unleased=facade.unleased.offenders(),
+        power=power,
     )

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol, runtime_checkable
 
 from gpuallocd.inventory.calls import CallWatch
-from gpuallocd.model import LiveState, Topology
+from gpuallocd.model import LiveState, PowerReading, Topology
 
-__all__ = ["NO_GPU_HINT", "DriverCalls", "Inventory", "XidCounting"]
+__all__ = ["NO_GPU_HINT", "DriverCalls", "Inventory", "PowerMetering", "XidCounting"]
 
 NO_GPU_HINT = (
     "to run without a GPU, start on a topology file instead, "
@@ -53,4 +53,24 @@ class DriverCalls(Protocol):
 
     def driver_calls(self) -> CallWatch:
         """The gate's record of the library calls in flight (calls.py)."""
+
+
+@runtime_checkable
+class PowerMetering(Protocol):
+    """An inventory that reads GPUs' energy and power and sets power limits (NVML does).
+
+    Optional: callers check `isinstance(inventory, PowerMetering)` before asking.
+    """
+
+    def power(self, uuids: Collection[str] | None = None) -> Mapping[str, PowerReading]:
+        """Power of the given whole GPUs (all when None); a GPU that cannot be read is left
+        out."""
+        ...
+
+    def energy(self, uuids: Collection[str]) -> Mapping[str, PowerReading]:
+        """Only the energy counters of the given whole GPUs (`energy_mj` of each reading)."""
+        ...
+
+    def set_power_limit(self, uuid: str, limit_mw: int) -> None:
+        """Set a whole GPU's power limit; raises NvmlError (no permission, out of range)."""
         ...

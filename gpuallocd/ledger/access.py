@@ -6,7 +6,9 @@ are its bases, so each group of tables keeps its SQL in a module of its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -20,4 +22,9 @@ class LedgerAccess:
         raise NotImplementedError
 
     def _read(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError
+
+    def _hot_write(self, steps: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Fixed SQL straight on the sqlite3 connection (hot.py): rows written on every
+        grant or end, where SQLAlchemy's own Python would be most of their cost."""
         raise NotImplementedError

@@ -14,6 +14,7 @@ import functools
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -25,11 +26,13 @@ from gpuallocd.errors import LedgerError
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.rows import event_from_row
 from gpuallocd.ledger.usage_records import GPU_COUNT, UsageRecords
-from gpuallocd.model import HistoryEvent, UserUsage
+from gpuallocd.model import HistoryEvent, LeaseEvent, UserUsage
+from gpuallocd.model.energy import LeaseEnergy
 
 __all__ = ["GpuSpan", "LedgerReader"]
 
 _L = schema.leases
+ENDINGS = frozenset({LeaseEvent.FREED.value, LeaseEvent.REVOKED.value, LeaseEvent.EXPIRED.value})
 _H = schema.history
 _G = schema.lease_gpus
 
@@ -52,11 +55,26 @@ SELECT coalesce(json_group_array(json(event)), '[]') FROM (
     'actor', json_object('uid', actor_uid,
                          'user', coalesce(names.name, CAST(actor_uid AS TEXT))),
     'actor_uid', actor_uid,
-    'at', json(printf('%!.17g', at)), 'detail', detail) AS event
+    'at', json(printf('%!.17g', at)), 'detail', detail,
+    'energy', CASE WHEN event IN ('freed', 'revoked', 'expired') THEN (
+      SELECT CASE WHEN count(*) THEN json_object(
+        'joules', json(printf('%!.17g', total(joules))),
+        'kwh', json(printf('%!.17g', total(joules) / 3600000.0)),
+        'estimate', json(CASE WHEN max(estimate) THEN 'true' ELSE 'false' END)) END
+      FROM energy_use WHERE energy_use.lease_id = last.lease_id) END) AS event
   FROM (SELECT * FROM history {where} ORDER BY seq DESC LIMIT ?) AS last
   LEFT JOIN names ON names.uid = last.actor_uid
   ORDER BY seq
 )
+"""
+# Energy per user over (since, until]: under leases, and by unleased use (no lease).
+_ENERGY_BY_USER = """
+SELECT owner_uid AS uid, max(owner_name) AS name,
+  total(CASE WHEN lease_id IS NOT NULL THEN joules END) AS joules,
+  coalesce(max(CASE WHEN lease_id IS NOT NULL THEN estimate END), 0) AS estimate,
+  total(CASE WHEN lease_id IS NULL THEN joules END) AS unleased_joules,
+  total(CASE WHEN lease_id IS NULL THEN gpu_seconds END) AS unleased_seconds
+FROM energy_use WHERE at > ? AND at <= ? GROUP BY owner_uid
 """
 _ACTORS = """
 SELECT DISTINCT actor_uid FROM (SELECT actor_uid FROM history {where} ORDER BY seq DESC LIMIT ?)
@@ -99,7 +117,13 @@ class LedgerReader(UsageRecords):
             query = query.where(_H.c.lease_id == lease_id)
         with self._read() as conn:
             rows = conn.execute(query).mappings().all()
-        return [event_from_row(r) for r in reversed(rows)]
+            ended = sorted({r["lease_id"] for r in rows if r["event"] in ENDINGS})
+            energy = _energy_of(conn, ended)
+        events = [event_from_row(r) for r in reversed(rows)]
+        return [
+            replace(e, energy=energy.get(e.lease_id)) if e.event.value in ENDINGS else e
+            for e in events
+        ]
 
     def history_json(
         self,
@@ -144,13 +168,46 @@ class LedgerReader(UsageRecords):
         )
         with self._read() as conn:
             rows = conn.execute(query).mappings().all()
-        found = [
-            UserUsage(
+            energy = conn.exec_driver_sql(_ENERGY_BY_USER, (since, until)).mappings().all()
+        found = {
+            r["owner_uid"]: UserUsage(
                 r["owner_uid"], r["name"], r["seconds"] / 3600.0, int(r["leases"]), r["waited"]
             )
             for r in rows
-        ]
-        return sorted(found, key=lambda u: (-u.gpu_hours, u.user))
+        }
+        for e in energy:
+            usage = found.get(e["uid"]) or UserUsage(e["uid"], e["name"], 0.0, 0, 0.0)
+            found[e["uid"]] = replace(
+                usage,
+                energy_joules=e["joules"],
+                energy_estimate=bool(e["estimate"]),
+                unleased_gpu_hours=e["unleased_seconds"] / 3600.0,
+                unleased_energy_joules=e["unleased_joules"],
+            )
+        return sorted(found.values(), key=lambda u: (-u.gpu_hours, u.user))
+
+    def energy_after(self, seq: int) -> tuple[dict[str, float], int]:
+        """Joules per user in the energy readings after `seq`, and the last reading's seq."""
+        e = schema.energy_use
+        query = (
+            select(e.c.owner_name, func.total(e.c.joules), func.max(e.c.seq))
+            .where(e.c.seq > seq)
+            .group_by(e.c.owner_name)
+        )
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        return {name: float(j) for name, j, _ in rows}, max((r[2] for r in rows), default=seq)
+
+    def energy_by_hour(self, since: float) -> list[tuple[float, str, float]]:
+        """(hour, user, joules): each user's energy readings after `since`, summed by the
+        hour in SQL (a month of readings a minute is tens of thousands of rows)."""
+        query = (
+            "SELECT CAST(at / 3600 AS INTEGER) * 3600.0 + 1800.0 AS hour, owner_name, "
+            "total(joules) FROM energy_use WHERE at > ? GROUP BY hour, owner_name"
+        )
+        with self._read() as conn:
+            rows = conn.exec_driver_sql(query, (since,)).all()
+        return [(float(hour), str(user), float(joules)) for hour, user, joules in rows]
 
     def gpu_spans(self, since: float, until: float) -> list[GpuSpan]:
         """Each lease on each GPU held at some time inside [since, until) (the dashboard's
@@ -179,3 +236,16 @@ class LedgerReader(UsageRecords):
         finally:
             if self._conn.in_transaction():
                 self._conn.rollback()  # end the read's snapshot
+
+
+def _energy_of(conn: Connection, lease_ids: list[str]) -> dict[str, LeaseEnergy]:
+    """The energy each of these leases drew, where any was read."""
+    if not lease_ids:
+        return {}
+    e = schema.energy_use
+    query = (
+        select(e.c.lease_id, func.total(e.c.joules), func.max(e.c.estimate))
+        .where(e.c.lease_id.in_(lease_ids))
+        .group_by(e.c.lease_id)
+    )
+    return {row[0]: LeaseEnergy(float(row[1]), bool(row[2])) for row in conn.execute(query)}

@@ -31,6 +31,7 @@ __all__ = [
     "admin_actions",
     "advance_reservations",
     "drains",
+    "energy_use",
     "gpus",
     "history",
     "lease_gpus",
@@ -39,6 +40,7 @@ __all__ = [
     "meta",
     "metadata",
     "pending_cleanups",
+    "power_caps",
     "reservation_events",
 ]
 
@@ -254,4 +256,36 @@ pending_cleanups = Table(
     Column("next_try", Float, nullable=False),
     Column("last_error", Text),
     Index("one_pending_cleanup", "kind", "target", "payload", unique=True),
+)
+
+# Energy drawn, one row per reading of a lease's GPUs (docs/accounting.md): the joules since
+# the previous reading, charged to the lease's owner; `estimate` where the lease held part of a
+# GPU (a share, a MIG instance). Rows with no lease are unleased use charged to its owner,
+# with the GPU-seconds it held. No foreign key: the rows of a purged lease go with it.
+energy_use = Table(
+    "energy_use",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("lease_id", String),
+    Column("owner_uid", Integer, nullable=False),
+    Column("owner_name", String, nullable=False),
+    Column("at", Float, nullable=False),
+    Column("joules", Float, nullable=False),
+    Column("estimate", Boolean, nullable=False),
+    Column("gpu_seconds", Float, nullable=False, server_default="0"),
+    Index("energy_use_by_lease", "lease_id"),
+    Index("energy_use_by_time", "at"),
+    Index("energy_use_by_owner", "owner_uid", "at"),
+)
+
+# Power limits set for leases (allocator/power/caps.py): per GPU the cap and the limit to put
+# back. A row lives until the limit is put back, so a daemon killed before it puts it back at
+# its next start. Kept apart from other pending work: it is read once, at start.
+power_caps = Table(
+    "power_caps",
+    metadata,
+    Column("gpu_uuid", String, primary_key=True),
+    Column("lease_id", String, primary_key=True),
+    Column("set_mw", Integer, nullable=False),
+    Column("restore_mw", Integer, nullable=False),
 )

@@ -20,6 +20,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -40,9 +41,11 @@ from gpuallocd.errors import GpuBusy, LedgerError
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.admin_records import AdminRecords
 from gpuallocd.ledger.cleanup_records import CleanupPlan, CleanupRecords, cleanup_steps
+from gpuallocd.ledger.energy_records import EnergyRecords
 from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
-from gpuallocd.ledger.reader import LedgerReader
+from gpuallocd.ledger.power_records import PowerRecords
+from gpuallocd.ledger.reader import ENDINGS, LedgerReader
 from gpuallocd.ledger.reservation_records import ReservationRecords
 from gpuallocd.ledger.rows import (
     event_from_row,
@@ -110,14 +113,22 @@ def _make_engine(path: Path, sync: str) -> Engine:
     return engine
 
 
-class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords, CleanupRecords):
-    """GPUs, leases and their history, in one SQLite file (drains, admin actions,
-    accounting reads, advance reservations, unleased use and pending cleanups in the base
-    classes).
+class Ledger(
+    AdminRecords,
+    UsageRecords,
+    ReservationRecords,
+    UnleasedRecords,
+    CleanupRecords,
+    EnergyRecords,
+    PowerRecords,
+):
+    """GPUs, leases and their history, in one SQLite file (drains, admin actions, accounting
+    reads, advance reservations, unleased use, pending cleanups, energy and power caps in
+    the base classes).
 
     `cleanup_plans` say what each ended lease owes the machine (one plan per feature that
-    needs cleaning up after a lease: device ACLs, a power limit); it is recorded
-    in the transaction that ends the lease (cleanup_records.py).
+    needs cleaning up after a lease: device ACLs); it is recorded in the transaction that
+    ends the lease (cleanup_records.py).
     """
 
     cleanup_plans: tuple[CleanupPlan, ...] = ()
@@ -229,6 +240,12 @@ class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords, Cl
         except sqlite3.Error as exc:
             raise LedgerError(f"the ledger write failed: {exc}") from exc
 
+    def _hot_write(self, steps: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        try:
+            self._hot.write(steps, nested=self._batch is not None)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"the ledger write failed: {exc}") from exc
+
     def note(self, lease_id: str, event_kind: LeaseEvent, at: float, detail: str) -> None:
         """Record an event that changes no lease (a memory share found over its size)."""
         with self._write() as conn:
@@ -258,7 +275,11 @@ class Ledger(AdminRecords, UsageRecords, ReservationRecords, UnleasedRecords, Cl
         )
         with self._read() as conn:
             rows = conn.execute(query).mappings().all()
-        return [event_from_row(r) for r in rows]
+        events = [event_from_row(r) for r in rows]
+        if any(e.event.value in ENDINGS for e in events):  # the end carries what it drew
+            energy = self.lease_energy(lease_id)
+            events = [replace(e, energy=energy) if e.event.value in ENDINGS else e for e in events]
+        return events
 
     # Internals ------------------------------------------------------------------------------
 

@@ -23,8 +23,11 @@ GPU_COUNT = (
 class UsageRecords(LedgerAccess):
     """Lease spans for accounting and limits; purge of ended leases past retention."""
 
-    def lease_spans(self, since: float, until: float, uid: int | None = None) -> list[LeaseSpan]:
-        """Every lease held at some time inside [since, until) (active ones included)."""
+    def lease_spans(
+        self, since: float, until: float, uid: int | None = None, *, with_unleased: bool = False
+    ) -> list[LeaseSpan]:
+        """Every lease held at some time inside [since, until) (active ones included); with
+        `with_unleased`, unleased use as well (fair share where the site counts it)."""
         query = select(
             _L.c.owner_uid,
             _L.c.owner_name,
@@ -47,7 +50,18 @@ class UsageRecords(LedgerAccess):
                 waited_seconds=r["waited_seconds"],
             )
             for r in rows
-        ]
+        ] + (self._unleased_spans(since, until) if with_unleased else [])
+
+    def _unleased_spans(self, since: float, until: float) -> list[LeaseSpan]:
+        """Unleased use (docs/accounting.md) as spans: each reading's GPU-seconds of one GPU,
+        ending at the reading."""
+        e = schema.energy_use
+        query = select(e.c.owner_uid, e.c.owner_name, e.c.at, e.c.gpu_seconds).where(
+            e.c.lease_id.is_(None), e.c.at > since, e.c.at - e.c.gpu_seconds < until
+        )
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        return [LeaseSpan(uid, name, 1.0, at - seconds, at) for uid, name, at, seconds in rows]
 
     def purge_before(self, cutoff: float, batch: int) -> int:
         """Delete up to `batch` leases that ended before `cutoff`, with their GPUs and history,
@@ -57,7 +71,8 @@ class UsageRecords(LedgerAccess):
                 conn.execute(select(_L.c.id).where(_L.c.ended_at < cutoff).limit(batch)).scalars()
             )
             if ids:
-                h, g = schema.history, schema.lease_gpus
+                h, g, e = schema.history, schema.lease_gpus, schema.energy_use
+                conn.execute(delete(e).where(e.c.lease_id.in_(ids)))
                 conn.execute(delete(h).where(h.c.lease_id.in_(ids)))
                 conn.execute(delete(g).where(g.c.lease_id.in_(ids)))
                 conn.execute(delete(_L).where(_L.c.id.in_(ids)))

@@ -31,6 +31,7 @@ class NodeSample:
     xid_counts: Mapping[str, int] | None  # None: the backend does not count Xid events
     unleased_actions: Mapping[str, int] = field(default_factory=dict)  # by action
     unleased_now: int = 0  # processes using GPUs without a lease at the last sample
+    energy_joules: Mapping[str, float] | None = None  # per user; None: no energy counters
 
 
 async def take_sample(facade: AllocatorFacade, inventory: Inventory) -> NodeSample:
@@ -41,7 +42,8 @@ async def take_sample(facade: AllocatorFacade, inventory: Inventory) -> NodeSamp
     waiters = await facade.waiters()
     unleased = facade.unleased
     actions, now = dict(unleased.counts), len(unleased.offenders())
-    return NodeSample(tuple(gpus), tuple(leases), len(waiters), xids, actions, now)
+    energy = await facade.energy.totals() if facade.energy.metered else None
+    return NodeSample(tuple(gpus), tuple(leases), len(waiters), xids, actions, now, energy)
 
 
 def _gpu_labels(status: GpuStatus) -> list[str]:
@@ -129,3 +131,16 @@ def node_families(sample: NodeSample) -> Iterator[Metric]:
     if sample.xid_counts is not None:
         yield _xid_family(sample, sample.xid_counts)
     yield from _unleased_families(sample)
+    if sample.energy_joules is not None:
+        yield _energy_family(sample.energy_joules)
+
+
+def _energy_family(joules: Mapping[str, float]) -> Metric:
+    family = CounterMetricFamily(
+        "gpuallocd_energy_joules",
+        "Energy drawn by each user's leases and unleased use (docs/accounting.md).",
+        labels=["user"],
+    )
+    for user, value in sorted(joules.items()):
+        family.add_metric([user], value)
+    return family

@@ -28,6 +28,7 @@ from gpuallocd.model.node import (
     Topology,
     pair_key,
 )
+from gpuallocd.model.power import PowerReading
 from gpuallocd.model.reservation import (
     AdvanceReservation,
     ReservationEvent,
@@ -65,6 +66,7 @@ __all__ = [
     "LiveState",
     "MigDevice",
     "PcieLevel",
+    "PowerReading",
     "ReservationEvent",
     "ReservationRecord",
     "ReservationState",

@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from gpuallocd.model.energy import LeaseEnergy
+
 __all__ = [
     "Caller",
     "HistoryEvent",
@@ -121,6 +123,7 @@ class Lease:
     bound: bool = False  # ends when the process `pid` (started at `pid_start_time`) exits
     pid_start_time: int | None = None
     waited_seconds: float = 0.0  # how long the request waited in the queue before its grant
+    power_limit_watts: float | None = None  # the GPUs' power cap asked for (docs/accounting.md)
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -149,6 +152,7 @@ class Lease:
             self.bound,
             self.pid_start_time,
             self.waited_seconds,
+            self.power_limit_watts,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -165,6 +169,7 @@ class Lease:
             "ended_at": self.ended_at,
             "bound_to_process": self.bound,
             "waited_seconds": self.waited_seconds,
+            "power_limit_watts": self.power_limit_watts,
         }
 
 
@@ -181,6 +186,7 @@ class HistoryEvent:
     actor_uid: int
     at: float
     detail: str | None
+    energy: LeaseEnergy | None = None  # an end event's: what the lease drew
 
     def to_json(self, actor_name: str | None = None) -> dict[str, Any]:
         """`actor` names who acted as admin actions do (`actor_name`, else the uid as text);
@@ -193,4 +199,5 @@ class HistoryEvent:
             "actor_uid": self.actor_uid,
             "at": self.at,
             "detail": self.detail,
+            "energy": None if self.energy is None else self.energy.to_json(),
         }

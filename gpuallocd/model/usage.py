@@ -9,9 +9,11 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from gpuallocd.model.energy import JOULES_PER_KWH
 
 __all__ = [
     "MAX_DAYS",
@@ -21,6 +23,7 @@ __all__ = [
     "gpu_hours_per_day",
     "gpu_seconds",
     "local_midnights",
+    "usage_by_group",
 ]
 
 
@@ -50,6 +53,10 @@ class UserUsage:
     gpu_hours: float
     leases: int
     waiting_seconds: float
+    energy_joules: float = 0.0  # drawn under leases (docs/accounting.md)
+    energy_estimate: bool = False  # some of it estimated (shares, MIG instances)
+    unleased_gpu_hours: float = 0.0  # GPU time of processes on GPUs the user held no lease on
+    unleased_energy_joules: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +65,11 @@ class UserUsage:
             "gpu_hours": self.gpu_hours,
             "leases": self.leases,
             "waiting_seconds": self.waiting_seconds,
+            "energy_kwh": self.energy_joules / JOULES_PER_KWH,
+            "energy_joules": self.energy_joules,
+            "energy_estimate": self.energy_estimate,
+            "unleased_gpu_hours": self.unleased_gpu_hours,
+            "unleased_energy_kwh": self.unleased_energy_joules / JOULES_PER_KWH,
         }
 
 
@@ -111,3 +123,32 @@ def gpu_hours_per_day(
                 totals[span.owner_name] = totals.get(span.owner_name, 0.0) + span.gpus * held / 3600
             day += 1
     return hours
+
+
+def usage_by_group(
+    users: Iterable[UserUsage], group_of: Callable[[int], str]
+) -> list[dict[str, Any]]:
+    """Each group's use: its members' (each user in their primary group `group_of(uid)`)
+    GPU-hours and kWh added up, leased and unleased; most kWh first."""
+    totals: dict[str, dict[str, Any]] = {}
+    for user in users:
+        group = group_of(user.uid)
+        entry = totals.setdefault(
+            group,
+            {
+                "group": group,
+                "users": 0,
+                "gpu_hours": 0.0,
+                "energy_kwh": 0.0,
+                "energy_estimate": False,
+                "unleased_gpu_hours": 0.0,
+                "unleased_energy_kwh": 0.0,
+            },
+        )
+        entry["users"] += 1
+        entry["gpu_hours"] += user.gpu_hours
+        entry["energy_kwh"] += user.energy_joules / JOULES_PER_KWH
+        entry["energy_estimate"] = entry["energy_estimate"] or user.energy_estimate
+        entry["unleased_gpu_hours"] += user.unleased_gpu_hours
+        entry["unleased_energy_kwh"] += user.unleased_energy_joules / JOULES_PER_KWH
+    return sorted(totals.values(), key=lambda g: (-g["energy_kwh"], -g["gpu_hours"], g["group"]))

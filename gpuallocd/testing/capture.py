@@ -117,6 +117,17 @@ def _mig(api: NvmlApi, handle: object) -> dict[str, Any]:
     return entry
 
 
+def _power(api: NvmlApi, handle: object) -> dict[str, Any]:
+    limits = _ask(api.power_limit_constraints_mw, handle)
+    return {
+        "power_usage_mw": _ask(api.power_draw_mw, handle),
+        "power_limit_mw": _ask(api.power_limit_mw, handle),
+        "power_default_limit_mw": _ask(api.power_default_limit_mw, handle),
+        "power_limit_constraints_mw": limits if _is_error(limits) else list(limits),
+        "energy_counter_mj": _ask(api.energy_mj, handle),
+    }
+
+
 def _processes(api: NvmlApi, handle: object) -> Any:
     found = _ask(api.compute_processes, handle)
     if _is_error(found):
@@ -154,6 +165,7 @@ def _device(api: NvmlApi, index: int, with_processes: bool) -> tuple[dict[str, A
         "numa_nodes": _ask(lambda: list(api.numa_nodes(handle))),
         "cpus": cpus if _is_error(cpus) else format_cpus(cpus),
         "utilization_gpu_percent": _ask(api.utilization_percent, handle),
+        **_power(api, handle),
         "nvlinks": _nvlinks(api, handle),
         **_mig(api, handle),
         "processes": _processes(api, handle) if with_processes else [],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import queue
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from typing import Any
 import pynvml
 
 from gpuallocd.testing.live import LiveFile
+from gpuallocd.testing.power import Clock, PowerModel, PowerQueries
 from gpuallocd.testing.recording import NVML_FORMAT, load_recording
 
 __all__ = ["FakeHandle", "FakeNvml"]
@@ -86,7 +88,7 @@ class _EventSet:
     freed: bool = False
 
 
-class FakeNvml:
+class FakeNvml(PowerQueries):
     """pynvml as a recorded machine answers it (see docs/hardware.md)."""
 
     NVMLError = pynvml.NVMLError
@@ -94,7 +96,7 @@ class FakeNvml:
     NVML_NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
     nvmlEventTypeXidCriticalError = pynvml.nvmlEventTypeXidCriticalError
 
-    def __init__(self, recording: Mapping[str, Any]) -> None:
+    def __init__(self, recording: Mapping[str, Any], *, clock: Clock = time.monotonic) -> None:
         if recording.get("format") != NVML_FORMAT:
             raise ValueError(f"not an NVML recording: format {recording.get('format')!r}")
         self.recording = copy.deepcopy(dict(recording))
@@ -108,11 +110,12 @@ class FakeNvml:
         self.initialised = 0
         self.calls: Counter[str] = Counter()
         self._live: LiveFile | None = None
+        self.power = PowerModel(self._devices, clock)
 
     @classmethod
-    def from_recording(cls, spec: str | Path) -> FakeNvml:
+    def from_recording(cls, spec: str | Path, *, clock: Clock = time.monotonic) -> FakeNvml:
         """A fake over a bundled recording (by name) or a recording file (by path)."""
-        return cls(load_recording(spec, NVML_FORMAT))
+        return cls(load_recording(spec, NVML_FORMAT), clock=clock)
 
     # -- test hooks -------------------------------------------------------------------
 
@@ -154,14 +157,21 @@ class FakeNvml:
         ]
 
     def follow_live_file(self, path: Path) -> None:
-        """From now on, each sample first applies what `path` says runs on the GPUs now."""
+        """From now on, each sample first applies what `path` says runs on the GPUs now; power
+        limits set are kept in `PATH.limits` (a card keeps them when the daemon restarts)."""
         self._live = LiveFile(path)
+        self.power.keep_limits_in(path.with_name(path.name + ".limits"))
 
     def _apply_live_file(self, call: str) -> None:
-        if self._live is not None:
-            for uuid, xid in self._live.apply(self._devices):
-                self.inject_xid(uuid, xid)
-            self._live.hold(call)
+        if self._live is None:
+            return
+        with self.power.changing():
+            xids, reloads = self._live.apply(self._devices)
+            if reloads:
+                self.power.reload_driver()
+        for uuid, xid in xids:
+            self.inject_xid(uuid, xid)
+        self._live.hold(call)
 
     def destroy_mig_device(self, mig_uuid: str) -> None:
         """An admin destroys a MIG instance (nvidia-smi mig -dci/-dgi): its slot is empty."""
@@ -172,9 +182,6 @@ class FakeNvml:
 
     def set_memory_used(self, uuid: str, used_bytes: int) -> None:
         self._device(uuid)["memory_used_bytes"] = used_bytes
-
-    def set_utilization(self, uuid: str, percent: int) -> None:
-        self._device(uuid)["utilization_gpu_percent"] = percent
 
     def set_error(self, uuid: str, key: str, error: str | None) -> None:
         """Make one recorded answer an NVML error (None puts nothing back: not supported)."""

@@ -12,13 +12,16 @@ list them. The file maps a GPU's UUID to what NVML reports for it now; every key
         "memory_used_bytes": 13958643712
       },
       "xid": [{"seq": 1, "uuid": "GPU-...", "xid": 79}],
-      "hang": {"call": "nvmlDeviceGetMemoryInfo", "until": "/run/gpuallocd-test/release"}
+      "hang": {"call": "nvmlDeviceGetMemoryInfo", "until": "/run/gpuallocd-test/release"},
+      "driver_reload": [{"seq": 1}]
     }
 
 The file says what runs now: a GPU it does not name (or names without `processes`) runs no
 process; utilisation and memory it does not give are the recording's. A process on one of a
 GPU's MIG instances carries `gpu_instance_id` and `compute_instance_id`. `xid` delivers each
-critical-error event once, by its `seq`. A GPU given `"lost": true` has fallen off the bus:
+critical-error event once, by its `seq`; each `driver_reload` (once, by its `seq`) restarts
+the energy counters at 0 and puts the default power limits back. A GPU given `"lost": true`
+has fallen off the bus:
 every call about it fails with GPU_IS_LOST until the file no longer says so.
 
 `hang` makes a driver call hang for real, as NVML's do when the driver is stuck: while the
@@ -59,6 +62,7 @@ class LiveFile:
     _seen: tuple[int, int] | None = None
     delivered_xids: set[int] = field(default_factory=set)
     hang: tuple[str, Path] | None = None  # (call, FIFO) while the file names a hang
+    delivered_reloads: set[int] = field(default_factory=set)
     _recorded: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)  # sampler and Xid watcher
 
@@ -88,9 +92,16 @@ class LiveFile:
                 fresh.append((str(event["uuid"]), int(event["xid"])))
         return fresh
 
-    def apply(self, devices: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    def new_reloads(self, content: dict[str, Any]) -> int:
+        """How many driver reloads of `content` were not delivered yet."""
+        fresh = {int(event["seq"]) for event in content.get("driver_reload", ())}
+        fresh -= self.delivered_reloads
+        self.delivered_reloads |= fresh
+        return len(fresh)
+
+    def apply(self, devices: list[dict[str, Any]]) -> tuple[list[tuple[str, int]], int]:
         """Update the recorded `devices` from the file if it changed; the Xid events to
-        deliver now, as (uuid, xid)."""
+        deliver now, as (uuid, xid), and the number of driver reloads to replay."""
         with self._lock:
             return self._apply(devices)
 
@@ -106,10 +117,10 @@ class LiveFile:
         except OSError:
             return  # no FIFO there: the call does not hang
 
-    def _apply(self, devices: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    def _apply(self, devices: list[dict[str, Any]]) -> tuple[list[tuple[str, int]], int]:
         content = self.changed()
         if content is None:
-            return []
+            return [], 0
         for device in devices:
             recorded = self._recorded.setdefault(
                 str(device.get("uuid")), {key: device.get(key) for key in LIVE_KEYS}
@@ -120,7 +131,7 @@ class LiveFile:
             device["processes"] = now.get("processes", [])
             device["lost"] = bool(now.get("lost", False))
         self.hang = _hang(content.get("hang"))
-        return self.new_xids(content)
+        return self.new_xids(content), self.new_reloads(content)
 
 
 def _hang(entry: Any) -> tuple[str, Path] | None:

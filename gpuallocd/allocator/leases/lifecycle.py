@@ -23,6 +23,7 @@ from gpuallocd.allocator.leases.servable import check_servable, usable_gpus
 from gpuallocd.allocator.leases.sharing import share_capacity
 from gpuallocd.allocator.leases.slices import leased_units, vanished_units
 from gpuallocd.allocator.leases.specs import AllocateSpec, AllocatorSettings
+from gpuallocd.allocator.power.hardware import LeaseHardware
 from gpuallocd.allocator.site.drain import DrainBoard
 from gpuallocd.allocator.site.quota import Quota
 from gpuallocd.allocator.site.reservation_board import ReservationBoard, caller_of_uid
@@ -38,15 +39,7 @@ from gpuallocd.errors import (
 )
 from gpuallocd.host.proc import process_start_time
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import (
-    Caller,
-    Lease,
-    LeasedGpu,
-    LeaseEvent,
-    LeaseState,
-    LiveState,
-    Topology,
-)
+from gpuallocd.model import Caller, Lease, LeasedGpu, LeaseEvent, LeaseState, LiveState, Topology
 from gpuallocd.model.lease import ENDING_EVENT
 from gpuallocd.policies.rules import request_for
 
@@ -75,6 +68,7 @@ class LeaseLifecycle:
         start_time_of: Callable[[int], int | None] = process_start_time,
         rules: SiteRules | None = None,
         monotonic: Clock | None = None,
+        hardware: LeaseHardware | None = None,
     ) -> None:
         """`clock` gives the wall-clock times shown to people; `monotonic` (the same clock
         when not given) decides expiry: see `deadlines.py`."""
@@ -90,6 +84,7 @@ class LeaseLifecycle:
         self.quota = Quota(ledger, clock, rules or SiteRules())
         self.drains = DrainBoard(ledger)
         self.reservations = ReservationBoard(ledger)
+        self.hardware = hardware or LeaseHardware()  # energy and power caps: hardware.py
         self._sync_units(topology)
         self._active = {lease.id: lease for lease in ledger.active_leases()}
         self._journal: list[Transition] = []  # written to the log after the commit
@@ -241,12 +236,13 @@ class LeaseLifecycle:
         if request.kind != "whole":
             self.quota.check_units(caller, self._active.values(), units)
         lease = self._new_lease(caller, spec, policy_name, units, ttl, waited_since)
-        self.record_grant(lease, spec.request_id)
+        lease = self.record_grant(lease, spec.request_id)
         self._request_ids.remember(caller.uid, spec.request_id, lease.id)
         return lease
 
     def record_grant(self, lease: Lease, request_id: str | None = None) -> Lease:
         """Record a lease decided here or by an adoption (allocator/unleased/adoption.py)."""
+        lease = self.hardware.granted(self._ledger, self._active.values(), lease, lease.created_at)
         self._ledger.grant(lease, lease.owner_uid, request_id)
         self._active[lease.id] = lease
         self._journal.append(Transition(LeaseEvent.GRANTED, lease, lease.owner_uid))
@@ -357,6 +353,7 @@ class LeaseLifecycle:
             bound=spec.bind_to_process,
             pid_start_time=start_time,
             waited_seconds=0.0 if waited_since is None else max(0.0, now - waited_since),
+            power_limit_watts=spec.power_limit_watts,
         )
 
     def _end(
@@ -371,6 +368,7 @@ class LeaseLifecycle:
         """End `leases` now, or each at its time in `at` (an expiry: when it was due)."""
         now = self._clock()
         ended = [lease.ended(state, at[lease.id] if at else now) for lease in leases]
+        self.hardware.ending(self._ledger, self._active.values(), leases, now)
         self._ledger.end(ended, actor_uid, detail)
         for lease in ended:
             self._active.pop(lease.id, None)

@@ -21,6 +21,7 @@ class AllocatorSettings:
     fair_share_half_life_hours: float = 7 * 24.0
     fair_share_wait_weight: float = 1.0  # priority (GPU-hours) gained per hour of waiting
     fair_share_by: str = "user"  # user, group (the owner's primary group)
+    fair_share_counts_unleased: bool = False  # unleased use counts as GPU-hours in fair share
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,3 +43,4 @@ class AllocateSpec:
     mig_profile: str | None = None
     request_id: str | None = None  # a retried request with the same id gets the same lease
     on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes
+    power_limit_watts: float | None = None  # cap the leased GPUs' power (allocator/power/caps.py)

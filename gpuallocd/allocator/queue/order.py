@@ -26,7 +26,7 @@ from gpuallocd.policies.fair_share import (
     horizon_seconds,
 )
 
-__all__ = ["FAIR_SHARE", "FIFO", "QueueOrder"]
+__all__ = ["FAIR_SHARE", "FIFO", "QueueOrder", "primary_group_of"]
 
 FIFO = "fifo"
 FAIR_SHARE = "fair-share"
@@ -61,6 +61,11 @@ def _primary_group_of(uid: int) -> str:
         return _group_name(pwd.getpwuid(uid).pw_gid)
     except KeyError:
         return str(uid)
+
+
+def primary_group_of(uid: int) -> str:
+    """A uid's primary group's name, as fair share's `group` accounts name it."""
+    return _primary_group_of(uid)
 
 
 class QueueOrder:
@@ -121,7 +126,8 @@ class QueueOrder:
         at = self._clock() if now is None else now
         half_life = self._settings.fair_share_half_life_hours
         read = self._ledger.lease_spans if lease_spans is None else lease_spans
-        spans = read(at - horizon_seconds(half_life), at)
+        unleased = self._settings.fair_share_counts_unleased
+        spans = read(at - horizon_seconds(half_life), at, with_unleased=unleased)
         account_of = None
         if self._settings.fair_share_by == "group":
             account_of = {s.owner_uid: _primary_group_of(s.owner_uid) for s in spans}

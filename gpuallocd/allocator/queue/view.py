@@ -26,6 +26,7 @@ __all__ = ["QueuedRequest", "WaitInfo", "describe_waiters", "holds"]
 
 RESOURCES = "Resources"
 RESERVED = "Reserved"
+POWER = "Power"  # its GPUs are free, but the box's power budget is committed (power_budget.py)
 
 # The GPUs that could serve a request, less those its owner (the uid given) holds already.
 Usable = Callable[[AllocateSpec, int | None], frozenset[str]]
@@ -136,17 +137,19 @@ def describe_waiters(
     now: float,
     ttl_of: Callable[[AllocateSpec, Caller], float],
     held_until: Mapping[str, float] | None = None,
+    power_note: str | None = None,
 ) -> list[WaitInfo]:
     """Reason, detail and estimated start of each waiter, in queue order.
 
     `statuses` are the GPUs without reservations (free means nobody holds or uses it);
-    `held_until`: GPUs advance reservations hold from the queue, and until when.
+    `held_until`: GPUs advance reservations hold from the queue, and until when;
+    `power_note`: why the last grant did not fit the power budget, where one did not.
     """
     held = held_until or {}
     by_uuid = {s.gpu.uuid: s for s in statuses}
     needs = [_need(w.spec, usable) for w in waiters]
     free = {s.gpu.uuid for s in statuses if s.state == "free"}
-    reasons = _reasons(needs, free, by_uuid)
+    reasons = _reasons(needs, free, by_uuid, power_note)
     releases = _releases(statuses, held)
     ttls = [ttl_of(w.spec, w.caller) for w in waiters]  # each waiter's own limits
     starts = _play_forward(needs, free - held.keys(), releases, now, ttls)
@@ -157,7 +160,10 @@ def describe_waiters(
 
 
 def _reasons(
-    needs: Sequence[_Need], free: set[str], statuses: Mapping[str, GpuStatus]
+    needs: Sequence[_Need],
+    free: set[str],
+    statuses: Mapping[str, GpuStatus],
+    power_note: str | None = None,
 ) -> list[tuple[str, str]]:
     reasons: list[tuple[str, str]] = []
     held: dict[str, int] = {}  # GPU -> position of the waiter it is held for
@@ -166,6 +172,8 @@ def _reasons(
         if need.fits(free) and not need.fits(free - blocked):
             first = min(held[uuid] for uuid in blocked)
             reasons.append((RESERVED, f"free GPUs are held for position {first}"))
+        elif power_note and need.fits(free - blocked):
+            reasons.append((POWER, power_note))
         else:
             kept = len({uuid for uuid in need.pool & free if uuid not in held})
             reasons.append((RESOURCES, _detail(need, free, statuses, kept)))

@@ -134,6 +134,7 @@ class WaitQueue:
             held_until=self._lifecycle.reservations.held_until(
                 now, self._lifecycle.ttl_of(AllocateSpec())
             ),
+            power_note=self._lifecycle.hardware.budget.note,
         )
         return [
             {**waiter.to_json(position, info, now), "priority": p.to_json() if p else None}

@@ -12,11 +12,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from gpuallocd.allocator.site.budgets import budget_field
 from gpuallocd.errors import QuotaExceeded
 from gpuallocd.model import Lease, LeasedGpu, UnitKind
 from gpuallocd.model.durations import typed_duration
 
 __all__ = [
+    "BUDGETS",
     "LIMIT_NAMES",
     "LIMIT_SPECS",
     "AppliedLimits",
@@ -32,10 +34,11 @@ __all__ = [
 ]
 
 
-def _limit(*, whole: bool, minimum: float) -> Any:
+def _limit(*, whole: bool, minimum: float, meaning: str = "") -> Any:
     """A limit's field: None (not set in this row) by default; a config value must be a
     whole number where `whole`, and at least `minimum` (a positive `minimum`: above 0)."""
-    return field(default=None, metadata={"limit": True, "whole": whole, "minimum": minimum})
+    metadata = {"limit": True, "whole": whole, "minimum": minimum, "meaning": meaning}
+    return field(default=None, metadata=metadata)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +54,22 @@ class Limits:
     max_waiting: int | None = _limit(whole=True, minimum=0.0)
     max_gpu_hours_per_day: float | None = _limit(whole=False, minimum=0.0)
     max_shares: int | None = _limit(whole=True, minimum=0.0)
+    max_gpu_hours_per_week: float | None = budget_field("gpu_hours", "week")
+    max_gpu_hours_per_month: float | None = budget_field("gpu_hours", "month")
+    max_kwh_per_day: float | None = budget_field("kwh", "day")
+    max_kwh_per_week: float | None = budget_field("kwh", "week")
+    max_kwh_per_month: float | None = budget_field("kwh", "month")
+    max_power_limit_watts: float | None = _limit(
+        whole=False, minimum=1.0, meaning="the highest power cap a user's lease may have (W)"
+    )
 
     def value(self, name: str) -> float | None:
         found: float | None = getattr(self, name)
         return found
+
+
+# Budgets (budgets.py): name -> (what it measures, its window in seconds).
+BUDGETS = {f.name: f.metadata["budget"] for f in fields(Limits) if "budget" in f.metadata}
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,7 @@ class Usage:
     waiting: int = 0
     gpu_hours_per_day: float = 0.0
     shares: int = 0
+    budgets: Mapping[str, float] = field(default_factory=dict)  # use in each budget's window
 
     def current(self, name: str) -> float | None:
         """The use that `name` limits; None for `max_ttl_seconds`, which limits a request."""
@@ -144,6 +160,7 @@ class Usage:
             "max_waiting": float(self.waiting),
             "max_gpu_hours_per_day": self.gpu_hours_per_day,
             "max_shares": float(self.shares),
+            **self.budgets,
         }.get(name)
 
     def to_json(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ async def purge_before(
     while True:
         done = await worker.run(ledger.purge_before, cutoff, batch)
         done += await worker.run(ledger.purge_unleased_before, cutoff, batch)
+        done += await worker.run(ledger.purge_energy_before, cutoff, batch)
         purged += done
         if done < batch:
             return purged

@@ -1,8 +1,9 @@
 """A caller's use of the node held against the limits that apply to them.
 
 Use is measured where it lives: GPUs held from the active leases, waiting requests from the
-queue, GPU-hours of the last 24 hours from the ledger's record of leases (read only when a
-limit on them applies, so a node without that limit pays nothing on a grant).
+queue, GPU-hours of the last 24 hours and the use against budgets (allocator/site/budgets.py) from
+the ledger's record of leases and energy (read only when a limit on them applies, so a node
+without that limit pays nothing on a grant).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from gpuallocd.allocator.site.budgets import Readings, check_budgets, use_in_window
 from gpuallocd.allocator.site.limits import (
+    BUDGETS,
     LIMIT_NAMES,
     AppliedLimits,
     Usage,
@@ -48,7 +51,13 @@ class Quota:
         return gpu_seconds(spans, now - DAY_SECONDS, now) / 3600.0
 
     def usage(
-        self, uid: int, active: Iterable[Lease], waiting: int = 0, *, with_hours: bool = True
+        self,
+        uid: int,
+        active: Iterable[Lease],
+        waiting: int = 0,
+        *,
+        with_hours: bool = True,
+        with_budgets: bool = False,
     ) -> Usage:
         hours = self.gpu_hours_per_day(uid) if with_hours else 0.0
         active = list(active)
@@ -57,6 +66,7 @@ class Quota:
             waiting=waiting,
             gpu_hours_per_day=hours,
             shares=len(shares_held(active, uid)),
+            budgets=self._budget_use(uid) if with_budgets else {},
         )
 
     def ttl_bounds(self, caller: Caller, default: float, site_max: float) -> TtlBounds:
@@ -71,6 +81,25 @@ class Quota:
             user_max_source=applied.sources["max_ttl_seconds"],
         )
 
+    def readings(self, uid: int, window: float) -> Readings:
+        """`uid`'s lease spans and energy readings of the last `window` seconds."""
+        now = self._clock()
+        spans = self._ledger.lease_spans(now - window, now, uid=uid)
+        return Readings(spans, self._ledger.energy_readings(uid, now - window), now)
+
+    def _budget_use(self, uid: int) -> dict[str, float]:
+        found = self.readings(uid, max(window for _, window in BUDGETS.values()))
+        return {name: use_in_window(found, *BUDGETS[name]) for name in BUDGETS}
+
+    def _check_budgets(self, caller: Caller, applied: AppliedLimits) -> None:
+        def source(name: str) -> str:
+            return applied.sources[name]
+
+        def readings(window: float) -> Readings:
+            return self.readings(caller.uid, window)
+
+        check_budgets(BUDGETS, applied.value, source, caller.user, readings)
+
     def check_grant(self, caller: Caller, active: Iterable[Lease], *, gpus: float) -> None:
         """QuotaExceeded when granting `gpus` to the caller would pass one of their limits."""
         applied = self.applied(caller)
@@ -79,6 +108,7 @@ class Quota:
         with_hours = applied.value("max_gpu_hours_per_day") is not None
         usage = self.usage(caller.uid, active, with_hours=with_hours)
         check_grant(applied, usage, gpus=gpus)
+        self._check_budgets(caller, applied)
 
     def check_units(
         self,
@@ -101,6 +131,7 @@ class Quota:
             gpus=units_weight(units, shared_already),
             shares=sum(unit.kind is UnitKind.SHARE for unit in units),
         )
+        self._check_budgets(caller, applied)
 
     def check_waiting(self, caller: Caller, waiting: int) -> None:
         check_waiting(self.applied(caller), waiting)
@@ -108,7 +139,7 @@ class Quota:
     def report(self, subject: Caller, active: Iterable[Lease], waiting: int) -> dict[str, Any]:
         """What `gpuallocctl limits` shows: each limit, where it was set, and the current use."""
         applied = self.applied(subject)
-        usage = self.usage(subject.uid, active, waiting)
+        usage = self.usage(subject.uid, active, waiting, with_budgets=True)
         return {
             "user": subject.user,
             "uid": subject.uid,
@@ -120,7 +151,15 @@ class Quota:
                     "value": applied.value(name),
                     "source": applied.sources[name],
                     "current": usage.current(name),
+                    **_remaining(name, applied.value(name), usage.current(name)),
                 }
                 for name in LIMIT_NAMES
             ],
         }
+
+
+def _remaining(name: str, value: float | None, current: float | None) -> dict[str, float]:
+    """What is left of a budget that is set (`limits` shows it)."""
+    if name not in BUDGETS or value is None or current is None:
+        return {}
+    return {"remaining": max(0.0, value - current)}

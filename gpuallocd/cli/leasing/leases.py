@@ -117,6 +117,7 @@ def allocate(
     ttl: float | None,
     label: str | None,
     min_free_memory: int | None,
+    power_limit: int | None,
     wait: bool,
     timeout: float | None,
     export: bool,
@@ -145,6 +146,7 @@ def allocate(
             timeout=timeout,
             memory_bytes=memory,
             mig_profile=mig,
+            power_limit_watts=power_limit,
         )
     if export:
         _print_export(lease, visible)

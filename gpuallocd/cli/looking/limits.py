@@ -13,6 +13,7 @@ import click
 from gpuallocd.cli.common import daemon_client
 from gpuallocd.cli.errors import EXIT_USAGE, CliError
 from gpuallocd.cli.output import echo_json, table
+from gpuallocd.cli.quantities import energy_text
 
 __all__ = ["COMMANDS", "parse_since"]
 
@@ -38,7 +39,7 @@ def parse_since(text: str, now: float | None = None) -> float:
 def _show(value: float | None, name: str) -> str | None:
     if value is None:
         return None
-    if name == "max_gpu_hours_per_day":
+    if name.startswith(("max_gpu_hours_", "max_kwh_")):
         return f"{value:.2f}"
     return f"{value:g}"
 
@@ -50,6 +51,7 @@ def _limit_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
             _show(entry["value"], entry["limit"]) or "none",
             entry["source"],
             _show(entry["current"], entry["limit"]),
+            _show(entry.get("remaining"), entry["limit"]),
         )
         for entry in report["limits"]
     ]
@@ -69,7 +71,7 @@ def limits(ctx: click.Context, user: str | None, local_json: bool) -> None:
     groups = ", ".join(report["groups"]) or "-"
     admin = ", admin" if report["admin"] else ""
     click.echo(f"limits of {report['user']} (uid {report['uid']}{admin}; groups: {groups})")
-    click.echo(table(("LIMIT", "VALUE", "FROM", "CURRENT"), _limit_rows(report)))
+    click.echo(table(("LIMIT", "VALUE", "FROM", "CURRENT", "REMAINING"), _limit_rows(report)))
 
 
 def _decayed(user: dict[str, Any]) -> str:
@@ -77,7 +79,7 @@ def _decayed(user: dict[str, Any]) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _usage_rows(users: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+def _usage_rows(users: list[dict[str, Any]], priced: bool) -> list[tuple[Any, ...]]:
     rows = [
         (
             u["user"],
@@ -85,6 +87,9 @@ def _usage_rows(users: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
             u["leases"],
             f"{u['waiting_seconds'] / 3600:.2f}",
             _decayed(u),
+            energy_text(u.get("energy_kwh", 0.0), u.get("energy_estimate", False)),
+            f"{u.get('unleased_gpu_hours', 0.0):.2f} / {u.get('unleased_energy_kwh', 0.0):.3f}",
+            *((f"{u.get('energy_cost', 0.0):.2f}",) if priced else ()),
         )
         for u in users
     ]
@@ -92,8 +97,41 @@ def _usage_rows(users: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         hours = sum(u["gpu_hours"] for u in users)
         waited = sum(u["waiting_seconds"] for u in users) / 3600
         leases = sum(u["leases"] for u in users)
-        rows.append(("TOTAL", f"{hours:.2f}", leases, f"{waited:.2f}", ""))
+        kwh = energy_text(
+            sum(u.get("energy_kwh", 0.0) for u in users),
+            any(u.get("energy_estimate") for u in users),
+        )
+        cost = sum(u.get("energy_cost", 0.0) for u in users)
+        total = ("TOTAL", f"{hours:.2f}", leases, f"{waited:.2f}", "", kwh, "")
+        rows.append(total + ((f"{cost:.2f}",) if priced else ()))
     return rows
+
+
+def _usage_headers(price: dict[str, Any] | None) -> tuple[str, ...]:
+    headers = ["USER", "GPU-HOURS", "LEASES", "HOURS-WAITED", "DECAYED", "KWH"]
+    headers.append("UNLEASED GPU-H / KWH")
+    if price is not None:
+        headers.append(f"COST {price['currency']}".strip())
+    return tuple(headers)
+
+
+def _group_rows(groups: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            g["group"],
+            g["users"],
+            f"{g['gpu_hours']:.2f}",
+            energy_text(g["energy_kwh"], g["energy_estimate"]),
+        )
+        for g in groups
+    ]
+
+
+def _budget_rows(budgets: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [
+        (b["limit"], f"{b['value']:.2f}", f"{b['current']:.2f}", f"{b['remaining']:.2f}")
+        for b in budgets
+    ]
 
 
 def _reservation_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -116,7 +154,7 @@ def _reservation_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
 def usage(
     ctx: click.Context, since: str, user: str | None, local_json: bool, plot: Path | None
 ) -> None:
-    """GPU-hours, leases and hours waited per user, from the history (like sreport)."""
+    """GPU-hours, leases, hours waited and energy per user, from the history (like sreport)."""
     start = parse_since(since)
     if plot is not None:
         from gpuallocd.cli.looking.usage_plot import unwritable, write_plot
@@ -137,8 +175,17 @@ def usage(
         time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) for t in (start, report["until"])
     )
     click.echo(f"usage from {span}")
-    headers = ("USER", "GPU-HOURS", "LEASES", "HOURS-WAITED", "DECAYED")
-    click.echo(table(headers, _usage_rows(report["users"])))
+    price = report.get("energy_price")
+    rows = _usage_rows(report["users"], price is not None)
+    click.echo(table(_usage_headers(price), rows))
+    groups = report.get("groups") or []
+    if groups and not user:
+        click.echo("groups (each user in their primary group)")
+        click.echo(table(("GROUP", "USERS", "GPU-HOURS", "KWH"), _group_rows(groups)))
+    budgets = [b for b in report.get("budgets") or [] if b["value"] is not None]
+    if budgets:
+        click.echo("budgets")
+        click.echo(table(("BUDGET", "VALUE", "USED", "REMAINING"), _budget_rows(budgets)))
     reserved = _reservation_rows(report)
     if reserved:
         click.echo("reservations")

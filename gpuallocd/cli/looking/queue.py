@@ -15,7 +15,7 @@ from gpuallocd.cli.looking.reservation_text import (
     with_priorities,
 )
 from gpuallocd.cli.output import echo_json
-from gpuallocd.cli.quantities import format_duration
+from gpuallocd.cli.quantities import energy_text, format_duration
 from gpuallocd.cli.style import Styled, colour_enabled, render_table
 
 __all__ = ["COMMANDS", "queue_rows"]
@@ -107,13 +107,14 @@ def history(ctx: click.Context, lease_id: str | None, limit: int) -> None:
             e["event"],
             _actor(e),
             e["detail"],
+            _energy(e.get("energy")),
         )
         for e in events
     ]
-    rows += reservation_history_rows(answer.get("reservation_events") or [])
+    rows += [(*row, "") for row in reservation_history_rows(answer.get("reservation_events") or [])]
     rows.sort(key=lambda row: str(row[0]))
     rows = rows[-limit:]  # lease and reservation events together: the latest `limit`
-    headers = ("TIME", "LEASE", "EVENT", "BY", "DETAIL")
+    headers = ("TIME", "LEASE", "EVENT", "BY", "DETAIL", "KWH")
     click.echo(render_table(headers, rows, colour=colour_enabled()))
 
 
@@ -123,6 +124,11 @@ def _actor(event: dict[str, Any]) -> str:
 
     uid = event["actor_uid"]
     return user_of(uid) if uid is None else actor_name(uid, event.get("detail"))
+
+
+def _energy(energy: dict[str, Any] | None) -> str:
+    """An ended lease's energy (`-` where none was read)."""
+    return "-" if not energy else energy_text(energy["kwh"], energy["estimate"])
 
 
 def _query(lease_id: str | None, limit: int) -> dict[str, Any]:

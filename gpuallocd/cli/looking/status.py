@@ -16,6 +16,7 @@ from gpuallocd.cli.output import echo_json, escape_unprintable
 from gpuallocd.cli.quantities import Duration, format_left
 from gpuallocd.cli.style import colour_enabled, render_table, short_uuid, state_cell
 from gpuallocd.cli.table_fit import fit_columns, terminal_width
+from gpuallocd.model.power import power_text
 
 __all__ = ["COMMANDS", "held_for", "render_status"]
 
@@ -198,11 +199,14 @@ def _frame(ctx: click.Context, verbose: bool, colour: bool) -> str:
     frame = render_status(gpus, waiters, now=now, verbose=verbose, colour=colour, width=width)
     if verbose and node.get("process_tracking"):
         frame += f"\nprocess tracking: {node['process_tracking']} (docs/security.md)"
+    if node.get("power"):
+        frame += "\n" + power_text(node["power"])
     return frame + ("\n" + reservation_lines(reservations, now).rstrip() if reservations else "")
 
 
 def _json_view(node: dict[str, Any]) -> dict[str, Any]:
-    return {"gpus": node["gpus"], "process_tracking": node.get("process_tracking")}
+    view = {"gpus": node["gpus"], "process_tracking": node.get("process_tracking")}
+    return view | ({"power": node["power"]} if node.get("power") else {})
 
 
 @click.command()

@@ -203,6 +203,41 @@ class DaemonConfig:
         "owner's primary group (`group`)",
         choices=("user", "group"),
     )
+    energy_interval_seconds: float = _setting(
+        60.0,
+        "how often the energy counters of leased GPUs are read besides at each grant and end "
+        "(a driver reload or a restart loses at most this much); 0 turns energy accounting off "
+        "(docs/accounting.md)",
+    )
+    energy_price_per_kwh: float | None = _setting(
+        None, "a price per kWh: `usage` then shows what each user's energy cost", example="0.32"
+    )
+    energy_currency: str = _setting("", "the currency of `energy_price_per_kwh`, shown with costs")
+    power_budget_watts: float | None = _setting(
+        None,
+        "the box's power budget for its GPUs (W; the power supply's safe continuous figure): "
+        "each leased GPU counts its cap or default limit, each free one its idle draw; a "
+        "grant that would pass it waits, or gets a lower cap (`power_fit`)",
+        example="1600",
+    )
+    power_fit: str = _setting(
+        "wait",
+        "a grant over `power_budget_watts`: `wait` in the queue, or `cap` its GPUs lower to fit "
+        "(where the cards accept such a cap)",
+        choices=("wait", "cap"),
+    )
+    lease_power_limit_watts: float | None = _setting(
+        None,
+        "a power cap (W) for the whole GPUs of every lease that asks for none, kept within each "
+        "card's limits; set and put back as the lease begins and ends (docs/accounting.md)",
+        example="250",
+    )
+    fair_share_unleased: str = _setting(
+        "ignore",
+        "fair-share: `count` GPU time used without a lease (charged to its owner, "
+        "docs/accounting.md) as the owner's GPU-hours, like a lease's, or `ignore` it",
+        choices=("ignore", "count"),
+    )
     revoke_grace_seconds: float = _setting(
         30.0,
         "after a revoke, how long the processes of a lease that asked to be terminated "

@@ -8,6 +8,7 @@ becomes one of them, at start and again on a reload.
 from __future__ import annotations
 
 from dataclasses import fields
+from typing import Any
 
 from gpuallocd.allocator import AllocatorSettings, IdleRules, SiteRules
 from gpuallocd.daemon.config.settings import DaemonConfig
@@ -24,8 +25,10 @@ __all__ = [
 
 def allocator_settings(config: DaemonConfig) -> AllocatorSettings:
     """The settings that decide a grant: each field of AllocatorSettings is the setting of
-    the same name (the settings table declares it once)."""
-    return AllocatorSettings(**{f.name: getattr(config, f.name) for f in fields(AllocatorSettings)})
+    the same name (the settings table declares it once), but for the one read off a choice."""
+    derived: dict[str, Any] = {"fair_share_counts_unleased": config.fair_share_unleased == "count"}
+    names = [f.name for f in fields(AllocatorSettings) if f.name not in derived]
+    return AllocatorSettings(**{name: getattr(config, name) for name in names}, **derived)
 
 
 def site_rules(config: DaemonConfig) -> SiteRules:

@@ -172,6 +172,28 @@ class NvmlApi:
     def utilization_percent(self, handle: object) -> int:
         return int(self.gate.call("nvmlDeviceGetUtilizationRates", handle).gpu)
 
+    def energy_mj(self, handle: object) -> int:
+        """The GPU's energy counter: millijoules since the driver loaded (Volta and newer)."""
+        return int(self.gate.call("nvmlDeviceGetTotalEnergyConsumption", handle))
+
+    def power_draw_mw(self, handle: object) -> int:
+        return int(self.gate.call("nvmlDeviceGetPowerUsage", handle))
+
+    def power_limit_mw(self, handle: object) -> int:
+        return int(self.gate.call("nvmlDeviceGetPowerManagementLimit", handle))
+
+    def power_default_limit_mw(self, handle: object) -> int:
+        return int(self.gate.call("nvmlDeviceGetPowerManagementDefaultLimit", handle))
+
+    def power_limit_constraints_mw(self, handle: object) -> tuple[int, int]:
+        """(lowest, highest) power limit the card accepts."""
+        low, high = self.gate.call("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        return int(low), int(high)
+
+    def set_power_limit_mw(self, handle: object, limit_mw: int) -> None:
+        """Set the card's power limit (root only; within its constraints)."""
+        self.gate.call("nvmlDeviceSetPowerManagementLimit", handle, limit_mw)
+
     def compute_processes(self, handle: object) -> tuple[tuple[int, int | None], ...]:
         """(pid, used GPU memory in bytes or None where NVML cannot say) per process."""
         found = self.gate.call("nvmlDeviceGetComputeRunningProcesses", handle)

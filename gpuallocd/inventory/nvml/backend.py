@@ -15,12 +15,13 @@ from typing import Any
 
 from gpuallocd.errors import NvmlError
 from gpuallocd.inventory.calls import CallWatch
-from gpuallocd.inventory.nvml.api import NvmlApi
+from gpuallocd.inventory.nvml.api import NvmlApi, optional
 from gpuallocd.inventory.nvml.discovery import Discovery, discover
 from gpuallocd.inventory.nvml.gate import NvmlGate
 from gpuallocd.inventory.nvml.health import CRITICAL_XIDS, HealthTable, XidWatcher, xid_reason
 from gpuallocd.inventory.nvml.live import sample_gpu, unreadable
-from gpuallocd.model import LiveState, Topology
+from gpuallocd.inventory.nvml.power import read_power
+from gpuallocd.model import LiveState, PowerReading, Topology
 
 __all__ = ["NvmlInventory"]
 
@@ -98,6 +99,40 @@ class NvmlInventory:
         """Live state of every GPU; one that cannot be read is unhealthy, never an error."""
         discovery = self._discovery
         return {gpu.uuid: self._state(discovery, gpu.uuid) for gpu in discovery.topology.gpus}
+
+    def power(self, uuids: Collection[str] | None = None) -> dict[str, PowerReading]:
+        """Power of whole GPUs (all when None); a GPU that cannot be read is left out."""
+        handles = self._discovery.handles
+        found: dict[str, PowerReading] = {}
+        for uuid in handles if uuids is None else uuids:
+            handle = handles.get(uuid)
+            if handle is None:
+                continue
+            try:
+                found[uuid] = read_power(self._api, handle)
+            except NvmlError:
+                continue  # a GPU in trouble: its sample says so
+        return found
+
+    def energy(self, uuids: Collection[str]) -> dict[str, PowerReading]:
+        """Only the energy counters of whole GPUs (one NVML call each: the meter's read)."""
+        handles = self._discovery.handles
+        found: dict[str, PowerReading] = {}
+        for uuid in uuids:
+            handle = handles.get(uuid)
+            if handle is not None:
+                try:
+                    found[uuid] = PowerReading(energy_mj=optional(self._api.energy_mj, handle))
+                except NvmlError:
+                    continue  # a GPU in trouble: its sample says so
+        return found
+
+    def set_power_limit(self, uuid: str, limit_mw: int) -> None:
+        """Set a whole GPU's power limit (NvmlError: no permission, out of its range)."""
+        handle = self._discovery.handles.get(uuid)
+        if handle is None:
+            raise NvmlError(f"GPU {uuid} cannot be reached (no device handle)")
+        self._api.set_power_limit_mw(handle, limit_mw)
 
     def xid_counts(self) -> dict[str, int]:
         """Xid events seen per GPU UUID since start (every Xid, critical or not)."""

@@ -1,0 +1,60 @@
+"""The façade's part for energy: the energy timer's reading of every leased GPU and of GPUs
+used without a lease (docs/accounting.md). Grants and ends read their own GPUs in the
+lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.long_reads import LongReads
+from gpuallocd.allocator.power.unleased_energy import unleased_owners
+from gpuallocd.allocator.worker import SerialWorker
+from gpuallocd.ledger import Ledger
+
+__all__ = ["EnergyDesk"]
+
+
+class EnergyDesk:
+    """Energy readings through the serial worker, recorded in the ledger."""
+
+    def __init__(
+        self,
+        lifecycle: LeaseLifecycle,
+        ledger: Ledger,
+        worker: SerialWorker,
+        clock: Callable[[], float],
+        reads: LongReads,
+    ) -> None:
+        self._reads = reads
+        self._totals: dict[str, float] = {}  # joules per user, all readings up to _seen
+        self._seen = 0
+        self._lifecycle = lifecycle
+        self._ledger = ledger
+        self._worker = worker
+        self._clock = clock
+
+    @property
+    def metered(self) -> bool:
+        """Whether the inventory has energy counters to read (NVML does)."""
+        return self._lifecycle.hardware.energy.enabled
+
+    async def meter(self) -> None:
+        """Read every leased GPU's counter: what each active lease drew since the last
+        reading (so a restart or a driver reload loses at most one interval)."""
+        await self._worker.run(self._meter)
+
+    def _meter(self) -> None:
+        leases = self._lifecycle.leases()
+        node = self._lifecycle.node
+        unleased = unleased_owners(node.topology.gpus, node.live, leases)
+        meter = self._lifecycle.hardware.energy
+        meter.record(self._ledger, leases, leases, self._clock(), unleased)
+
+    async def totals(self) -> dict[str, float]:
+        """Joules per user since the daemon started counting (the metrics' counter): the
+        readings recorded since the last call are added, off the event loop."""
+        more, self._seen = await self._reads.energy_after(self._seen)
+        for user, joules in more.items():
+            self._totals[user] = self._totals.get(user, 0.0) + joules
+        return dict(self._totals)

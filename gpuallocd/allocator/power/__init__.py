@@ -1,0 +1,13 @@
+"""What a lease does to its GPUs besides holding them: energy drawn, power caps, and the
+box's power budget (docs/accounting.md).
+
+    hardware.py         LeaseHardware: a grant fits the power budget, gets its cap, and its
+                        GPUs' energy counters are read at grant and at end
+    energy.py           EnergyMeter: energy of leases from the GPUs' counters (a counter that
+                        goes back is a driver reload, not negative energy)
+    unleased_energy.py  energy and GPU time of unleased use, charged to its owner
+    caps.py             PowerCaps: each leased GPU's limit set for the lease, put back after
+    budget.py           PowerBudget: power as an allocatable resource of the box
+
+Imports nothing of the other rooms.
+"""

@@ -1,0 +1,116 @@
+"""The box's power budget (`power_budget_watts`): power as an allocatable resource.
+
+Committed watts: each GPU under a lease counts its lease's cap (or its card's default limit),
+each free GPU its idle draw (what it drew at the last reading). A grant that would commit more
+than the budget waits (`power_fit = "wait"`, the queue says `power: 1,450 of 1,600 W
+committed`), or is granted with a lower cap where every card of it accepts one
+(`power_fit = "cap"`). Caps bound sustained draw, not millisecond spikes (docs/accounting.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+from typing import Any
+
+from gpuallocd.errors import GpuallocError, GpusUnavailable
+from gpuallocd.model import Lease, PowerReading
+from gpuallocd.model.power import PowerCap
+
+__all__ = ["FITS", "PowerBudget"]
+
+FITS = ("wait", "cap")
+
+ReadAll = Any  # a PowerControl (power_caps.py): `power(None)` reads every GPU
+
+
+class PowerBudget:
+    """Committed and drawn watts of the node, and whether a grant fits its budget."""
+
+    def __init__(self, control: ReadAll | None, budget_watts: float | None, fit: str) -> None:
+        self._control = control
+        self.budget_mw = None if budget_watts is None else round(budget_watts * 1000)
+        self.fit = fit
+        self.readings: dict[str, PowerReading] = {}
+        self.note: str | None = None  # why the last request did not fit (for the queue)
+
+    def refresh(self) -> None:
+        """Read every GPU's draw and limits (at start and on the energy timer)."""
+        if self._control is None:
+            return
+        try:
+            self.readings = dict(self._control.power(None))
+        except GpuallocError:
+            return  # the last readings stay
+
+    def _committed_of(self, uuid: str, leased: bool, caps: Mapping[str, PowerCap]) -> int:
+        reading = self.readings.get(uuid)
+        if uuid in caps:
+            return caps[uuid].set_mw
+        if reading is None:
+            return 0
+        if leased:
+            return reading.default_limit_mw or reading.limit_mw or 0
+        return reading.draw_mw or 0
+
+    def committed_mw(self, active: Collection[Lease], caps: Mapping[str, PowerCap]) -> int:
+        leased = {unit.gpu_uuid for lease in active for unit in lease.gpus}
+        return sum(self._committed_of(uuid, uuid in leased, caps) for uuid in self.readings)
+
+    def drawn_mw(self) -> int:
+        return sum(r.draw_mw or 0 for r in self.readings.values())
+
+    def to_json(self, active: Collection[Lease], caps: Mapping[str, PowerCap]) -> dict[str, Any]:
+        """What `status` shows: the budget, committed and drawn watts."""
+        return {
+            "budget_watts": None if self.budget_mw is None else self.budget_mw / 1000,
+            "committed_watts": self.committed_mw(active, caps) / 1000,
+            "drawn_watts": self.drawn_mw() / 1000,
+            "fit": self.fit,
+        }
+
+    def fitted(
+        self, active: Collection[Lease], lease: Lease, caps: Mapping[str, PowerCap]
+    ) -> Lease:
+        """The lease if it fits the budget, or with a lower cap (`cap`); else GpusUnavailable,
+        which keeps a waiting request in the queue."""
+        if self.budget_mw is None:
+            return lease
+        leased = {unit.gpu_uuid for held in active for unit in held.gpus}
+        new = sorted({u.gpu_uuid for u in lease.gpus} - leased)
+        if not new:
+            return lease
+        committed = self.committed_mw(active, caps)
+        base = committed - sum(self._committed_of(uuid, False, caps) for uuid in new)
+        wanted = [self._wanted(uuid, lease.power_limit_watts) for uuid in new]
+        if base + sum(wanted) <= self.budget_mw:
+            self.note = None
+            return lease
+        per_gpu = (self.budget_mw - base) // len(new)
+        if self.fit == "cap" and self._capable(new, per_gpu):
+            self.note = None
+            return replace(lease, power_limit_watts=math.floor(per_gpu / 1000))
+        self.note = f"power: {committed / 1000:,.0f} of {self.budget_mw / 1000:,.0f} W committed"
+        raise GpusUnavailable(
+            f"{self.note}; {len(new)} more GPU(s) would commit {sum(wanted) / 1000:,.0f} W",
+            count=len(new),
+        )
+
+    def _wanted(self, uuid: str, cap_watts: float | None) -> int:
+        reading = self.readings.get(uuid)
+        full = 0 if reading is None else reading.default_limit_mw or reading.limit_mw or 0
+        if cap_watts is None:
+            return full
+        low = 0 if reading is None else reading.min_limit_mw or 0
+        return max(low, min(full, round(cap_watts * 1000)))
+
+    def _capable(self, uuids: Collection[str], per_gpu_mw: int) -> bool:
+        """Whether every card takes a cap of `per_gpu_mw` (at or above its lowest limit)."""
+        for uuid in uuids:
+            reading = self.readings.get(uuid)
+            if reading is None or reading.min_limit_mw is None:
+                return False
+            if per_gpu_mw < reading.min_limit_mw:
+                return False
+        return True

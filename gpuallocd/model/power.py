@@ -1,0 +1,50 @@
+"""What a GPU tells of its power: energy counter, draw and power limits, in NVML's units."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PowerCap", "PowerReading", "power_text"]
+
+
+@dataclass(frozen=True, slots=True)
+class PowerReading:
+    """One GPU's power now; each figure None where the card or driver cannot tell.
+
+    `energy_mj` is the driver's counter (millijoules since it loaded; it restarts at 0 when
+    the driver reloads, and is absent before Volta). Limits bound the sustained draw.
+    """
+
+    energy_mj: int | None = None
+    draw_mw: int | None = None
+    limit_mw: int | None = None
+    default_limit_mw: int | None = None
+    min_limit_mw: int | None = None
+    max_limit_mw: int | None = None
+
+    def accepts_limit(self, limit_mw: int) -> bool:
+        """Whether the card takes this power limit (within its constraints)."""
+        if self.min_limit_mw is None or self.max_limit_mw is None:
+            return False
+        return self.min_limit_mw <= limit_mw <= self.max_limit_mw
+
+
+@dataclass(frozen=True, slots=True)
+class PowerCap:
+    """One GPU capped for one lease: the limit set, and the one to put back at its end."""
+
+    gpu_uuid: str
+    lease_id: str
+    set_mw: int
+    restore_mw: int
+
+
+def power_text(power: Mapping[str, Any]) -> str:
+    """`power: 1,450 of 1,600 W committed, 900 W drawn`, as `status` and the dashboard say it
+    (`GET /v1/gpus`'s `power`; without a budget: `power: 1,450 W committed, ...`)."""
+    budget = power.get("budget_watts")
+    of = f" of {budget:,.0f} W" if budget is not None else " W"
+    drawn = f"{power['drawn_watts']:,.0f} W drawn"
+    return f"power: {power['committed_watts']:,.0f}{of} committed, {drawn}"

@@ -1,0 +1,164 @@
+"""Energy, budgets and power caps without a daemon: the meter's arithmetic (splitting a GPU's
+energy, reloads, restarts, no counter), a budget's window, and caps put back at start."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from pathlib import Path
+
+import pytest
+
+from gpuallocd.allocator.power.caps import PowerCaps
+from gpuallocd.allocator.power.energy import EnergyMeter, split_energy
+from gpuallocd.allocator.power.unleased_energy import split_unleased
+from gpuallocd.allocator.site.budgets import Readings, frees_at, use_in_window
+from gpuallocd.errors import NvmlError
+from gpuallocd.ledger import Ledger
+from gpuallocd.model import Lease, LeasedGpu, LeaseState, PowerReading, UnitKind
+from gpuallocd.model.power import PowerCap
+
+
+def lease(lease_id: str, *units: LeasedGpu, uid: int = 1000) -> Lease:
+    return Lease(
+        id=lease_id,
+        gpus=units,
+        owner_uid=uid,
+        owner_name=f"u{uid}",
+        pid=None,
+        label=None,
+        policy="simple",
+        created_at=0.0,
+        expires_at=3600.0,
+        state=LeaseState.ACTIVE,
+    )
+
+
+WHOLE = LeasedGpu("GPU-a", 0)
+QUARTER = LeasedGpu("GPU-b", 1, kind=UnitKind.SHARE, memory_bytes=1, fraction=0.25)
+
+
+class Counters:
+    """Energy counters the test sets, in millijoules."""
+
+    def __init__(self, **counters: int | None) -> None:
+        self.counters = {f"GPU-{k}": v for k, v in counters.items()}
+        self.fail = False
+
+    def __call__(self, uuids: Collection[str]) -> Mapping[str, PowerReading]:
+        if self.fail:
+            raise NvmlError("NVML is gone")
+        return {u: PowerReading(energy_mj=self.counters[u]) for u in uuids if u in self.counters}
+
+
+def test_a_whole_gpu_gets_all_of_its_energy_and_a_share_its_fraction_as_an_estimate() -> None:
+    """The split: whole GPUs measured, a share its fraction of the GPU, labelled estimate."""
+    uses = split_energy(
+        {"GPU-a": 100.0, "GPU-b": 400.0}, [lease("w", WHOLE), lease("s", QUARTER)], 5.0
+    )
+    assert [(u.lease_id, u.joules, u.estimate, u.at) for u in uses] == [
+        ("w", 100.0, False, 5.0),
+        ("s", 100.0, True, 5.0),
+    ]
+
+
+def test_a_counter_that_goes_back_is_a_reload_not_negative_energy() -> None:
+    """After a reload only what the counter counted since is taken."""
+    counters = Counters(a=5_000_000)
+    meter = EnergyMeter(counters)
+    held = [lease("w", WHOLE)]
+    assert meter.reading(held, ["GPU-a"], 1.0) == []  # the first reading: a baseline only
+    counters.counters["GPU-a"] = 7_000_000
+    assert [u.joules for u in meter.reading(held, ["GPU-a"], 2.0)] == [2000.0]
+    counters.counters["GPU-a"] = 300_000  # the driver reloaded
+    assert [u.joules for u in meter.reading(held, ["GPU-a"], 3.0)] == [300.0]
+
+
+def test_a_restarted_meter_starts_again_and_loses_only_the_interval_it_missed() -> None:
+    """A new meter (a daemon restart) takes a baseline, then counts from there."""
+    counters = Counters(a=10_000_000)
+    meter = EnergyMeter(counters)
+    held = [lease("w", WHOLE)]
+    assert meter.reading(held, ["GPU-a"], 1.0) == []
+    counters.counters["GPU-a"] = 11_000_000
+    assert [u.joules for u in meter.reading(held, ["GPU-a"], 2.0)] == [1000.0]
+
+
+def test_no_counter_or_a_failing_read_gives_no_energy_and_never_raises() -> None:
+    """A GPU older than Volta, or NVML failing, records nothing; grants go on."""
+    counters = Counters(a=None)
+    meter = EnergyMeter(counters)
+    held = [lease("w", WHOLE)]
+    assert meter.reading(held, ["GPU-a"], 1.0) == [] == meter.reading(held, ["GPU-a"], 2.0)
+    counters.fail = True
+    assert meter.reading(held, ["GPU-a"], 3.0) == []
+    assert not EnergyMeter(None).enabled
+
+
+def test_a_gpu_nobody_holds_loses_its_baseline() -> None:
+    """Once no active lease holds a GPU, its next reading starts over (no stale baseline)."""
+    counters = Counters(a=1_000_000)
+    meter = EnergyMeter(counters)
+    meter.reading([lease("w", WHOLE)], ["GPU-a"], 1.0)
+    counters.counters["GPU-a"] = 9_000_000
+    meter.reading([], [], 2.0)  # a timer's reading with no lease on GPU-a
+    assert meter.reading([lease("x", WHOLE)], ["GPU-a"], 3.0) == []
+
+
+def test_unleased_use_of_several_owners_is_split_by_their_memory_as_an_estimate() -> None:
+    """One owner gets the GPU's energy and time; two share them by memory, an estimate."""
+    drawn = {"GPU-a": (1000.0, 60.0), "GPU-b": (400.0, 60.0)}
+    owners = {"GPU-a": {7: 1.0}, "GPU-b": {7: 0.75, 8: 0.25}, "GPU-c": {9: 1.0}}
+    uses = split_unleased(drawn, owners, 5.0, name_of=lambda uid: f"u{uid}")
+    assert [(u.owner_uid, u.joules, u.gpu_seconds, u.estimate, u.lease_id) for u in uses] == [
+        (7, 1000.0, 60.0, False, None),
+        (7, 300.0, 45.0, True, None),
+        (8, 100.0, 15.0, True, None),
+    ]
+
+
+def test_a_budget_frees_up_when_enough_use_leaves_its_window() -> None:
+    """kWh in a window add up the readings inside it; `frees_at` is when the use falls below
+    the budget if nothing more is used (readings in any order)."""
+    day = 86400.0
+    energy = [(1000.0, 3.6e6), (500.0, 3.6e6), (2000.0, 3.6e6)]  # 1 kWh each
+    found = Readings([], energy, now=2500.0)
+    assert use_in_window(found, "kwh", day) == 3.0
+    assert found.use("kwh", 600.0, 2500.0) == 2.0
+    assert frees_at(found, "kwh", day, 2.5) == pytest.approx(500.0 + day, abs=1e-3)
+    assert frees_at(found, "kwh", day, 1.0) == pytest.approx(2000.0 + day, abs=1e-3)
+
+
+class _Cards:
+    """Power limits the test can read, as a PowerControl."""
+
+    def __init__(self) -> None:
+        self.limits = {"GPU-a": 300_000}
+
+    def power(self, uuids: Collection[str] | None = None) -> Mapping[str, PowerReading]:
+        return {
+            u: PowerReading(limit_mw=v, min_limit_mw=100_000, max_limit_mw=300_000)
+            for u, v in self.limits.items()
+        }
+
+    def set_power_limit(self, uuid: str, limit_mw: int) -> None:
+        self.limits[uuid] = limit_mw
+
+
+def test_at_start_an_ended_leases_cap_is_put_back_before_an_active_ones_is_set(
+    tmp_path: Path,
+) -> None:
+    """Two records on one GPU (a crash left the old one): whatever their order, the GPU ends
+    with the active lease's cap, and only the ended lease's record goes."""
+    for first, second in (
+        (("old", 200_000), ("new", 150_000)),
+        (("new", 150_000), ("old", 200_000)),
+    ):
+        ledger = Ledger(tmp_path / f"{first[0]}.sqlite3")
+        ledger.record_caps([PowerCap("GPU-a", first[0], first[1], 300_000)])
+        ledger.record_caps([PowerCap("GPU-a", second[0], second[1], 300_000)])
+        cards = _Cards()
+        caps = PowerCaps(cards)
+        caps.start(ledger, active={"new"})
+        assert cards.limits["GPU-a"] == 150_000
+        assert [c.lease_id for c in ledger.power_caps()] == ["new"]
+        ledger.close()

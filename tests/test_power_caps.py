@@ -1,0 +1,179 @@
+"""Power caps of leases against a real daemon on a recorded machine, as real users: set for
+the lease, put back at its end, also after the daemon was killed, set again after a driver
+reload; the site's default and a user's maximum."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.harness import DaemonPaths, ProcessDaemon, wait_for
+from tests.system_users import SystemUsers, open_to_everyone
+from tests.test_energy_leases import Machine, ctl_json
+
+DEFAULT_MW = 300_000  # a V100-SXM2's default (and highest) power limit
+SHORT_CAPPED_LEASE = """
+import json, sys
+from gpulease import Client
+print(json.dumps(Client(sys.argv[1]).allocate(1, ttl=3, power_limit_watts=170).raw))
+"""
+
+
+def limit_of(machine: Machine, index: int) -> int:
+    handle = machine.fake.nvmlDeviceGetHandleByIndex(index)
+    return int(machine.fake.nvmlDeviceGetPowerManagementLimit(handle))
+
+
+def started(
+    paths: DaemonPaths, short_dir: Path, config: str | None = None, **settings: Any
+) -> Machine:
+    open_to_everyone(short_dir)
+    machine = Machine(paths, config, energy_interval_seconds=0.05, **settings)
+    machine.fake.nvmlInit()  # the test reads the fake too
+    machine.daemon.start()
+    return machine
+
+
+def test_a_cap_is_set_for_the_lease_put_back_at_its_end_and_set_again_after_a_reload(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """alice asks for 200 W: her GPU is capped (and draws less), a driver reload's default is
+    replaced by her cap again, and at her lease's end the GPU has its 300 W back."""
+    users = system_users
+    machine = started(paths, short_dir)
+    try:
+        lease = ctl_json(users, "alice", machine, "allocate", "-n", "1", "--power-limit", "200W")
+        index = lease["gpus"][0]["index"]
+        assert lease["power_limit_watts"] == 200
+        assert limit_of(machine, index) == 200_000
+        handle = machine.fake.nvmlDeviceGetHandleByIndex(index)
+        assert machine.fake.nvmlDeviceGetPowerUsage(handle) == 200_000  # full load, capped
+        machine.fake.reload_driver()
+        assert limit_of(machine, index) == DEFAULT_MW
+        wait_for(lambda: limit_of(machine, index) == 200_000, 30, what="the cap set again")
+        assert users.ctl("alice", machine.daemon.paths.socket, "free", lease["id"]).returncode == 0
+        assert limit_of(machine, index) == DEFAULT_MW
+    finally:
+        machine.daemon.stop()
+
+
+def test_the_site_default_applies_and_a_user_maximum_bounds_what_may_be_asked(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """With `lease_power_limit_watts = 250`, a lease asking nothing gets 250 W; bob, whose
+    maximum is 180 W, gets 180 W by default and is refused 250 W; a cap below the card's
+    range is kept within it."""
+    users = system_users
+    config = f"[limits.user.{users.name('bob')}]\nmax_power_limit_watts = 180\n"
+    machine = started(paths, short_dir, config, lease_power_limit_watts=250)
+    socket = machine.daemon.paths.socket
+    try:
+        plain = ctl_json(users, "alice", machine, "allocate", "-n", "1")
+        assert limit_of(machine, plain["gpus"][0]["index"]) == 250_000
+        bobs = ctl_json(users, "bob", machine, "allocate", "-n", "1")
+        assert limit_of(machine, bobs["gpus"][0]["index"]) == 180_000
+        refused = users.ctl("bob", socket, "allocate", "-n", "1", "--power-limit", "250W")
+        assert refused.returncode != 0 and "max_power_limit_watts = 180" in refused.stderr
+        low = ctl_json(users, "carol", machine, "allocate", "-n", "1", "--power-limit", "100")
+        assert limit_of(machine, low["gpus"][0]["index"]) == 150_000  # the card's lowest
+        bad = users.ctl("carol", socket, "allocate", "-n", "1", "--power-limit", "-5W")
+        assert bad.returncode != 0 and "not a power limit" in bad.stderr
+    finally:
+        machine.daemon.stop()
+
+
+def _limits(path: Path) -> Callable[[], dict[str, int]]:
+    def read() -> dict[str, int]:
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    return read
+
+
+def test_a_cap_is_put_back_after_the_daemon_was_killed(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """kill -9 while a capped lease runs; it expires while the daemon is down; the daemon that
+    starts again puts the GPU's previous limit back (the ledger remembered it)."""
+    users = system_users
+    open_to_everyone(short_dir)
+    live = short_dir / "live.json"
+    live.write_text("{}")
+    limits = _limits(short_dir / "live.json.limits")
+    inventory = f"nvml-recording:dgx1-volta?live={live}"
+    settings = {"default_policy": "simple", "energy_interval_seconds": 0.05}
+    daemon = ProcessDaemon(paths, inventory=inventory, **settings).start()
+    try:
+        socket = paths.socket
+        done = users.run("alice", ["-c", SHORT_CAPPED_LEASE, str(socket)])
+        assert done.returncode == 0, done.stderr
+        lease = json.loads(done.stdout)
+        uuid = lease["gpus"][0]["uuid"]
+        assert limits()[uuid] == 170_000
+        daemon.signal(signal.SIGKILL)
+        assert daemon.process is not None
+        daemon.process.wait(10)
+        time.sleep(3.5)  # the lease's TTL passes while no daemon runs
+        assert limits()[uuid] == 170_000  # the card kept the cap
+        daemon = ProcessDaemon(paths, inventory=inventory, initialise=False, **settings).start()
+        wait_for(lambda: limits().get(uuid) == DEFAULT_MW, 30, what="the limit put back")
+        with daemon.client() as client:
+            assert client.lease(lease["id"]).state == "expired"
+    finally:
+        if daemon.process is not None and daemon.process.poll() is None:
+            daemon.kill()
+
+
+def test_run_caps_its_gpu_while_the_command_runs(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """`gpuallocctl run --power-limit 200W` (through gpu_lease's power_limit): the GPU is capped
+    while the command runs and has its limit back once it exited."""
+    users = system_users
+    machine = started(paths, short_dir)
+    go = short_dir / "go"
+    wait = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)"
+    argv = ["-m", "gpuallocd.cli", "--socket", str(machine.daemon.paths.socket), "run"]
+    argv += ["--gpu", "0", "--power-limit", "200W", "--", users.python, "-c", wait]
+    command = users.start("alice", argv, short_dir / "run.log")
+    try:
+        wait_for(lambda: limit_of(machine, 0) == 200_000, 30, what="the cap while it runs")
+        go.touch()
+        assert command.wait(30) == 0, (short_dir / "run.log").read_text()
+        assert limit_of(machine, 0) == DEFAULT_MW
+    finally:
+        go.touch()
+        command.wait(30)
+        machine.daemon.stop()
+
+
+def test_hostile_power_limits_are_refused_and_change_nothing(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """A power limit that is not a whole positive number of watts is `invalid_request`, and no
+    GPU's limit moves; a huge one is kept within the card's range; `usage --user` of a user
+    the machine does not know answers (no budgets) instead of failing."""
+    machine = started(paths, short_dir)
+    try:
+        with machine.daemon.client() as root:
+            for bad in (0, -250, True, 2.5, "250W", [250], 100_001, 10**400):
+                try:
+                    root.request("POST", "/v1/leases", {"count": 1, "power_limit_watts": bad})
+                except Exception as exc:  # the client's InvalidRequest, or a JSON refusal
+                    assert "power_limit_watts" in str(exc) or "JSON" in str(exc), exc
+                else:
+                    raise AssertionError(f"{bad!r} was accepted")
+            assert root.leases() == []
+            assert [limit_of(machine, i) for i in range(8)] == [DEFAULT_MW] * 8
+            huge = root.allocate(1, power_limit_watts=5000)
+            assert limit_of(machine, huge.gpus[0].index) == DEFAULT_MW  # the card's highest
+            report = root.request("GET", "/v1/usage?since=0&user=nosuchuser-e31")
+            assert report["budgets"] is None
+    finally:
+        machine.daemon.stop()
