@@ -281,7 +281,7 @@ NESTED_LEASE = """
 import os
 from gpulease import gpu_lease
 outer = os.environ["GPUALLOCD_LEASE_ID"]
-with gpu_lease(1, label="inner") as lease:
+with gpu_lease(1, label="inner", nested="new") as lease:
     print(outer, lease.id, open("/proc/self/cgroup").read().strip().split("::")[-1])
 """
 
@@ -289,8 +289,9 @@ with gpu_lease(1, label="inner") as lease:
 def test_a_lease_taken_under_another_lease_leaves_its_holder_in_the_outer_scope(
     box: Box,
 ) -> None:
-    """alice's `gpuallocctl run` runs a `gpu_lease` script: the script stays in run's scope
-    (a move would take it from run's lease), and both leases end with it."""
+    """alice's `gpuallocctl run` runs a `gpu_lease(nested="new")` script (a lease of its own,
+    not the outer one reused): the script stays in run's scope (a move would take it from
+    run's lease), and both leases end with it."""
     done = box.as_user("alice", ["gpuallocctl", "run", "-n", "1", "--", PYTHON, "-c", NESTED_LEASE])
     assert done.returncode == 0, done.stderr
     outer, inner, cgroup = done.stdout.split()
