@@ -12,6 +12,7 @@ import pytest
 
 from gpuallocd.cli.administering.doctor_checks import OK, process_tracking
 from gpuallocd.errors import MissingPrivilege
+from gpuallocd.processes import systemd_bus
 from gpuallocd.processes.cgroups import (
     in_slice,
     parse_proc_cgroup,
@@ -143,3 +144,27 @@ def test_doctor_says_the_scope_mode_is_in_force_without_a_warning() -> None:
     )
     assert check.status == OK and check.message.startswith("scope: each bound lease")
     assert "x-y.slice" in check.message
+
+
+def _job_removed_from(sender: str, job: str, result: str) -> object:
+    from jeepney import DBusAddress, HeaderFields, new_signal
+
+    manager = DBusAddress(systemd_bus.PATH, interface=systemd_bus.MANAGER)
+    signal = new_signal(manager, "JobRemoved", "uoss", (7, job, "x.scope", result))
+    signal.header.fields[HeaderFields.sender] = sender
+    return signal
+
+
+def test_a_job_removed_signal_from_anyone_but_systemd_is_not_believed() -> None:
+    """Any local user may send the daemon a JobRemoved signal naming its scope's job; only
+    systemd's (by its unique name on the bus) says how the start job ended."""
+
+    async def scenario() -> str:
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        job = "/org/freedesktop/systemd1/job/42"
+        await queue.put(_job_removed_from(":1.99", job, "failed"))  # a user's forgery
+        await queue.put(_job_removed_from(":1.1", "/org/freedesktop/systemd1/job/41", "done"))
+        await queue.put(_job_removed_from(":1.1", job, "done"))  # systemd's own
+        return await systemd_bus._job_result(queue, job, ":1.1")  # type: ignore[arg-type]
+
+    assert asyncio.run(scenario()) == "done"

@@ -44,6 +44,17 @@ def _manager() -> Any:
 def _job_removed() -> Any:
     from jeepney import MatchRule
 
+    # The bus routes systemd's own signals to us (a well-known name in a match rule stands
+    # for its owner); `_job_result` checks the sender again, since anyone may send us one.
+    return MatchRule(
+        type="signal", sender=SYSTEMD, interface=MANAGER, member="JobRemoved", path=PATH
+    )
+
+
+def _local_job_removed() -> Any:
+    """The same rule for the router's own filter, which sees the sender's unique name."""
+    from jeepney import MatchRule
+
     return MatchRule(type="signal", interface=MANAGER, member="JobRemoved", path=PATH)
 
 
@@ -61,6 +72,7 @@ class SystemdManager:
     def __init__(self) -> None:
         self._opened: Any = None  # jeepney's open_dbus_router, entered
         self._router: Any = None
+        self._systemd = ""  # systemd's unique name on the bus: the only sender believed
         self._opening = asyncio.Lock()
 
     async def start_scope(
@@ -77,9 +89,9 @@ class SystemdManager:
             "ssa(sv)a(sa(sv))",
             (name, "fail", _scope_properties(slice_unit, pids, description), []),
         )
-        with router.filter(_job_removed(), bufsize=64) as removed:
+        with router.filter(_local_job_removed(), bufsize=64) as removed:
             (job,) = await self._reply(router, call, "StartTransientUnit")
-            result = await _job_result(removed, job)
+            result = await _job_result(removed, job, self._systemd)
         if result != "done":
             raise BusError(f"the start job of {name} ended {result!r}")
 
@@ -101,7 +113,7 @@ class SystemdManager:
     async def _connected(self) -> Any:
         async with self._opening:
             if self._router is None:
-                self._opened, self._router = await _open_router()
+                self._opened, self._router, self._systemd = await _open_router()
             return self._router
 
     async def _reply(self, router: Any, call: Any, method: str) -> Any:
@@ -119,9 +131,9 @@ class SystemdManager:
         return reply.body
 
 
-async def _open_router() -> tuple[Any, Any]:
+async def _open_router() -> tuple[Any, Any, str]:
     """A router on the system bus (and what closes it), told to route systemd's JobRemoved
-    signals to us."""
+    signals to us, and systemd's unique name there."""
     from jeepney import message_bus
     from jeepney.io.asyncio import open_dbus_router
 
@@ -131,15 +143,22 @@ async def _open_router() -> tuple[Any, Any]:
         await asyncio.wait_for(
             router.send_and_get_reply(message_bus.AddMatch(_job_removed())), CALL_SECONDS
         )
+        owner = await asyncio.wait_for(
+            router.send_and_get_reply(message_bus.GetNameOwner(SYSTEMD)), CALL_SECONDS
+        )
     except (OSError, ValueError, asyncio.TimeoutError) as exc:
         with contextlib.suppress(Exception):
             await opened.__aexit__(None, None, None)
         raise BusError(f"the system bus does not answer: {exc or 'timed out'}") from None
-    return opened, router
+    return opened, router, str(owner.body[0]) if owner.body else ""
 
 
-async def _job_result(removed: asyncio.Queue[Any], job: str) -> str:
-    """The result of `job` from the JobRemoved signals queued since before it was started."""
+async def _job_result(removed: asyncio.Queue[Any], job: str, systemd: str) -> str:
+    """The result of `job` from the JobRemoved signals queued since before it was started;
+    a signal from anyone but systemd (`systemd`, its unique name) is not believed: a local
+    user may send one, to make the daemon think a scope started, or failed."""
+    from jeepney import HeaderFields
+
     loop = asyncio.get_running_loop()
     deadline = loop.time() + JOB_SECONDS
     while True:
@@ -149,6 +168,8 @@ async def _job_result(removed: asyncio.Queue[Any], job: str) -> str:
         try:
             signal = await asyncio.wait_for(removed.get(), left)
         except asyncio.TimeoutError:
+            continue
+        if signal.header.fields.get(HeaderFields.sender) != systemd:
             continue
         _id, path, _unit, result = signal.body
         if path == job:
