@@ -169,3 +169,23 @@ def test_a_daemon_stops_while_a_driver_call_hangs(
     if call == "nvmlShutdown":
         assert "closing the GPU backend did not finish within 0.5 s" in daemon.stderr()
     assert daemon.process is not None and daemon.process.poll() == 0  # nobody left in the FIFO
+
+
+def test_power_is_neither_read_nor_set_on_the_loop_while_a_driver_call_hangs(
+    daemon: ProcessDaemon, machine: Machine
+) -> None:
+    """While NVML hangs, a grant that asks for a power cap is refused at once with
+    nvml_error (setting it would wait on the stuck driver, on the event loop); a grant without
+    a cap is served; once the driver answers, a cap is set again."""
+    with daemon.client() as client:
+        machine.hang(HUNG)
+        wait_for(lambda: hung_calls(client), 30, what="the hung call named")
+        with pytest.raises(GpuallocError) as refused:
+            client.allocate(1, ttl=600, power_limit_watts=250)
+        assert refused.value.code == "nvml_error"
+        plain = client.allocate(1, ttl=600)
+        client.free(plain.id)
+        machine.release()
+        wait_for(lambda: not hung_calls(client), 30, what="the driver answering again")
+        capped = client.allocate(1, ttl=600, power_limit_watts=250)
+        client.free(capped.id)

@@ -9,6 +9,7 @@ from gpuallocd.allocator.power.caps import PowerCaps
 from gpuallocd.allocator.power.energy import EnergyMeter, PowerRead
 from gpuallocd.allocator.power.hardware import LeaseHardware
 from gpuallocd.daemon.config.settings import DaemonConfig
+from gpuallocd.errors import NvmlError
 from gpuallocd.inventory import Inventory
 from gpuallocd.inventory.base import PowerMetering
 from gpuallocd.model import PowerReading
@@ -34,6 +35,36 @@ def power_reader(
     return read
 
 
+class GuardedPower:
+    """The inventory's power calls, refused (NvmlError) while a driver call hangs: caps, the
+    power budget and their timers run on the event loop, and must never wait on a stuck
+    driver. A grant that asks for a cap then is refused with `nvml_error`; the budget keeps
+    its last readings; caps are set again once the driver answers (docs/driver-faults.md)."""
+
+    def __init__(self, inventory: PowerMetering, hung: Callable[[], bool]) -> None:
+        self._inventory = inventory
+        self._hung = hung
+
+    def power(self, uuids: Collection[str] | None = None) -> Mapping[str, PowerReading]:
+        self._check("nvmlDeviceGetPowerUsage")
+        return self._inventory.power(uuids)
+
+    def energy(self, uuids: Collection[str]) -> Mapping[str, PowerReading]:
+        self._check("nvmlDeviceGetTotalEnergyConsumption")
+        return self._inventory.energy(uuids)
+
+    def set_power_limit(self, uuid: str, limit_mw: int) -> None:
+        self._check("nvmlDeviceSetPowerManagementLimit")
+        self._inventory.set_power_limit(uuid, limit_mw)
+
+    def _check(self, call: str) -> None:
+        if self._hung():
+            raise NvmlError(
+                "a GPU driver call hangs (doctor names it): power is not read or set meanwhile",
+                nvml_call=call,
+            )
+
+
 def energy_price(per_kwh: float | None, currency: str) -> EnergyPrice | None:
     """The site's price of a kWh, or None where it set none."""
     return None if per_kwh is None else EnergyPrice(per_kwh, currency)
@@ -44,7 +75,7 @@ def lease_hardware(
 ) -> LeaseHardware:
     """Energy readings, power caps and the power budget over the inventory, where it has
     them (NVML)."""
-    control = inventory if isinstance(inventory, PowerMetering) else None
+    control = GuardedPower(inventory, hung) if isinstance(inventory, PowerMetering) else None
     meter = EnergyMeter(power_reader(inventory, config.energy_interval_seconds, hung))
     budget = PowerBudget(control, config.power_budget_watts, config.power_fit)
     return LeaseHardware(meter, PowerCaps(control), budget)
