@@ -12,7 +12,7 @@ labels, not its first line. A table is filed under its title, except one whose c
 link types (`XGMI`, `PCIE`, or `XXXX`, rocm-smi's word for a type it cannot name): that is a
 link type table whatever it is titled, as in pastes whose titles were cut.
 
-The model's links follow the amdsmi backend (`inventory/amd.py`): an XGMI pair one hop away
+The model's links follow the amdsmi backend (`inventory/amd/backend.py`): an XGMI pair one hop away
 counts one XGMI link. Both tools report 1 hop for every XGMI pair, even those routed through
 other GPUs, so where a weight table is given an XGMI pair is direct only at weight 15 (each
 XGMI hop weighs 15). The PCIe level is `NODE` for 2 hops (one CPU socket) and `SYS` for 3,
