@@ -9,6 +9,7 @@ SO_PEERCRED exactly as it sees any user. Not root: the tests that need users ski
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import secrets
@@ -102,6 +103,27 @@ class SystemUsers:
         }
 
 
+def _unused_suffix() -> str:
+    """A suffix none of whose names is a user or group here: a run killed before its
+    teardown leaves its users behind, and a later run must not trip over them."""
+    while True:
+        suffix = secrets.token_hex(3)
+        names = [f"ga{short}{suffix}" for short in (*USERS, *GROUPS)]
+        if not any(_exists(name) for name in names):
+            return suffix
+
+
+def _exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        try:
+            grp.getgrnam(name)
+        except KeyError:
+            return False
+    return True
+
+
 def _create(users: SystemUsers) -> None:
     for group in GROUPS:
         subprocess.run(["groupadd", users.name(group)], check=True, capture_output=True)
@@ -126,7 +148,7 @@ def system_users() -> Iterator[SystemUsers]:
         pytest.skip("creating real users and running clients as them needs root")
     if shutil.which("useradd") is None or shutil.which("groupadd") is None:
         pytest.skip("useradd/groupadd are not installed")
-    users = SystemUsers(suffix=secrets.token_hex(2), env=_pythonpath())
+    users = SystemUsers(suffix=_unused_suffix(), env=_pythonpath())
     _create(users)
     try:
         users.python = _first_that_runs(users)

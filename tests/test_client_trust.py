@@ -25,6 +25,7 @@ def other_user() -> Iterator[pwd.struct_passwd]:
     if shutil.which("useradd") is None or shutil.which("userdel") is None:
         pytest.skip("useradd and userdel are not installed")
     name = f"gpuallocd-t{os.getpid()}"
+    subprocess.run(["userdel", name], capture_output=True)  # left by a killed run of this pid
     subprocess.run(
         ["useradd", "--system", "--no-create-home", "--shell", "/bin/false", name], check=True
     )
