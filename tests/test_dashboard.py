@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from gpuallocd.model import LeaseSpan
 from tests.dashboard_scene import free_port
 from tests.harness import DaemonPaths, HandClock, ThreadDaemon, ctl_argv, wait_for
 from tests.test_daemon_lifecycle import run_daemon_once
+from tests.test_usage_per_day import two_days_of_use
 
 SVG = "{http://www.w3.org/2000/svg}"
 HOUR = 3600.0
@@ -214,16 +214,7 @@ def test_usage_plot_writes_the_per_user_chart(
 ) -> None:
     """`usage --plot FILE.svg`: a bar per day of the window, each user's GPU-hours in its
     tooltip, adding up to what `usage` reports (2 GPUs for 5 h, then 1 GPU for 3 h)."""
-    clock = HandClock(time.time() - 2 * DAY)
-    daemon = start_daemon(default_policy="simple", clock=clock, max_ttl_seconds=DAY)
-    with daemon.client() as client:
-        first = client.allocate(2, ttl=6 * HOUR)
-        clock.step(5 * HOUR)
-        client.free(first.id)
-        clock.step(DAY)
-        second = client.allocate(1, ttl=6 * HOUR)
-        clock.step(3 * HOUR)
-        client.free(second.id)
+    daemon, _ = two_days_of_use(start_daemon)
     target = tmp_path / "usage.svg"
     shown = subprocess.run(
         ctl_argv(daemon.paths.socket, "usage", "--since", "3d", "--plot", str(target)),

@@ -30,7 +30,10 @@ class CountingClient(Client):
         return super().request(method, path, body, **kwargs)
 
 
-def _two_days_of_use(start_daemon: Callable[..., ThreadDaemon]) -> tuple[ThreadDaemon, HandClock]:
+def two_days_of_use(
+    start_daemon: Callable[..., ThreadDaemon],
+) -> tuple[ThreadDaemon, HandClock]:
+    """Root holds 2 GPUs for 5 h, then, a day later, 1 GPU for 3 h (13 GPU-hours)."""
     clock = HandClock(time.time() - 2 * DAY)
     daemon = start_daemon(default_policy="simple", clock=clock, max_ttl_seconds=DAY)
     with daemon.client() as client:
@@ -49,7 +52,7 @@ def test_usage_per_day_is_one_request_with_the_dashboards_sums(
 ) -> None:
     """A 30-day plot asks the daemon once (it asked once a day), and each day's GPU-hours are
     what the dashboard's chart shows for that day."""
-    daemon, clock = _two_days_of_use(start_daemon)
+    daemon, clock = two_days_of_use(start_daemon)
     now = clock()
     with CountingClient(str(daemon.paths.socket)) as client:
         groups = _days(client, now - 30 * DAY, now, None)
