@@ -79,3 +79,34 @@ def test_per_day_usage_refuses_an_unknown_period(
         with pytest.raises(InvalidRequest) as refused:
             client.request("GET", "/v1/usage?per=week")
         assert refused.value.details["field"] == "per"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "per=day&since=1e308",
+        "per=day&since=-1e308",
+        "per=day&user=%00%1b",
+        "user=%00",
+    ],
+)
+def test_hostile_usage_windows_and_names_change_nothing_and_break_nothing(
+    start_daemon: Callable[..., ThreadDaemon], query: str
+) -> None:
+    """A window far in the past or the future, or a user name with a NUL byte, is answered
+    (days the calendar can name, nobody's figures) and never fails the daemon."""
+    daemon = start_daemon()
+    with daemon.client() as client:
+        report = client.request("GET", f"/v1/usage?{query}")
+    assert report["fair_share"] == {} or "user" not in query
+    assert len(report.get("days", [])) <= 367
+
+
+def test_a_per_day_window_past_the_calendar_is_refused(
+    start_daemon: Callable[..., ThreadDaemon],
+) -> None:
+    """`until` beyond the year 9999 has no local days to name: invalid_request."""
+    daemon = start_daemon()
+    with daemon.client() as client, pytest.raises(InvalidRequest) as refused:
+        client.request("GET", "/v1/usage?per=day&until=1e308")
+    assert refused.value.details["field"] == "until"

@@ -26,6 +26,9 @@ MAX_REASON_LENGTH = 500
 MAX_ACTIONS_LIMIT = 10_000
 
 
+LAST_CALENDAR_DAY = 253402214400.0  # 9999-12-31: past it, local days cannot be named
+
+
 def _query_time(request: web.Request, key: str) -> float | None:
     text = request.query.get(key)
     if text is None:
@@ -119,6 +122,8 @@ async def usage(request: web.Request) -> web.Response:
     per = request.query.get("per")
     if per not in (None, "day"):
         raise InvalidRequest("per must be 'day'", field="per", value=per)
+    if per == "day" and not end <= LAST_CALENDAR_DAY:
+        raise InvalidRequest("until is past the calendar's last day for per=day", field="until")
     if per == "day":  # the charts' daily bars, in one read (docs/api.md)
         days = await facade.accounting.usage_per_day(since, end, user)
         report["days"] = [{"start": start, "gpu_hours": hours} for start, hours in days]

@@ -107,7 +107,7 @@ def caller_named(ref: str) -> Caller:
     """A user named by name or uid, as a caller (for `limits --user`); InvalidRequest if none."""
     try:
         entry = pwd.getpwuid(int(ref)) if ref.isdigit() else pwd.getpwnam(ref)
-    except (KeyError, OverflowError):
+    except (KeyError, OverflowError, ValueError):  # ValueError: a NUL byte in the name
         raise InvalidRequest(f"no user {ref!r} on this machine", field="user") from None
     name = entry.pw_name
     return Caller(entry.pw_uid, entry.pw_gid, 0, name, user_groups(name, entry.pw_gid))

@@ -4,11 +4,11 @@ everyone's."""
 
 from __future__ import annotations
 
-import pwd
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuallocd.allocator.site.reservation_board import caller_of_uid
+from gpuallocd.api.peercred import caller_named
+from gpuallocd.errors import InvalidRequest
 
 __all__ = ["for_user"]
 
@@ -16,10 +16,9 @@ __all__ = ["for_user"]
 def _holders(user: str) -> frozenset[str]:
     """How a reservation's `for` names `user` (a name or a uid): `alice`, `group G`."""
     try:
-        uid = int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
-    except (KeyError, OverflowError):
-        return frozenset({user})
-    caller = caller_of_uid(uid)
+        caller = caller_named(user)
+    except InvalidRequest:
+        return frozenset({user})  # gone from this machine: only its own name
     return frozenset({caller.user} | {f"group {g}" for g in caller.groups})
 
 

@@ -94,6 +94,7 @@ MAX_DAYS = 366  # the longest per-day report: a year
 def day_bounds(since: float, until: float) -> list[float]:
     """The bounds of each local calendar day from the day of `since` to `until`, the first
     starting at `since` and the last cut at `until`; the latest `MAX_DAYS` days at most."""
+    since = min(max(since, until - (MAX_DAYS + 1) * 86400.0), until)  # older days never shown
     first_midnight = local_midnights(1, since)[0]
     days = min(MAX_DAYS, max(1, math.ceil((until - first_midnight) / 86400)))
     bounds = local_midnights(days, until)
