@@ -125,7 +125,8 @@ async def usage(request: web.Request) -> web.Response:
     if per == "day" and not end <= LAST_CALENDAR_DAY:
         raise InvalidRequest("until is past the calendar's last day for per=day", field="until")
     if per == "day":  # the charts' daily bars, in one read (docs/api.md)
-        days = await facade.accounting.usage_per_day(since, end, user)
+        named = next((u.user for u in users if user in (u.user, str(u.uid))), user)
+        days = await facade.accounting.usage_per_day(since, end, None if user is None else named)
         report["days"] = [{"start": start, "gpu_hours": hours} for start, hours in days]
     return web.json_response(report)
 

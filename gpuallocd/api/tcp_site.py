@@ -98,8 +98,8 @@ class TcpSite:
             await asyncio.sleep(RETRY_SECONDS)
             problem = await self._try(host, port, what)
             if problem is None:
-                state.error = None
                 log.info("%s now served on port %d", what, port)
+            state.error = problem  # what health and doctor show: the latest reason
 
     async def _bind(self, runner: web.AppRunner, host: str, port: int) -> None:
         if self._handlers is None:

@@ -13,8 +13,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuallocd.enforcement.programs import trusted_program
-from gpuallocd.host.proc import command_of, effective_uid, process_start_time
+from gpuallocd.enforcement.programs import runs_foreign_code, trusted_program
+from gpuallocd.host.proc import command_of, process_owner, process_start_time
 
 __all__ = ["Owner", "OwnerCache", "ProcFacts", "owner_and_start", "owner_of", "proc_facts"]
 
@@ -46,7 +46,7 @@ def proc_facts(pid: int, proc: Path = Path("/proc")) -> ProcFacts | None:
         command=command,
         argv0=argv0,
         start_time=process_start_time(pid, proc),
-        program=trusted_program(pid, str(proc)),
+        program=None if runs_foreign_code(pid, str(proc)) else trusted_program(pid, str(proc)),
     )
 
 
@@ -60,7 +60,7 @@ def owner_and_start(pid: int, proc: Path = Path("/proc")) -> tuple[int, int] | N
     except OSError:
         return None
     try:
-        uid = effective_uid(pid, proc)
+        uid = process_owner(pid, proc)
         start = process_start_time(pid, proc)
         with contextlib.suppress(PermissionError):  # it lives (signalling it is not ours)
             signal.pidfd_send_signal(fd, 0)

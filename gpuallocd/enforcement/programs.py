@@ -11,12 +11,21 @@ and a file with more than one link is not trusted below one, where a user's hard
 root file would otherwise lend it a name).
 Reading another user's /proc/PID/exe takes CAP_SYS_PTRACE, which the unit grants; where it is
 refused the program is unknown, and nothing is exempt by it.
+
+The file says which program was started, not which code runs in it: a user who starts root's
+program with their own library preloaded (`LD_PRELOAD`, `LD_AUDIT`) or under a tracer runs
+their code under its name. Such a process is exempt by no program. A process of a user's can
+still be changed from inside by its owner in ways no outside look sees; docs/enforcement.md
+says so, and an exemption by program is best kept to programs that system accounts run.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
+
+from gpuallocd.host.proc import environ_value, read_environ, tracer_of
 
 __all__ = ["closed_to_users", "trusted_program"]
 
@@ -69,3 +78,14 @@ def trusted_program(pid: int, proc: str = "/proc") -> str | None:
     if not closed or (shared and named.st_nlink != 1):
         return None  # a user's hard link of root's file, in /tmp, names nothing of root's
     return os.path.basename(path)
+
+
+def runs_foreign_code(pid: int, proc: str = "/proc") -> bool:
+    """Whether the process may run code that is not its program's: a library preloaded or
+    audited through its environment, a tracer attached, or a look that was refused."""
+    environ = read_environ(pid, Path(proc))
+    if environ is None:
+        return True
+    if any(environ_value(environ, name) for name in (b"LD_PRELOAD", b"LD_AUDIT")):
+        return True
+    return tracer_of(pid, Path(proc)) != 0

@@ -18,7 +18,7 @@ import signal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuallocd.host.proc import environ_value, process_start_time, read_environ
+from gpuallocd.host.proc import environ_value, process_owner, process_start_time, read_environ
 from gpuallocd.model import Lease, LeaseEvent, LiveState, UnitKind
 from gpuallocd.processes.signals import signal_checked
 
@@ -68,7 +68,7 @@ def find_overruns(
             processes = [
                 p
                 for p in live.get(unit.uuid, LiveState()).processes
-                if p.pid == lease.pid or lease_of(p.pid) == lease.id
+                if p.pid == lease.pid or (p.uid == lease.owner_uid and lease_of(p.pid) == lease.id)
             ]
             used = sum(p.used_memory_bytes or 0 for p in processes)
             if used > unit.memory_bytes:
@@ -81,7 +81,8 @@ def _belongs(pid: int, lease: Lease) -> bool:
     """Whether the process `pid` names now is one of the lease's."""
     if pid == lease.pid:
         return process_start_time(pid) == lease.pid_start_time
-    return lease_id_of_process(pid) == lease.id
+    # the lease id in an environment is anyone's to write: only its owner's processes count
+    return process_owner(pid) == lease.owner_uid and lease_id_of_process(pid) == lease.id
 
 
 def _kill(pid: int, lease: Lease) -> None:

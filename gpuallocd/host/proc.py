@@ -21,7 +21,6 @@ __all__ = [
     "children_of",
     "command_of",
     "descendants",
-    "effective_uid",
     "environ_value",
     "parse_stat",
     "process_owner",
@@ -30,6 +29,7 @@ __all__ = [
     "read_parent",
     "read_process_table",
     "thread_group_lives",
+    "tracer_of",
 ]
 
 ProcessTable = dict[int, tuple[int, int]]  # pid -> (parent pid, start time)
@@ -148,25 +148,31 @@ def descendants(pid: int, proc: Path = PROC) -> list[tuple[int, int]]:
 
 
 def process_owner(pid: int, proc: Path = PROC) -> int | None:
-    """The uid that owns /proc/PID (the process's owner); None when it is gone or hidden.
+    """The process's owner: its effective uid in /proc/PID/status; None when it is gone or
+    hidden. Never the owner of /proc/PID itself, which the kernel gives to root for any
+    process that made itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`, a user's to do).
 
     Inside a PID namespace (a container) the GPU driver's pids may not be visible here; the
     owner is then unknown."""
     try:
-        return os.stat(proc / str(pid)).st_uid
-    except (OSError, ValueError):
-        return None
-
-
-def effective_uid(pid: int, proc: Path = PROC) -> int | None:
-    """The effective uid in /proc/PID/status (real, effective, saved, file system)."""
-    try:
         lines = (proc / str(pid) / "status").read_text().splitlines()
-    except OSError:
+    except (OSError, ValueError):
         return None
     for line in lines:
         if line.startswith("Uid:"):
-            return int(line.split()[2])
+            return int(line.split()[2])  # real, effective, saved, file system
+    return None
+
+
+def tracer_of(pid: int, proc: Path = PROC) -> int | None:
+    """The pid tracing the process (0: none); None when it is gone."""
+    try:
+        lines = (proc / str(pid) / "status").read_text().splitlines()
+    except (OSError, ValueError):
+        return None
+    for line in lines:
+        if line.startswith("TracerPid:"):
+            return int(line.split()[1])
     return None
 
 

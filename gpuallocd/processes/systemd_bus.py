@@ -91,7 +91,11 @@ class SystemdManager:
         )
         with router.filter(_local_job_removed(), bufsize=64) as removed:
             (job,) = await self._reply(router, call, "StartTransientUnit")
-            result = await _job_result(removed, job, self._systemd)
+            try:
+                result = await _job_result(removed, job, self._systemd)
+            except BusError:
+                await self.close()  # systemd may have re-executed under a new name: ask again
+                raise
         if result != "done":
             raise BusError(f"the start job of {name} ended {result!r}")
 

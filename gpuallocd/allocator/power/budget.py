@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpuallocd.errors import GpuallocError, GpusUnavailable
-from gpuallocd.model import Lease, PowerReading
+from gpuallocd.model import Lease, PowerReading, UnitKind
 from gpuallocd.model.power import PowerCap
 
 __all__ = ["FITS", "PowerBudget"]
@@ -88,7 +88,8 @@ class PowerBudget:
             self.note = None
             return lease
         per_gpu = (self.budget_mw - base) // len(new)
-        if self.fit == "cap" and self._capable(new, per_gpu):
+        whole = all(unit.kind is UnitKind.WHOLE for unit in lease.gpus)  # caps set whole GPUs
+        if self.fit == "cap" and whole and self._capable(new, per_gpu):
             self.note = None
             return replace(lease, power_limit_watts=math.floor(per_gpu / 1000))
         self.note = f"power: {committed / 1000:,.0f} of {self.budget_mw / 1000:,.0f} W committed"

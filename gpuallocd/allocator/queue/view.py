@@ -204,8 +204,8 @@ def _play_forward(
         return taken
 
     while pending:
-        served = serve_in_order(pending, grant, lambda i: needs[i].pool)
-        pending = [i for i in pending if i not in dict(served)]
+        served = {i for i, _ in serve_in_order(pending, grant, lambda i: needs[i].pool)}
+        pending = [i for i in pending if i not in served]
         if not pending or not releases:
             break
         at, gpus = heapq.heappop(releases)
