@@ -117,11 +117,11 @@ def crowded_note(clients: int, count: int, free: int) -> str:
     """Said before a run whose clients cannot all hold their GPUs at once."""
     fits = max(free // count, 0)
     return (
-        f"gpuallocctl: {clients} client(s) x {count} GPU(s) > {free} free GPU(s): some "
+        f"bench: {clients} client(s) x {count} GPU(s) > {free} free GPU(s): some "
         f"requests will be refused (counted on a line of their own, not as pairs); "
         f"--clients {fits} measures only pairs that fit"
         if fits
-        else f"gpuallocctl: {free} free GPU(s), {count} asked for by each client: every "
+        else f"bench: {free} free GPU(s), {count} asked for by each client: every "
         "request will be refused"
     )
 

@@ -1,8 +1,8 @@
 """A bare HTTP/1.1 client on a Unix socket, for benchmarks only.
 
 It sends fixed requests and reads answers with `Content-Length`, nothing more: the time a
-benchmark measures through it is the daemon's, not a client library's. `gpuallocctl bench
---raw` drives the daemon with it; real callers use `gpulease`.
+benchmark measures through it is the daemon's, not a client library's. `python -m
+benchmarks.bench --raw` drives the daemon with it; real callers use `gpulease`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The façade's part for power caps (power_caps.py): the cap a request gets, putting back at
+"""The façade's part for power caps (power/caps.py): the cap a request gets, putting back at
 start what a stopped daemon left capped, and setting caps again after a driver reload; the
-power budget's figures (power_budget.py)."""
+power budget's figures (power/budget.py)."""
 
 from __future__ import annotations
 

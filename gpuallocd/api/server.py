@@ -60,7 +60,8 @@ def _group_id(name: str) -> int:
 
 def bind_unix_socket(path: Path, *, mode: int, group: str | None = None) -> socket.socket:
     """Bind and listen on `path`, then set its mode (and group) before accepting anyone.
-    Its directory is the daemon's to prepare first (`daemon/integrity.prepare_private_dir`)."""
+    Its directory is the daemon's to prepare first
+    (`daemon/startup/integrity.prepare_private_dir`)."""
     if path.exists() or path.is_symlink():
         if not stat.S_ISSOCK(path.lstat().st_mode):
             raise StateUnusable(f"{path} exists and is not a socket")

@@ -234,11 +234,9 @@ class Ledger(
         """Record leases as ended (freed, expired or revoked), their GPUs free again."""
         if not leases:
             return
-        try:
-            steps = end_steps(leases, actor_uid, detail) + cleanup_steps(leases, self.cleanup_plans)
-            self._hot.write(steps, nested=self._batch is not None)
-        except sqlite3.Error as exc:
-            raise LedgerError(f"the ledger write failed: {exc}") from exc
+        self._hot_write(
+            end_steps(leases, actor_uid, detail) + cleanup_steps(leases, self.cleanup_plans)
+        )
 
     def _hot_write(self, steps: Sequence[tuple[str, Sequence[Any]]]) -> None:
         try:

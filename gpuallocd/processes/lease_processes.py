@@ -250,6 +250,8 @@ class LeaseProcesses:
     def _stray_fork(self, child: Member) -> None:
         """A holder's parent forked (where a `clone(CLONE_PARENT)` child of a member lands):
         the child joins the lease its environment names, if it is its owner's."""
+        if not self._leases:
+            return  # no lease to join: no environment read on every fork of init
         got = inherited(child[0])
         lease = self._leases.get(got.lease_id) if got is not None else None
         if got is not None and lease is not None and belongs(got, lease):

@@ -1,6 +1,6 @@
 """What a lease does to its GPUs besides holding them: it must fit the box's power budget
-(power_budget.py), its energy is read (energy.py) and its power cap set and put back
-(power_caps.py). The lifecycle calls `granted` and `ending` in the
+(budget.py), its energy is read (energy.py) and its power cap set and put back
+(caps.py). The lifecycle calls `granted` and `ending` in the
 transaction of the change; once it is committed the caps follow, told as an observer."""
 
 from __future__ import annotations

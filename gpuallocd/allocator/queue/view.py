@@ -26,7 +26,7 @@ __all__ = ["QueuedRequest", "WaitInfo", "describe_waiters", "holds"]
 
 RESOURCES = "Resources"
 RESERVED = "Reserved"
-POWER = "Power"  # its GPUs are free, but the box's power budget is committed (power_budget.py)
+POWER = "Power"  # its GPUs are free, but the box's power budget is committed (power/budget.py)
 
 # The GPUs that could serve a request, less those its owner (the uid given) holds already.
 Usable = Callable[[AllocateSpec, int | None], frozenset[str]]

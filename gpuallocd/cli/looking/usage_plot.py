@@ -17,14 +17,12 @@ import click
 from gpuallocd.charts import BarGroup, stacked_bars
 from gpuallocd.charts.daily import daily_bars
 from gpuallocd.cli.looking.plot_file import RefusedPath, write_new_file
-from gpuallocd.model import MAX_DAYS
 
 if TYPE_CHECKING:
     from gpulease import Client
 
-__all__ = ["MAX_PLOT_DAYS", "unwritable", "write_plot"]
+__all__ = ["unwritable", "write_plot"]
 
-MAX_PLOT_DAYS = MAX_DAYS
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 WIDTH, HEIGHT = 960, 420
 SCALE = 2  # device pixels per SVG pixel: sharp on a high-resolution screen and in print

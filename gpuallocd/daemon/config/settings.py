@@ -1,7 +1,7 @@
 """The daemon's settings, each declared once: name, type, default and meaning.
 
 `DaemonConfig` is the table. Everything else is derived from its fields: the config file's
-keys and their type checks (`config.py`), the environment variables (`GPUALLOCD_` and the
+keys and their type checks (`loading.py`), the environment variables (`GPUALLOCD_` and the
 name in capitals), the daemon's command-line options (`--` and the name with dashes), the
 example file `systemd/gpuallocd.toml` and the table in `docs/configuration.md` (both
 printed by `gpuallocd --print-config toml|markdown`; a test keeps them equal).
