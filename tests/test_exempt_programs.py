@@ -62,7 +62,8 @@ def test_a_preloaded_library_makes_a_program_no_exemption() -> None:
     )
     try:
         wait_for(lambda: (f := proc_facts(plain.pid)) is not None and f.program == "sleep", 10)
-        facts = proc_facts(preloaded.pid)
+        wait_for(lambda: (f := proc_facts(preloaded.pid)) is not None and f.command == "sleep", 10)
+        facts = proc_facts(preloaded.pid)  # after its exec: the preloaded program runs
         assert facts is not None and facts.program is None
     finally:
         for process in (plain, preloaded):

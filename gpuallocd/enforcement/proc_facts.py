@@ -46,8 +46,18 @@ def proc_facts(pid: int, proc: Path = Path("/proc")) -> ProcFacts | None:
         command=command,
         argv0=argv0,
         start_time=process_start_time(pid, proc),
-        program=None if runs_foreign_code(pid, str(proc)) else trusted_program(pid, str(proc)),
+        program=_program(pid, str(proc)),
     )
+
+
+def _program(pid: int, proc: str) -> str | None:
+    """The trusted program `pid` runs, read on both sides of the look at its environment and
+    tracer: an exec in between (a clean environment read, then a preloaded program) names two
+    programs, or none, and exempts nothing."""
+    program = trusted_program(pid, proc)
+    if program is None or runs_foreign_code(pid, proc) or trusted_program(pid, proc) != program:
+        return None
+    return program
 
 
 def owner_and_start(pid: int, proc: Path = Path("/proc")) -> tuple[int, int] | None:
