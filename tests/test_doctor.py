@@ -148,7 +148,7 @@ def test_a_power_budget_with_unleased_use_only_reported_is_a_warning(
     assert (line["check"], line["status"]) == ("config", "warn")
     assert line["message"].startswith('power_budget_watts = 1100 while unleased_use = "report"')
     assert "counts against the budget" in line["message"]
-    assert 'set unleased_use = "terminate"' in line["message"]
+    assert 'set unleased_use = "terminate" in each place named' in line["message"]
     reported.stop()
     stopped = start_daemon(
         default_policy="simple", power_budget_watts=1100, unleased_use="terminate"

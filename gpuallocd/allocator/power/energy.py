@@ -118,7 +118,8 @@ class EnergyMeter:
         if drawn is None:
             return []  # the intervals go on to the next reading that answers
         parts = {uuid: self.presence.take(uuid, holders.get(uuid, {})) for uuid in gpus}
-        return charges(drawn, parts, active, at)
+        on_read = {lease_id for uuid in drawn for lease_id in holders.get(uuid, {})}
+        return charges(drawn, parts, [lease for lease in active if lease.id in on_read], at)
 
     def record(
         self, ledger: Ledger, active: Collection[Lease], changed: Iterable[Lease], at: float

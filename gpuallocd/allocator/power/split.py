@@ -56,9 +56,10 @@ def holders_by_gpu(leases: Iterable[Lease]) -> dict[str, dict[str, tuple[int, fl
     found: dict[str, dict[str, tuple[int, float]]] = {}
     for lease in leases:
         for unit in lease.gpus:
-            on_gpu = found.setdefault(unit.gpu_uuid, {})
-            held = on_gpu.get(lease.id, (lease.owner_uid, 0.0))[1]
-            on_gpu[lease.id] = (lease.owner_uid, held + unit.fraction)
+            on_gpu = found.setdefault(unit.parent or unit.uuid, {})
+            held = on_gpu.get(lease.id)
+            part = unit.fraction if held is None else held[1] + unit.fraction
+            on_gpu[lease.id] = (lease.owner_uid, part)
     return found
 
 

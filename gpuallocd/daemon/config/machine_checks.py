@@ -109,8 +109,8 @@ def config_warnings(config: DaemonConfig) -> list[str]:
             f"power_budget_watts = {config.power_budget_watts:g} while {unstopped}: processes "
             "run without a lease are only reported and keep running, and what they draw on "
             "free GPUs counts against the budget, so leases wait or are refused for it (the "
-            'reason names who draws); set unleased_use = "terminate" (site-wide, or in those '
-            "tables) to stop such draw (docs/accounting.md)"
+            'reason names who draws); set unleased_use = "terminate" in each place named '
+            "to stop such draw (docs/accounting.md)"
         )
     if config.idle_reclaim_minutes is None and config.idle_grace_minutes != 10.0:
         found.append("idle_grace_minutes is set but idle reclaim is off (idle_reclaim_minutes)")
