@@ -31,10 +31,10 @@ class Presence:
         self.latest: dict[str, tuple[GpuProcess, ...]] = {}
 
     def sampled(self, states: Mapping[str, LiveState], holders: Mapping[str, Holders]) -> None:
-        """Add one live sample; `holders`: the leases on each GPU now."""
+        """Add one live sample (of every GPU); `holders`: the leases on each GPU now."""
+        self.latest = {uuid: state.processes for uuid, state in states.items()}
         for uuid, state in states.items():
             processes = state.processes
-            self.latest[uuid] = processes
             self._samples[uuid] = self._samples.get(uuid, 0) + 1
             if any(p.uid is not None for p in processes):
                 self._used.add(uuid)
