@@ -135,3 +135,40 @@ def test_proc_scan_asked_for_is_a_warning_with_its_reason(
     assert line["status"] == "warn"
     assert "proc-scan" in line["message"] and 'process_tracking = "proc-scan"' in line["message"]
     assert line["fix"]
+
+
+def test_a_power_budget_with_unleased_use_only_reported_is_a_warning(
+    start_daemon: Callable[..., ThreadDaemon],
+) -> None:
+    """Under a power budget, draw without a lease that is only reported takes the budget from
+    leases: doctor says so and how to stop it; with `terminate` it says nothing of it."""
+    reported = start_daemon(default_policy="simple", power_budget_watts=1100)
+    done = doctor(reported.paths.socket, "--json")
+    (line,) = [c for c in json.loads(done.stdout)["checks"] if "power_budget_watts" in c["message"]]
+    assert (line["check"], line["status"]) == ("config", "warn")
+    assert line["message"].startswith('power_budget_watts = 1100 while unleased_use = "report"')
+    assert "counts against the budget" in line["message"]
+    assert 'set unleased_use = "terminate" in each place named' in line["message"]
+    reported.stop()
+    stopped = start_daemon(
+        default_policy="simple", power_budget_watts=1100, unleased_use="terminate"
+    )
+    assert "power_budget_watts" not in doctor(stopped.paths.socket).stdout
+
+
+def test_the_power_budget_warning_names_each_table_that_only_reports() -> None:
+    """Site-wide `terminate`, but students' and one user's tables only report (or are off):
+    the warning names those tables; without a budget there is nothing to warn of."""
+    from gpuallocd.daemon.config.machine_checks import config_warnings
+    from gpuallocd.daemon.config.settings import DaemonConfig
+    from gpuallocd.enforcement import UnleasedModes
+
+    modes = UnleasedModes(users={"eve": "off", "ann": "terminate"}, groups={"students": "report"})
+    config = DaemonConfig(power_budget_watts=900, unleased_use="terminate", unleased_modes=modes)
+    (warning,) = [w for w in config_warnings(config) if "power_budget_watts" in w]
+    assert warning.startswith(
+        'power_budget_watts = 900 while [limits.group.students] unleased_use = "report", '
+        '[limits.user.eve] unleased_use = "off": '
+    )
+    quiet = DaemonConfig(unleased_use="report", unleased_modes=modes)
+    assert not [w for w in config_warnings(quiet) if "power_budget_watts" in w]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpuallocd.allocator.power.caps import PowerCaps
-from gpuallocd.allocator.power.energy import EnergyMeter, split_energy
-from gpuallocd.allocator.power.unleased_energy import split_unleased
+from gpuallocd.allocator.power.energy import EnergyMeter, charges
+from gpuallocd.allocator.power.split import Parts
 from gpuallocd.allocator.site.budgets import Readings, frees_at, use_in_window
 from gpuallocd.errors import NvmlError
 from gpuallocd.ledger import Ledger
@@ -52,9 +52,12 @@ class Counters:
 
 def test_a_whole_gpu_gets_all_of_its_energy_and_a_share_its_fraction_as_an_estimate() -> None:
     """The split: whole GPUs measured, a share its fraction of the GPU, labelled estimate."""
-    uses = split_energy(
-        {"GPU-a": 100.0, "GPU-b": 400.0}, [lease("w", WHOLE), lease("s", QUARTER)], 5.0
-    )
+    counters = Counters(a=0, b=0)
+    meter = EnergyMeter(counters)
+    held = [lease("w", WHOLE), lease("s", QUARTER)]
+    meter.reading(held, ["GPU-a", "GPU-b"], 1.0)
+    counters.counters.update({"GPU-a": 100_000, "GPU-b": 400_000})
+    uses = meter.reading(held, ["GPU-a", "GPU-b"], 5.0)
     assert [(u.lease_id, u.joules, u.estimate, u.at) for u in uses] == [
         ("w", 100.0, False, 5.0),
         ("s", 100.0, True, 5.0),
@@ -107,8 +110,8 @@ def test_a_gpu_nobody_holds_loses_its_baseline() -> None:
 def test_unleased_use_of_several_owners_is_split_by_their_memory_as_an_estimate() -> None:
     """One owner gets the GPU's energy and time; two share them by memory, an estimate."""
     drawn = {"GPU-a": (1000.0, 60.0), "GPU-b": (400.0, 60.0)}
-    owners = {"GPU-a": {7: 1.0}, "GPU-b": {7: 0.75, 8: 0.25}, "GPU-c": {9: 1.0}}
-    uses = split_unleased(drawn, owners, 5.0, name_of=lambda uid: f"u{uid}")
+    parts = {"GPU-a": Parts(users={7: 1.0}), "GPU-b": Parts(users={7: 0.75, 8: 0.25})}
+    uses = charges(drawn, parts, [], 5.0, name_of=lambda uid: f"u{uid}")
     assert [(u.owner_uid, u.joules, u.gpu_seconds, u.estimate, u.lease_id) for u in uses] == [
         (7, 1000.0, 60.0, False, None),
         (7, 300.0, 45.0, True, None),

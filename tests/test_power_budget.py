@@ -39,7 +39,9 @@ def test_a_request_over_the_power_budget_waits_with_the_reason_and_is_served_lat
             wait_for(lambda: len(root.queue()) == 1, 30, what="bob waiting")
             (waiter,) = root.queue()
         assert waiter["reason"] == "Power"
-        assert waiter["reason_detail"] == "power: 858 of 1,000 W committed"
+        assert waiter["reason_detail"] == (
+            "power: 858 of 1,000 W committed: 600 W by leases, 258 W idle"
+        )
         status = users.ctl("carol", socket, "status").stdout
         assert "power: 858 of 1,000 W committed, 344 W drawn" in status
         queue = users.ctl("carol", socket, "queue", "-v").stdout

@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.long_reads import LongReads
-from gpuallocd.allocator.power.unleased_energy import unleased_owners
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.ledger import Ledger
 
@@ -40,16 +39,14 @@ class EnergyDesk:
         return self._lifecycle.hardware.energy.enabled
 
     async def meter(self) -> None:
-        """Read every leased GPU's counter: what each active lease drew since the last
-        reading (so a restart or a driver reload loses at most one interval)."""
+        """Read the counter of every GPU a lease holds or someone used: what each lease, and
+        each user without a lease there, drew since the last reading (so a restart or a
+        driver reload loses at most one interval)."""
         await self._worker.run(self._meter)
 
     def _meter(self) -> None:
         leases = self._lifecycle.leases()
-        node = self._lifecycle.node
-        unleased = unleased_owners(node.topology.gpus, node.live, leases)
-        meter = self._lifecycle.hardware.energy
-        meter.record(self._ledger, leases, leases, self._clock(), unleased)
+        self._lifecycle.hardware.energy.record_all(self._ledger, leases, self._clock())
 
     async def totals(self) -> dict[str, float]:
         """Joules per user since the daemon started counting (the metrics' counter): the

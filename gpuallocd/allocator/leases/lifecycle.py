@@ -120,6 +120,7 @@ class LeaseLifecycle:
     def update_live(self, states: Mapping[str, LiveState]) -> None:
         """Take a live sample; with share enforcement on, act on shares over their size."""
         self.node.update_live(states)
+        self.hardware.sampled(states, self._active.values(), self.node.topology)
         self._enforcer.check(self._active.values(), states)
 
     def note(self, lease_id: str, event: LeaseEvent, detail: str) -> None:

@@ -1,28 +1,61 @@
 """The box's power budget (`power_budget_watts`): power as an allocatable resource.
 
 Committed watts: each GPU under a lease counts its lease's cap (or its card's default limit),
-each free GPU its idle draw (what it drew at the last reading). A grant that would commit more
-than the budget waits (`power_fit = "wait"`, the queue says `power: 1,450 of 1,600 W
-committed`), or is granted with a lower cap where every card of it accepts one
-(`power_fit = "cap"`). Caps bound sustained draw, not millisecond spikes (docs/accounting.md).
+each free GPU what it drew at the last reading: its idle draw, or the draw of processes run
+on it without a lease. A grant that would commit more than the budget waits (`power_fit =
+"wait"`), or is granted with a lower cap where every card of it accepts one (`power_fit =
+"cap"`). The queue and the refusal say what the committed watts are made of, naming who draws
+without a lease: `power: 1,084 of 1,100 W committed: 700 W by leases, 384 W drawn without a
+lease by bob on GPU 2`. Caps bound sustained draw, not millisecond spikes
+(docs/accounting.md).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
 from gpuallocd.errors import GpuallocError, GpusUnavailable
 from gpuallocd.model import Lease, PowerReading, UnitKind
+from gpuallocd.model.actors import user_name
 from gpuallocd.model.power import PowerCap
+from gpuallocd.text import escape_unprintable
 
-__all__ = ["FITS", "PowerBudget"]
+__all__ = ["FITS", "Drawers", "PowerBudget", "unleased_words"]
 
 FITS = ("wait", "cap")
+NAMED = 3  # users named in a refusal; the others counted
 
 ReadAll = Any  # a PowerControl (power_caps.py): `power(None)` reads every GPU
+Drawers = Mapping[str, tuple[int, Mapping[int, float]]]  # GPU -> (index, {uid: share})
+
+
+def _gpus(indices: list[int]) -> str:
+    listed = ", ".join(str(i) for i in sorted(indices))
+    return f"GPU {listed}" if len(indices) == 1 else f"GPUs {listed}"
+
+
+def unleased_words(
+    drawn: Mapping[int, tuple[float, list[int]]], name_of: Callable[[int], str] = user_name
+) -> str:
+    """`384 W drawn without a lease by bob on GPU 2` from {uid: (mW, GPU indices)}; several
+    users each with their watts, the most first, beyond NAMED counted. Names are escaped
+    (a user name is text its owner may have had a say in)."""
+    total = sum(mw for mw, _ in drawn.values())
+    ranked = sorted(drawn.items(), key=lambda item: (-item[1][0], item[0]))
+    named = [
+        (escape_unprintable(name_of(uid)), mw, _gpus(indices))
+        for uid, (mw, indices) in ranked[:NAMED]
+    ]
+    if len(named) == 1:
+        name, _, gpus = named[0]
+        return f"{total / 1000:,.0f} W drawn without a lease by {name} on {gpus}"
+    each = ", ".join(f"{mw / 1000:,.0f} W by {name} on {gpus}" for name, mw, gpus in named)
+    more = len(ranked) - len(named)
+    rest = f", and {more} more user(s)" if more else ""
+    return f"{total / 1000:,.0f} W drawn without a lease: {each}{rest}"
 
 
 class PowerBudget:
@@ -70,11 +103,40 @@ class PowerBudget:
             "fit": self.fit,
         }
 
+    def committed_words(
+        self, active: Collection[Lease], caps: Mapping[str, PowerCap], drawers: Drawers
+    ) -> str:
+        """What the committed watts are made of: `700 W by leases, 384 W drawn without a
+        lease by bob on GPU 2, 172 W idle`; `drawers`: who used each GPU at the last sample."""
+        leased = {unit.gpu_uuid for lease in active for unit in lease.gpus}
+        by_leases = idle = 0
+        unleased: dict[int, tuple[float, list[int]]] = {}
+        for uuid in self.readings:
+            committed = self._committed_of(uuid, uuid in leased, caps)
+            index, shares = drawers.get(uuid, (-1, {}))
+            if uuid in leased:
+                by_leases += committed
+                continue
+            if not shares:
+                idle += committed
+            for uid, share in shares.items():
+                mw, indices = unleased.get(uid, (0.0, []))
+                unleased[uid] = (mw + committed * share, [*indices, index])
+        words = [f"{by_leases / 1000:,.0f} W by leases"] if by_leases else []
+        words += [unleased_words(unleased)] if unleased else []
+        words += [f"{idle / 1000:,.0f} W idle"] if idle else []
+        return ", ".join(words)
+
     def fitted(
-        self, active: Collection[Lease], lease: Lease, caps: Mapping[str, PowerCap]
+        self,
+        active: Collection[Lease],
+        lease: Lease,
+        caps: Mapping[str, PowerCap],
+        drawers: Callable[[], Drawers] | None = None,
     ) -> Lease:
         """The lease if it fits the budget, or with a lower cap (`cap`); else GpusUnavailable,
-        which keeps a waiting request in the queue."""
+        which keeps a waiting request in the queue. `drawers` says who used each GPU at the last
+        sample, asked only to name them in the reason."""
         if self.budget_mw is None:
             return lease
         leased = {unit.gpu_uuid for held in active for unit in held.gpus}
@@ -92,7 +154,11 @@ class PowerBudget:
         if self.fit == "cap" and whole and self._capable(new, per_gpu):
             self.note = None
             return replace(lease, power_limit_watts=math.floor(per_gpu / 1000))
-        self.note = f"power: {committed / 1000:,.0f} of {self.budget_mw / 1000:,.0f} W committed"
+        made_of = self.committed_words(active, caps, {} if drawers is None else drawers())
+        self.note = (
+            f"power: {committed / 1000:,.0f} of {self.budget_mw / 1000:,.0f} W committed"
+            + (f": {made_of}" if made_of else "")
+        )
         raise GpusUnavailable(
             f"{self.note}; {len(new)} more GPU(s) would commit {sum(wanted) / 1000:,.0f} W",
             count=len(new),

@@ -1,13 +1,15 @@
-"""Energy of leases, from the GPUs' energy counters (docs/accounting.md).
+"""Energy of leases and of unleased use, from the GPUs' energy counters (docs/accounting.md).
 
-Each physical GPU under an active lease has a baseline: its counter at the last reading. A
-reading (at a grant or an end on the GPU, and on the energy timer) takes the energy drawn
-since then and splits it among the leases that held the GPU over that interval: all of it
-to a whole-GPU lease (measured); to a share or a MIG instance its fraction of the GPU (its
-memory over the GPU's: an estimate). A counter that went back is a driver reload: only what
-it counted since is taken, never negative energy. Baselines live in memory: after a daemon
-restart the first reading starts them again, so a restart or a reload loses at most the
-interval it fell in. A GPU without a counter (older than Volta) gives no energy.
+Each physical GPU that a lease holds, or that a process of a known owner uses, has a
+baseline: its counter at the last reading. A reading (at a grant or an end on the GPU, and on
+the energy timer) takes the energy drawn since then and charges it by the parts of the
+parties over that interval (`split.py`, averaged over the live samples by `presence.py`): a
+lease its part (one row per lease per reading), each user without a lease on the GPU theirs,
+with the GPU time of that part (one row per user per GPU, unleased use). A part other than the
+whole GPU over the whole interval is an estimate. A counter that went back is a driver
+reload: only what it counted since is taken, never negative energy. Baselines live in memory:
+after a daemon restart the first reading starts them again, so a restart or a reload loses at
+most the interval it fell in. A GPU without a counter (older than Volta) gives no energy.
 """
 
 from __future__ import annotations
@@ -15,53 +17,78 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
 
-from gpuallocd.allocator.power.unleased_energy import Interval, split_unleased
+from gpuallocd.allocator.power.presence import Presence
+from gpuallocd.allocator.power.split import Parts, holders_by_gpu
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import Lease, PowerReading, UnitKind
+from gpuallocd.model import Lease, LiveState, PowerReading
+from gpuallocd.model.actors import user_name
 from gpuallocd.model.energy import EnergyUse
 
-__all__ = ["EnergyMeter", "PowerRead", "split_energy"]
+__all__ = ["EnergyMeter", "PowerRead", "charges"]
 
 log = logging.getLogger(__name__)
 
 PowerRead = Callable[[Collection[str]], Mapping[str, PowerReading]]
+Interval = tuple[float, float]  # joules drawn, seconds between the readings
 
 
-def split_energy(drawn: Mapping[str, float], leases: Iterable[Lease], at: float) -> list[EnergyUse]:
-    """Each lease's part of the joules `drawn` per physical GPU (pure)."""
+def charges(
+    drawn: Mapping[str, Interval],
+    parts: Mapping[str, Parts],
+    leases: Iterable[Lease],
+    at: float,
+    name_of: Callable[[int], str] = user_name,
+) -> list[EnergyUse]:
+    """The rows of one reading (pure): each lease's part of the GPUs read, summed over its
+    GPUs; each user's part of each GPU read that they used without a lease there."""
     uses = []
     for lease in leases:
-        parts = [(drawn[u.gpu_uuid], u) for u in lease.gpus if u.gpu_uuid in drawn]
-        if not parts:
+        read = [uuid for uuid in dict.fromkeys(u.gpu_uuid for u in lease.gpus) if uuid in drawn]
+        if not read:
             continue
-        joules = sum(gpu_joules * unit.fraction for gpu_joules, unit in parts)
-        estimate = any(unit.kind is not UnitKind.WHOLE for _, unit in parts)
+        shares = [parts[uuid].leases.get(lease.id, 0.0) for uuid in read]
+        joules = sum(drawn[uuid][0] * share for uuid, share in zip(read, shares, strict=True))
+        estimate = any(share != 1.0 for share in shares)
         uses.append(EnergyUse(lease.id, lease.owner_uid, lease.owner_name, at, joules, estimate))
+    for uuid, (joules, seconds) in drawn.items():
+        for uid, share in sorted(parts[uuid].users.items()):
+            if share > 0:
+                use = EnergyUse(
+                    None, uid, name_of(uid), at, joules * share, share != 1.0, seconds * share
+                )
+                uses.append(use)
     return uses
 
 
 class EnergyMeter:
-    """Baselines of the GPUs under leases, and the energy each reading finds."""
+    """Baselines of the GPUs read, who used each since, and the energy each reading finds."""
 
     def __init__(self, read: PowerRead | None) -> None:
         self._read = read
         self._baselines: dict[str, tuple[int, float]] = {}  # GPU -> (counter in mJ, when)
+        self.presence = Presence()
 
     @property
     def enabled(self) -> bool:
         return self._read is not None
 
-    def drawn(self, gpus: Collection[str], at: float) -> dict[str, Interval]:
+    def sampled(self, states: Mapping[str, LiveState], active: Iterable[Lease]) -> None:
+        """A live sample: who uses each GPU now, with the leases that hold it."""
+        if self._read is not None:
+            self.presence.sampled(states, holders_by_gpu(active))
+
+    def drawn(self, gpus: Collection[str], at: float) -> dict[str, Interval] | None:
         """(joules, seconds) each GPU drew since its baseline; the baselines move to now. A
-        GPU read for the first time (or without a counter) only gets a baseline (or loses it)."""
-        if self._read is None or not gpus:
-            return {}
+        GPU read for the first time (or without a counter) only gets a baseline (or loses it).
+        None where the counters could not be read: the baselines stay."""
+        if self._read is None:
+            return None
         try:
             readings = self._read(gpus)
         except GpuallocError as exc:  # energy never stops a grant or an end
             log.warning("reading the GPUs' energy counters failed: %s", exc.message)
-            return {}
+            return None
         found: dict[str, Interval] = {}
         for uuid in gpus:
             reading = readings.get(uuid)
@@ -77,37 +104,35 @@ class EnergyMeter:
         return found
 
     def reading(
-        self,
-        active: Collection[Lease],
-        gpus: Collection[str],
-        at: float,
-        unleased: Mapping[str, Mapping[int, float]] | None = None,
+        self, active: Collection[Lease], gpus: Collection[str], at: float
     ) -> list[EnergyUse]:
         """Close the interval on `gpus` (and start one on those read for the first time):
-        what each active lease on them drew, and the `unleased` GPUs' owners (GPU -> {uid:
-        part}). Baselines of GPUs neither read now nor held by an active lease are dropped."""
-        unleased = unleased or {}
-        wanted = set(gpus) | set(unleased)
-        held = {unit.gpu_uuid for lease in active for unit in lease.gpus}
-        for uuid in set(self._baselines) - held - wanted:
+        what each active lease on them, and each user without a lease there, drew. GPUs that
+        no active lease holds and nobody used lose their baselines."""
+        holders = holders_by_gpu(active)
+        kept = set(holders) | self.presence.used() | set(gpus)
+        for uuid in set(self._baselines) - kept:
             del self._baselines[uuid]
-        drawn = self.drawn(wanted, at)
-        if not drawn:
-            return []
-        joules = {uuid: interval[0] for uuid, interval in drawn.items()}
-        return split_energy(joules, active, at) + split_unleased(drawn, unleased, at)
+        self.presence.forget(set(self.presence.latest) - kept)
+        drawn = self.drawn(gpus, at) if gpus else None
+        if drawn is None:
+            return []  # the intervals go on to the next reading that answers
+        parts = {uuid: self.presence.take(uuid, holders.get(uuid, {})) for uuid in gpus}
+        on_read = {lease_id for uuid in drawn for lease_id in holders.get(uuid, {})}
+        return charges(drawn, parts, [lease for lease in active if lease.id in on_read], at)
 
     def record(
-        self,
-        ledger: Ledger,
-        active: Collection[Lease],
-        changed: Iterable[Lease],
-        at: float,
-        unleased: Mapping[str, Mapping[int, float]] | None = None,
+        self, ledger: Ledger, active: Collection[Lease], changed: Iterable[Lease], at: float
     ) -> None:
-        """Read the GPUs of the `changed` leases before they are granted or ended (the
-        timer: of all), and record what the active leases on them, and the owners of unleased
-        use, drew (in the transaction of the change)."""
+        """Read the GPUs of the `changed` leases before they are granted or ended, and
+        record what the parties on them drew (in the transaction of the change)."""
         if self._read is not None:
             gpus = {unit.gpu_uuid for lease in changed for unit in lease.gpus}
-            ledger.record_energy(self.reading(active, gpus, at, unleased))
+            ledger.record_energy(self.reading(active, gpus, at))
+
+    def record_all(self, ledger: Ledger, active: Collection[Lease], at: float) -> None:
+        """The timer's reading: every GPU a lease holds or a process of a known owner used
+        since its last reading."""
+        if self._read is not None:
+            gpus = set(holders_by_gpu(active)) | self.presence.used()
+            ledger.record_energy(self.reading(active, gpus, at))

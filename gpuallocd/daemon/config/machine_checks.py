@@ -103,6 +103,15 @@ def config_warnings(config: DaemonConfig) -> list[str]:
             "authentication (docs/dashboard.md); the unit's IPAddressAllow=localhost drops "
             "other hosts unless a drop-in names them"
         )
+    unstopped = _draw_left_running(config)
+    if unstopped:
+        found.append(
+            f"power_budget_watts = {config.power_budget_watts:g} while {unstopped}: processes "
+            "run without a lease are only reported and keep running, and what they draw on "
+            "free GPUs counts against the budget, so leases wait or are refused for it (the "
+            'reason names who draws); set unleased_use = "terminate" in each place named '
+            "to stop such draw (docs/accounting.md)"
+        )
     if config.idle_reclaim_minutes is None and config.idle_grace_minutes != 10.0:
         found.append("idle_grace_minutes is set but idle reclaim is off (idle_reclaim_minutes)")
     for key, path in (
@@ -117,6 +126,23 @@ def config_warnings(config: DaemonConfig) -> list[str]:
                 "root may write"
             )
     return found
+
+
+def _draw_left_running(config: DaemonConfig) -> str | None:
+    """Where a power budget is set and unleased use is only reported (or ignored): the
+    site's `unleased_use` and each table of `[limits]` that says so; None where none does."""
+    if config.power_budget_watts is None:
+        return None
+    lenient = ("off", "report")
+    where = [f'unleased_use = "{config.unleased_use}"'] if config.unleased_use in lenient else []
+    modes = config.unleased_modes
+    for kind, table in (("group", modes.groups), ("user", modes.users)):
+        where += [
+            f'[limits.{kind}.{name}] unleased_use = "{mode}"'
+            for name, mode in sorted(table.items())
+            if mode in lenient
+        ]
+    return ", ".join(where) or None
 
 
 def _shared_directory(path: str | None) -> str | None:
