@@ -47,8 +47,10 @@ ALLOWED = {
         "metrics",
         "processes",
         "dashboard",
+        "notify",
     },
     "integrations": {"model"},
+    "notify": {"model"},
     "mcp": {"model", "planning", "policies", "topology"},
     "cli": {
         "model",
@@ -57,6 +59,7 @@ ALLOWED = {
         "integrations",
         "inventory",
         "mcp",
+        "notify",
         "planning",
         "policies",
         "topology",
