@@ -103,6 +103,13 @@ def _shown(text: str | None) -> str:
     return shown if len(shown) <= LABEL_SHOWN else shown[: LABEL_SHOWN - 1] + "…"
 
 
+def _rounded(seconds: float) -> float:
+    """Time left as a warning says it: to the minute from two minutes, else to 10 s (a timer
+    that ticks a moment after the mark still says "in 15m", "in 1m")."""
+    step = 60.0 if seconds >= 120 else 10.0
+    return max(0.0, round(seconds / step) * step)
+
+
 def _clock(at: float) -> str:
     return time.strftime("%H:%M", time.localtime(at))
 
@@ -193,7 +200,7 @@ def ending_notice(
 ) -> Notice:
     """A lease's coming end at `deadline` (wall clock), `left` seconds from now: once per
     lease, reason, deadline (`epoch`: what names it across a restart) and threshold."""
-    left_text = typed_duration(max(0.0, left))
+    left_text = typed_duration(_rounded(left))
     cause = f" ({_shown(why)})" if why else ""
     return Notice(
         uid=lease.owner_uid,

@@ -295,8 +295,10 @@ class NoticeDesk:
                 current = self._ahead.armed(lease.id, EndingReason.RESERVATION)
                 if found is not None and (current is None or found[0].wall < current.wall):
                     thresholds = self.thresholds_of(lease.owner_uid)
-                    deadline, _ = found
-                    self._ahead.arm(lease.id, EndingReason.RESERVATION, deadline, thresholds)
+                    deadline, span = found  # from when it was made: a tick may come late
+                    self._ahead.arm(
+                        lease.id, EndingReason.RESERVATION, deadline, thresholds, span=span
+                    )
 
     def _warn(self, warnings: list[Warning]) -> list[int]:
         """Runs in the worker: each warning of a lease still active, with its history note,
