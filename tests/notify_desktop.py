@@ -87,7 +87,10 @@ class Desktop:
 
 
 def start_desktop(
-    directory: Path, python: str, env: dict[str, str], user: int | None = None,
+    directory: Path,
+    python: str,
+    env: dict[str, str],
+    user: int | None = None,
     group: int | None = None,
 ) -> Desktop:
     """`dbus-daemon --session` on a socket in `directory` and the stand-in on it (as `user`)."""
@@ -150,6 +153,7 @@ def render(record: dict[str, Any], png: Path) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         raise SystemExit("chromium is not installed (apt-get install chromium)")
+    png = png.resolve()
     page = png.with_suffix(".html")
     edge = "#d08770" if record.get("urgency") == 2 else "#88c0d0"
     page.write_text(
@@ -161,9 +165,19 @@ def render(record: dict[str, Any], png: Path) -> None:
         )
     )
     subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         f"--screenshot={png}", "--window-size=420,150", page.as_uri()],
-        check=True, capture_output=True, timeout=60,
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--screenshot={png}",
+            "--window-size=460,175",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
     page.unlink()
 

@@ -145,8 +145,7 @@ def write_msmtprc(home: Path, port: int, uid: int | None = None, gid: int | None
     """`~/.msmtprc` of the user whose home is `home`: relay everything to the sink."""
     path = home / ".msmtprc"
     path.write_text(
-        "account default\nhost 127.0.0.1\n"
-        f"port {port}\nfrom notices@localhost\nauth off\ntls off\n"
+        f"account default\nhost 127.0.0.1\nport {port}\nfrom notices@localhost\nauth off\ntls off\n"
     )
     path.chmod(0o600)
     if uid is not None and gid is not None:

@@ -82,9 +82,7 @@ def test_a_lease_granted_for_less_than_a_threshold_is_not_warned_at_it(
         assert until_told(client, 1) == [f"lease {lease.id} expires in 1m"]
 
 
-def test_a_renewal_moves_the_warnings_to_the_new_end(
-    clocked: ThreadDaemon, clocks: Clocks
-) -> None:
+def test_a_renewal_moves_the_warnings_to_the_new_end(clocked: ThreadDaemon, clocks: Clocks) -> None:
     """Renewed after its 15-minute warning, a lease is warned again before its new end."""
     with clocked.client() as client:
         lease = client.allocate(1, ttl=3600)

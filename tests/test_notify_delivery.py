@@ -206,11 +206,22 @@ def test_a_notifier_away_gets_what_it_missed_once_and_stale_ones_summed_up(
     assert "granted" in summary["body"]
 
 
-def test_a_second_notifier_of_the_same_user_is_refused(
-    clocked: ThreadDaemon, home: Path
-) -> None:
+def test_a_second_notifier_of_the_same_user_is_refused(clocked: ThreadDaemon, home: Path) -> None:
     """Two notifiers would deliver everything twice: the second one stops at once."""
     notifier = Notifier(clocked, home, [])
     state = NotifyState.load(notifier.state_path)
     with state.locked(), pytest.raises(AlreadyRunning):
         notifier.once()
+
+
+def test_the_user_unit_runs_the_notifier_command() -> None:
+    """systemd/gpuallocd-notify.service starts `gpuallocctl notify-agent`, a command that
+    exists, as a user unit (no User=, wanted by the user's default target)."""
+    from gpuallocd.cli import cli
+    from gpuallocd.cli.lazy import all_commands
+
+    unit = Path(__file__).resolve().parent.parent / "systemd" / "gpuallocd-notify.service"
+    text = unit.read_text()
+    (exec_start,) = [line for line in text.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start.split()[-1] == "notify-agent" and "notify-agent" in all_commands(cli)
+    assert "User=" not in text and "WantedBy=default.target" in text
