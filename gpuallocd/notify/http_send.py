@@ -52,13 +52,20 @@ class Forbidden:
         for listen_ip, listen_port in self.addresses:
             if port != listen_port:
                 continue
-            address = ipaddress.ip_address(ip)
-            listen = ipaddress.ip_address(listen_ip)
-            if address == listen or (listen.is_unspecified and _is_local(ip)):
+            address, listen = _plain(ip), _plain(listen_ip)
+            if address == listen or (listen.is_unspecified and _is_local(str(address))):
                 return True
             if listen.is_loopback and address.is_loopback:
                 return True
         return False
+
+
+def _plain(ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The address, an IPv4-mapped IPv6 one (`::ffff:127.0.0.1`) as its IPv4 self."""
+    address = ipaddress.ip_address(ip.partition("%")[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
 
 
 def forbidden_by(listens: Iterable[str]) -> Forbidden:
