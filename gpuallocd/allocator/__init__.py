@@ -28,9 +28,9 @@ Its rooms, each with a map of its own (floors guarded by tests/test_architecture
 
 `site/` imports nothing of the other rooms; `leases/` nothing of `queue/` or `unleased/`; no
 room imports the door except `worker.py`, `long_reads.py` and `bells.py`, which import
-nothing of the allocator. The processes a bound lease covers, and stopping them, are `gpuallocd.processes`,
-below. The rules a request and a policy's answer obey live in `gpuallocd.policies.rules`,
-where `plan` and `simulate` use them too.
+nothing of the allocator. The processes a bound lease covers, and stopping them, are
+`gpuallocd.processes`, below. The rules a request and a policy's answer obey live in
+`gpuallocd.policies.rules`, where `plan` and `simulate` use them too.
 """
 
 from __future__ import annotations
