@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,14 +64,25 @@ class SystemUsers:
         return pwd.getpwnam(self.name(short)).pw_uid
 
     def run(
-        self, short: str, argv: Sequence[str], *, timeout: float = 60
+        self,
+        short: str,
+        argv: Sequence[str],
+        *,
+        timeout: float = 60,
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run `python argv...` as the user; wait for it."""
+        """Run `python argv...` as the user (`env`: more variables); wait for it."""
         return subprocess.run(
-            [self.python, *argv], capture_output=True, text=True, timeout=timeout, **self._as(short)
+            [self.python, *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            **self._as(short, env),
         )
 
-    def start(self, short: str, argv: Sequence[str], log: Path) -> subprocess.Popen[str]:
+    def start(
+        self, short: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[str]:
         """Start `python argv...` as the user, its output in `log`."""
         with open(log, "w") as out:
             return subprocess.Popen(
@@ -79,7 +90,7 @@ class SystemUsers:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 text=True,
-                **self._as(short),
+                **self._as(short, env),
             )
 
     def ctl(
@@ -90,10 +101,10 @@ class SystemUsers:
             short, ["-m", "gpuallocd.cli", "--socket", str(socket), *args], timeout=timeout
         )
 
-    def _as(self, short: str) -> dict[str, object]:
+    def _as(self, short: str, more: Mapping[str, str] | None = None) -> dict[str, object]:
         entry = pwd.getpwnam(self.name(short))
         groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
-        env = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C.UTF-8", **self.env}
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C.UTF-8", **self.env, **(more or {})}
         return {
             "user": entry.pw_uid,
             "group": entry.pw_gid,

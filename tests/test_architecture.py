@@ -47,8 +47,10 @@ ALLOWED = {
         "metrics",
         "processes",
         "dashboard",
+        "notify",
     },
     "integrations": {"model"},
+    "notify": {"model"},
     "mcp": {"model", "planning", "policies", "topology"},
     "cli": {
         "model",
@@ -57,6 +59,7 @@ ALLOWED = {
         "integrations",
         "inventory",
         "mcp",
+        "notify",
         "planning",
         "policies",
         "topology",
@@ -227,6 +230,7 @@ ROOMS = {
         "leases": {"site", "power"},
         "queue": {"leases", "site", "power"},
         "unleased": {"leases", "site", "power"},
+        "notices": {"leases", "site"},
     },
     "gpuallocd.daemon": {
         "config": set(),
@@ -238,11 +242,12 @@ ROOMS = {
         "looking": set(),
         "administering": {"looking"},
         "offline": set(),
+        "notifying": set(),
     },
 }
 # Door modules a room may import: they import nothing of their own package.
 DOOR_LEAVES = {
-    "gpuallocd.allocator": {"worker", "long_reads"},
+    "gpuallocd.allocator": {"worker", "long_reads", "bells"},
     "gpuallocd.daemon": {"logformat"},
     "gpuallocd.cli": {
         "app",

@@ -69,6 +69,9 @@ SAMPLES = {
     "root_reserved_connections": "4",
     "request_head_timeout_seconds": "2.5",
     "request_body_timeout_seconds": "3",
+    "notify_retention_days": "30",
+    "notify_site_channels": "webhook https://chat.example.org/hooks/gpus",
+    "notify_site_events": "gpu-unhealthy,revoked",
 }
 
 
@@ -203,3 +206,19 @@ def test_a_daemon_started_in_a_shell_with_the_clients_variable_serves_its_files_
         daemon.send_signal(signal.SIGTERM)
         _, log = daemon.communicate(timeout=30)
     assert f"GPUALLOCD_SOCKET={elsewhere} is not used: config file {file}" in log
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("notify_site_channels", "webhook file:///etc/shadow"),
+        ("notify_site_channels", "mail root@localhost"),
+        ("notify_site_events", "everything"),
+        ("notify_retention_days", "0"),
+    ],
+)
+def test_a_bad_notification_setting_refuses_to_start(key: str, value: str) -> None:
+    """A site channel that is not `webhook URL` or `ntfy URL/TOPIC`, an unknown event, a
+    retention of nothing: refused with the setting named."""
+    with pytest.raises(ConfigError, match=key):
+        load_config(environ={f"GPUALLOCD_{key.upper()}": value})

@@ -18,6 +18,7 @@ CHECKS = [
     "capabilities",
     "driver",
     "cleanups",
+    "notify",
     "process tracking",
     "service",
     "ledger",

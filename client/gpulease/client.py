@@ -184,6 +184,50 @@ class Client:
     def lease(self, lease_id: str) -> Lease:
         return Lease.from_json(self.request("GET", _lease_path(lease_id)))
 
+    # Notices ----------------------------------------------------------------------------------
+
+    def notifications(
+        self, after: int = 0, wait: float = 0.0, limit: int = 100, everyone: bool = False
+    ) -> dict[str, Any]:
+        """The caller's notices numbered above `after` (`notices`, oldest first; `next`, the
+        cursor to ask from; `more` when the limit cut the answer). With `wait` seconds (at most
+        300) and none yet, the daemon answers at the next one. Root may ask for `everyone`'s."""
+        seconds = max(0, min(300, math.ceil(wait)))
+        query = urlencode(
+            _drop_none(
+                after=int(after), wait_seconds=seconds, limit=limit, all=1 if everyone else None
+            )
+        )
+        timeout = None if seconds == 0 else seconds + 30
+        result: dict[str, Any] = self.request("GET", f"/v1/notifications?{query}", timeout=timeout)
+        return result
+
+    def notify_settings(self) -> dict[str, Any]:
+        """The caller's warning thresholds before a lease ends (`thresholds_seconds`)."""
+        result: dict[str, Any] = self.request("GET", "/v1/notifications/settings")
+        return result
+
+    def set_notify_thresholds(self, seconds: Sequence[float] | None) -> dict[str, Any]:
+        """Set the caller's thresholds; None or empty: back to the defaults."""
+        body = {"thresholds_seconds": list(seconds) if seconds else None}
+        result: dict[str, Any] = self.request("PUT", "/v1/notifications/settings", body)
+        return result
+
+    def report_delivery(self, channel: str, kind: str, ok: bool, error: str | None = None) -> None:
+        """Tell the daemon how a delivery to one of the caller's channels went (no target)."""
+        body = _drop_none(channel=channel, kind=kind, ok=ok, error=error)
+        self.request("POST", "/v1/notifications/deliveries", body)
+
+    def forget_channel(self, channel: str) -> None:
+        """The caller removed a channel: its delivery report goes."""
+        self.request("DELETE", f"/v1/notifications/deliveries/{quote(channel, safe='')}")
+
+    def delivery_reports(self, everyone: bool = False) -> list[dict[str, Any]]:
+        """The last delivery of each of the caller's channels (every user's for root)."""
+        path = "/v1/notifications/deliveries" + ("?all=1" if everyone else "")
+        reports: list[dict[str, Any]] = self.request("GET", path)["channels"]
+        return reports
+
     def leases(self) -> list[Lease]:
         return [Lease.from_json(item) for item in self.request("GET", "/v1/leases")["leases"]]
 

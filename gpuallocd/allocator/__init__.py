@@ -24,12 +24,13 @@ Its rooms, each with a map of its own (floors guarded by tests/test_architecture
     site/     the rules of a shared box: limits, quota, drain, reservations board, idle, purge
     unleased/ GPU use without a lease: each sample's processes judged, reported, adopted
     power/    energy per lease, power caps, the box's power budget
+    notices/  the per-user feed: warnings before a lease ends, budgets, what samples tell
 
 `site/` imports nothing of the other rooms; `leases/` nothing of `queue/` or `unleased/`; no
-room imports the door except `worker.py` and `long_reads.py`, which import nothing of the
-allocator. The processes a bound lease covers, and stopping them, are `gpuallocd.processes`,
-below. The rules a request and a policy's answer obey live in `gpuallocd.policies.rules`,
-where `plan` and `simulate` use them too.
+room imports the door except `worker.py`, `long_reads.py` and `bells.py`, which import
+nothing of the allocator. The processes a bound lease covers, and stopping them, are
+`gpuallocd.processes`, below. The rules a request and a policy's answer obey live in
+`gpuallocd.policies.rules`, where `plan` and `simulate` use them too.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from gpuallocd.allocator.leases.health_notice import HealthNotices
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.long_reads import LongReads
-from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, timed_allocation
+from gpuallocd.allocator.notices import NoticeDesk
+from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, Observers, timed_allocation
 from gpuallocd.allocator.power_desk import PowerDesk
 from gpuallocd.allocator.publish import publish
 from gpuallocd.allocator.queue.order import QueueOrder
@@ -76,7 +77,6 @@ class AllocatorFacade(CleanupDesk):
         self._lifecycle = lifecycle
         self._ledger = ledger
         self._clock = clock
-        self._observer = observer
         self._worker = SerialWorker(
             ledger.unit_of_work, lifecycle.reload, after_commit=self._publish
         )
@@ -93,6 +93,9 @@ class AllocatorFacade(CleanupDesk):
         self._reclaimer = IdleReclaimer(
             lifecycle, self._worker, self._queue, idle or IdleRules(), clock
         )
+        # the feed of notices (allocator/notices/): told of each transition after its commit
+        self.notices = NoticeDesk(lifecycle, ledger, self._worker, clock, self._reclaimer.tracker)
+        self._observer: LeaseObserver = Observers(observer, self.notices)
         self._processes = LeaseProcesses(
             self._process_exited, revoke_grace_seconds, tracking, on_gone=self._families_gone
         )
@@ -185,6 +188,7 @@ class AllocatorFacade(CleanupDesk):
         """Renew; also look for new processes of the lease now (a wrapper renews after it
         started its command, so that the command is known before anything can go wrong)."""
         lease = await self._worker.run(self._lifecycle.renew, caller, lease_id, ttl_seconds)
+        self.notices.renewed(lease)
         await self.scan_families()
         return lease
 
@@ -234,6 +238,7 @@ class AllocatorFacade(CleanupDesk):
             )
         if gone:
             await self._end_for_exited(gone)
+        await self.notices.start()
 
     async def expire_due(self) -> list[Lease]:
         """End leases whose TTL ran out, and stop watching processes of ended leases."""
@@ -248,13 +253,19 @@ class AllocatorFacade(CleanupDesk):
         """A new live sample; a GPU may have come back to health, so serve the queue."""
         await self._worker.run(self._lifecycle.update_live, states)
         await self._watch_all(await self._worker.run(self._after_sample))
+        self.notices.ring_sampled()
         self._queue.kick()
         await self._reclaimer.after_sample()
+        self.notices.idle_changed()
 
     def _after_sample(self) -> list[Lease]:
-        """Holders told of failing GPUs; unleased use acted on (the leases it adopted)."""
-        self.health.check()
-        return self.unleased.check(frozenset(self._queue.holds()))
+        """Holders told of failing GPUs; unleased use acted on (the leases it adopted); the
+        notices of both, in the same transaction."""
+        with self._ledger.unit_of_work():
+            unhealthy = self.health.check()
+            adopted = self.unleased.check(frozenset(self._queue.holds()))
+            self.notices.after_sample(unhealthy)
+        return adopted
 
     async def adopt(self, caller: Caller, pid: int | None, gpu: str | int | None) -> list[Lease]:
         """`gpuallocctl adopt`: the caller's running work on GPUs becomes their leases."""
@@ -291,6 +302,7 @@ class AllocatorFacade(CleanupDesk):
         """The daemon stops: waiting requests and long polls end now (clients ask again)."""
         self._queue.release_all()
         self._bells.ring_all()
+        self.notices.stop()
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -9,6 +9,7 @@ usage_view.py          usage's figures for one user alone
 enforcement_routes.py  adopt, unleased use
 reservation_routes.py  advance reservations
 ledger_routes.py       the ledger's backups, for admins
+notice_routes.py       the notices' feed, thresholds and delivery reports, each user's own
 requests.py    what every route reads from its request, read one way
 limits.py      connection limits: no local user takes the daemon's file descriptors
 validation.py  a JSON body into typed values, or a stable error

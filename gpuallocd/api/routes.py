@@ -17,6 +17,7 @@ from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
 from gpuallocd.api.enforcement_routes import enforcement_routes, unleased_on
 from gpuallocd.api.ledger_routes import ledger_routes
+from gpuallocd.api.notice_routes import notice_routes
 from gpuallocd.api.peercred import user_name
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
 from gpuallocd.api.reservation_routes import reservation_routes
@@ -92,7 +93,8 @@ async def get_diagnostics(request: web.Request) -> web.Response:
     ctx = context_of(request)
     found = await asyncio.get_running_loop().run_in_executor(None, ctx.diagnostics)
     owed = await ctx.facade.pending_cleanups()
-    extra = {"driver": ctx.driver(), "pending_cleanups": owed}
+    channels = await ctx.facade.notices.failing()
+    extra = {"driver": ctx.driver(), "pending_cleanups": owed, "notify_channels": channels}
     return _json({**found, **ctx.config_report(), **extra})
 
 
@@ -288,5 +290,6 @@ def routes() -> list[web.RouteDef]:
         *reservation_routes(),
         *enforcement_routes(),
         *ledger_routes(),
+        *notice_routes(),
         web.post("/v1/gpus/{gpu}/release", release_gpu),
     ]

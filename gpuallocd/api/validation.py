@@ -80,6 +80,15 @@ class Body:
             raise InvalidRequest(f"{key} must be positive", field=key)
         return float(value)
 
+    def seconds_list(self, key: str, *, max_items: int) -> list[float] | None:
+        """A list of at most `max_items` positive numbers of seconds (None: not given)."""
+        value = self._data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or len(value) > max_items:
+            raise InvalidRequest(f"{key} must be a list of at most {max_items} numbers", field=key)
+        return [Body({key: item}, frozenset({key})).seconds(key) or 0.0 for item in value]
+
     def text(self, key: str, *, max_length: int = MAX_LABEL_LENGTH) -> str | None:
         value = self._data.get(key)
         if value is None:

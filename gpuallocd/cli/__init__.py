@@ -4,6 +4,7 @@
     looking/        status, queue, history, limits, usage
     administering/  drain, reserve, doctor, topology, slurm-gres
     offline/        plan, simulate, policy-bench, completion, policies
+    notifying/      notify (channels, thresholds, feed), notify-agent
 
 The shell they share:
 

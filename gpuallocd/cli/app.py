@@ -34,6 +34,7 @@ _MODULES = {
     "gpuallocd.cli.administering.reserve": ("reserve", "reservations", "unreserve"),
     "gpuallocd.cli.leasing.adopt": ("adopt", "unleased"),
     "gpuallocd.cli.leasing.agents": ("mcp",),
+    "gpuallocd.cli.notifying.notify": ("notify", "notify-agent"),
 }
 COMMAND_MODULES = {name: module for module, names in _MODULES.items() for name in names}
 # `--help` lists the commands in these groups, as docs/cli.md has them (a command missing
@@ -59,6 +60,7 @@ HELP_GROUPS = (
             "ledger",
         ),
     ),
+    ("Notifications", ("notify", "notify-agent")),
     ("Agents", ("mcp",)),
     ("Integrations", ("slurm-gres",)),
     ("Without a daemon, and hardware", ("plan", "simulate", "policy-bench", "topology", "rescan")),

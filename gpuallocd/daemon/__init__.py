@@ -11,6 +11,7 @@ socketwatch.py      noticing that the served socket was removed or replaced
 sdnotify.py         READY/STOPPING/WATCHDOG for systemd's Type=notify and its watchdog
 logformat.py        the log's formatter: what users control is escaped
 eventloop.py        uvloop where installed, else asyncio's loop
+site_notices.py     the site's channels: notices posted by the daemon, off its loop
 
 config/         the settings: declared, read, checked, turned into domain values
 startup/        what a start checks and takes before it serves

@@ -1,7 +1,7 @@
 """What the daemon does between requests: expire leases, sample live GPU state (through the
 driver guard), poll processes that have no pidfd, read leased GPUs' energy, finish pending
-cleanups and purge history past its retention. Each loop calls the allocator's façade and
-nothing else."""
+cleanups, tell what is due (notices) and purge history past its retention. Each loop calls
+the allocator's façade and nothing else."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ class Housekeeper:
         await self._facade.start()
         await self._facade.power.start()  # put back what a stopped daemon left capped
         self._spawn(self._expire_forever())
+        self._spawn(self._notices_forever())
         self._spawn(self._sample_forever())
         self._spawn(self._facade.poll_processes())
         if self._retention is not None:
@@ -72,6 +73,15 @@ class Housekeeper:
                 await self._facade.expire_due()
             except GpuallocError as exc:
                 log.error("expiring leases failed: %s", exc.message)
+            await asyncio.sleep(EXPIRY_TICK_SECONDS)
+
+    async def _notices_forever(self) -> None:
+        """Warnings at their thresholds, budgets, the feed's retention (allocator/notices/)."""
+        while True:
+            try:
+                await self._facade.notices.tick()
+            except GpuallocError as exc:
+                log.error("telling what is due failed: %s", exc.message)
             await asyncio.sleep(EXPIRY_TICK_SECONDS)
 
     async def _sample_forever(self) -> None:

@@ -40,6 +40,7 @@ from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handle
 from gpuallocd.api.tcp_site import Handlers, port_report
 from gpuallocd.daemon.cleanup_setup import cleanup_runner, device_access
 from gpuallocd.daemon.config.machine_checks import ConfigState
+from gpuallocd.daemon.config.notify_checks import site_channels
 from gpuallocd.daemon.config.power_wiring import energy_price, lease_hardware
 from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.daemon.config.wiring import (
@@ -53,6 +54,7 @@ from gpuallocd.daemon.driver_guard import DriverGuard, close_within
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.ledger_care.opening import ledger_backups, open_ledger, with_ledger_status
 from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watchdog
+from gpuallocd.daemon.site_notices import SiteNotices
 from gpuallocd.daemon.socketwatch import SocketWatch
 from gpuallocd.daemon.startup.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.startup.integrity import prepare_private_dir
@@ -198,6 +200,7 @@ class Daemon:
             unleased=unleased_rules(self.config),
         )
         facade.power.site_default_watts = self.config.lease_power_limit_watts
+        facade.notices.retention_seconds = self.config.notify_retention_days * 86400.0
         self._facade_in_service = facade
         return facade
 
@@ -265,6 +268,11 @@ class Daemon:
         ports = port_report(exporter.port, dashboard.port)
         about = (self.config, self._needs, facade.process_tracking_stats, started_at, ports)
         backups = ledger_backups(self.config, lambda: self._rules)
+        site = SiteNotices(
+            facade,
+            site_channels(self.config.notify_site_channels),
+            self.config.notify_site_events,
+        )
         ctx = ApiContext(
             facade,
             discover=functools.partial(guard.answer, "rescan", inventory.rescan),
@@ -304,6 +312,7 @@ class Daemon:
             await dashboard.start()
             await server.start()
             await backups.start()
+            await site.start()
             with _stop_on_signals(self._stop), _reload_on_hangup(self.reload):
                 self._announce(facade, socket_path)
                 watchdog = start_watchdog()
@@ -314,6 +323,7 @@ class Daemon:
             if watchdog is not None:
                 watchdog.cancel()
             facade.stop_waiting()
+            await site.stop()
             await housekeeper.stop()
             await exporter.stop()
             await dashboard.stop()

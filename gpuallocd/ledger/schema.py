@@ -39,6 +39,9 @@ __all__ = [
     "leases",
     "meta",
     "metadata",
+    "notices",
+    "notify_reports",
+    "notify_settings",
     "pending_cleanups",
     "power_caps",
     "reservation_events",
@@ -288,4 +291,51 @@ power_caps = Table(
     Column("lease_id", String, primary_key=True),
     Column("set_mw", Integer, nullable=False),
     Column("restore_mw", Integer, nullable=False),
+)
+
+# The per-user feed of notices (model/notice.py): each fact told once per user, by its `key`
+# (the unique index), written in the transaction of the transition that causes it where there
+# is one. AUTOINCREMENT: a number is never given twice, even after a purge empties the table,
+# so a reader's cursor never skips a notice.
+notices = Table(
+    "notices",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("uid", Integer, nullable=False),
+    Column("user", String, nullable=False),
+    Column("kind", String, nullable=False),
+    Column("key", String, nullable=False),
+    Column("lease_id", String),
+    Column("at", Float, nullable=False),
+    Column("title", Text, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("data", Text, nullable=False),
+    Index("one_notice_per_key", "uid", "key", unique=True),
+    Index("notices_by_uid", "uid", "seq"),
+    Index("notices_by_time", "at"),
+    sqlite_autoincrement=True,
+)
+
+# Each user's warning thresholds before a lease ends (`gpuallocctl notify thresholds`).
+notify_settings = Table(
+    "notify_settings",
+    metadata,
+    Column("uid", Integer, primary_key=True),
+    Column("thresholds", String, nullable=False),  # seconds, comma-separated, largest first
+    Column("updated_at", Float, nullable=False),
+)
+
+# The last delivery to each channel of each user, as their notifier reported it (kind, ok or
+# the error; never the target or a secret), for `notify list`, `doctor` and the dashboard.
+notify_reports = Table(
+    "notify_reports",
+    metadata,
+    Column("uid", Integer, primary_key=True),
+    Column("channel", String, primary_key=True),
+    Column("kind", String, nullable=False),
+    Column("at", Float, nullable=False),
+    Column("ok", Boolean, nullable=False),
+    Column("error", Text),
+    Column("failures", Integer, nullable=False),  # in a row; 0 after a delivery
+    Column("last_ok_at", Float),
 )

@@ -44,6 +44,7 @@ from gpuallocd.ledger.cleanup_records import CleanupPlan, CleanupRecords, cleanu
 from gpuallocd.ledger.energy_records import EnergyRecords
 from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
+from gpuallocd.ledger.notice_records import NoticeRecords, notice_steps
 from gpuallocd.ledger.power_records import PowerRecords
 from gpuallocd.ledger.reader import ENDINGS, LedgerReader
 from gpuallocd.ledger.reservation_records import ReservationRecords
@@ -63,6 +64,7 @@ from gpuallocd.model.lease import (
     LeaseEvent,
     LeaseState,
 )
+from gpuallocd.model.notice import end_notice, granted_notice
 
 __all__ = ["Ledger"]
 
@@ -121,10 +123,11 @@ class Ledger(
     CleanupRecords,
     EnergyRecords,
     PowerRecords,
+    NoticeRecords,
 ):
     """GPUs, leases and their history, in one SQLite file (drains, admin actions, accounting
-    reads, advance reservations, unleased use, pending cleanups, energy and power caps in
-    the base classes).
+    reads, advance reservations, unleased use, pending cleanups, energy, power caps and the
+    notices' feed in the base classes).
 
     `cleanup_plans` say what each ended lease owes the machine (one plan per feature that
     needs cleaning up after a lease: device ACLs); it is recorded in the transaction that
@@ -213,8 +216,9 @@ class Ledger(
 
     def grant(self, lease: Lease, actor_uid: int, request_id: str | None = None) -> None:
         """Record a new active lease (and the client's request id, if given); GpuBusy if any
-        of its GPUs is in another active lease."""
-        steps = grant_steps(lease, actor_uid, request_id)
+        of its GPUs is in another active lease. A grant after a wait is told to its owner
+        (the notices' feed) in the same transaction."""
+        steps = grant_steps(lease, actor_uid, request_id) + notice_steps([granted_notice(lease)])
         try:
             self._hot.write(steps, nested=self._batch is not None)
         except sqlite3.IntegrityError as exc:
@@ -231,11 +235,13 @@ class Ledger(
             _record(conn, lease_id, LeaseEvent.RENEWED, actor_uid, now, None)
 
     def end(self, leases: Sequence[Lease], actor_uid: int, detail: str | None = None) -> None:
-        """Record leases as ended (freed, expired or revoked), their GPUs free again."""
+        """Record leases as ended (freed, expired or revoked), their GPUs free again; an end
+        the owner did not ask for is told to them (the notices' feed), in the same transaction."""
         if not leases:
             return
+        told = notice_steps(end_notice(lease, actor_uid, detail) for lease in leases)
         self._hot_write(
-            end_steps(leases, actor_uid, detail) + cleanup_steps(leases, self.cleanup_plans)
+            end_steps(leases, actor_uid, detail) + cleanup_steps(leases, self.cleanup_plans) + told
         )
 
     def _hot_write(self, steps: Sequence[tuple[str, Sequence[Any]]]) -> None:

@@ -40,6 +40,7 @@ class LeaseEvent(str, enum.Enum):
     UNLEASED_USE = "unleased-use"  # someone without a lease uses the lease's GPU
     ADOPTED = "adopted"  # the lease was made for a process already running on its GPU
     UNHEALTHY = "unhealthy"  # a health failure (Xid) on the lease's GPU
+    ENDING = "ending"  # the lease ends soon: a reason, a deadline (model/notice.py)
 
 
 ENDING_EVENT = {

@@ -80,6 +80,15 @@ class Deadlines:
                 due.append(lease)
         return due
 
+    def left(self, lease_id: str) -> float | None:
+        """Seconds until `lease_id`'s deadline (below 0 once passed); None if not known."""
+        at = self._at.get(lease_id)
+        return None if at is None else at - self._monotonic()
+
+    @property
+    def monotonic(self) -> Clock:
+        return self._monotonic
+
     def forget(self, lease_id: str) -> None:
         self._at.pop(lease_id, None)
 

@@ -32,8 +32,10 @@ class HealthNotices:
                 }
         return list(found.values())
 
-    def check(self) -> None:
-        """After a sample: note the failures not told yet; forget those that passed."""
+    def check(self) -> list[tuple[Lease, dict[str, object]]]:
+        """After a sample: note the failures not told yet (and return them, each with its
+        lease); forget those that passed."""
+        fresh: list[tuple[Lease, dict[str, object]]] = []
         now: set[tuple[str, str]] = set()
         for lease in self._lifecycle.leases():
             for gpu in self.unhealthy(lease):
@@ -42,4 +44,6 @@ class HealthNotices:
                 if key not in self._told:
                     detail = f"GPU {gpu['index']} is unhealthy: {gpu['reason']}"
                     self._lifecycle.note(lease.id, LeaseEvent.UNHEALTHY, detail)
+                    fresh.append((lease, gpu))
         self._told = now
+        return fresh

@@ -175,6 +175,23 @@ class LeaseLifecycle:
         """The lifetime a grant of `spec` to `caller` will get, for estimates (`ttl.py`)."""
         return expected_ttl(self.ttl_bounds(caller), spec.ttl_seconds)
 
+    def active(self, lease_id: str) -> Lease | None:
+        """The active lease `lease_id` as the view holds it (no expiry run: a reader's)."""
+        return self._active.get(lease_id)
+
+    def active_leases(self) -> list[Lease]:
+        """The active leases as the view holds them (no expiry run: a reader's)."""
+        return list(self._active.values())
+
+    def time_left(self, lease_id: str) -> float | None:
+        """Seconds until an active lease expires, on the monotonic clock that decides it."""
+        return self._deadlines.left(lease_id)
+
+    @property
+    def monotonic(self) -> Clock:
+        """The clock expiry runs on (never set by anyone: deadlines.py)."""
+        return self._deadlines.monotonic
+
     def bound_leases(self) -> list[Lease]:
         return [lease for lease in self._active.values() if lease.bound]
 

@@ -62,6 +62,10 @@ class IdleTracker:
                 since[lease.id] = self._since.get(lease.id, now)
         self._since = since
 
+    def idle_leases(self) -> dict[str, float]:
+        """Each lease idle at the last sample, and since when."""
+        return dict(self._since)
+
     def idle_since(self, lease_id: str) -> float | None:
         return self._since.get(lease_id)
 

@@ -291,11 +291,39 @@ def cleanups(diag: Diagnostics) -> Check:
     return Check("cleanups", WARN, f"{len(failing)} failing: {shown}", fix)
 
 
+def notify_channels(diag: Diagnostics) -> Check:
+    """Users' and the site's notification channels whose last delivery failed (by kind and
+    user: the daemon never learns a target or a secret; docs/notifications.md)."""
+    found = diag.get("notify_channels")
+    if not isinstance(found, dict):
+        return Check("notify", WARN, "the daemon does not report notification channels (older)")
+    failing = found.get("failing", [])
+    if not failing:
+        return Check("notify", OK, f"{found.get('channels', 0)} channel(s) reported, none failing")
+    shown = "; ".join(
+        f"{'site' if c['uid'] == -1 else _user(c['uid'])} {c['kind']} {c['channel']} "
+        f"({c['failures']} in a row: {c['error']})"
+        for c in failing[:10]
+    )
+    fix = "each user: gpuallocctl notify list, then notify test; site channels: the daemon's log"
+    return Check("notify", WARN, f"{len(failing)} failing: {shown}", fix)
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
 def daemon_checks(diag: Diagnostics) -> list[Check]:
     return [
         *capabilities(diag),
         driver(diag),
         cleanups(diag),
+        notify_channels(diag),
         process_tracking(diag),
         service(diag),
         *ports(diag),

@@ -26,6 +26,7 @@ from gpuallocd.daemon.config.limits_table import (
     parse_limits,
     parse_unleased_modes,
 )
+from gpuallocd.daemon.config.notify_checks import check_notify_settings
 from gpuallocd.daemon.config.scheduling_checks import check_scheduling_settings
 from gpuallocd.daemon.config.settings import DaemonConfig, Setting, settings
 from gpuallocd.errors import ConfigError
@@ -225,4 +226,5 @@ def load_config(
     check_rule_settings(config)
     check_scheduling_settings(config)
     check_backup_settings(config)
+    check_notify_settings(config)
     return config

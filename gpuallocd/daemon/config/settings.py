@@ -300,6 +300,23 @@ class DaemonConfig:
     request_body_timeout_seconds: float = _setting(
         10.0, "a request whose body has not arrived by then gets `invalid_request`"
     )
+    notify_retention_days: float = _setting(
+        7.0,
+        "notices (the per-user feed that `gpuallocctl notify-agent` delivers) older than this "
+        "are purged; a notifier away longer is told it missed some (docs/notifications.md)",
+    )
+    notify_site_channels: tuple[str, ...] = _setting(
+        (),
+        "the site's own channels, delivered by the daemon off its event loop: `webhook URL` "
+        "(a JSON POST, e.g. a lab chat's incoming webhook) or `ntfy URL/TOPIC`; a list "
+        "(docs/notifications.md)",
+        example='["webhook https://chat.example.org/hooks/gpus"]',
+    )
+    notify_site_events: tuple[str, ...] = _setting(
+        ("gpu-unhealthy",),
+        "which notices the site's channels get: `gpu-unhealthy` (any GPU), and of every "
+        "user's: `granted`, `ending`, `revoked`, `ended`, `budget`, `unleased-use`",
+    )
 
     @property
     def ledger_path(self) -> Path:
