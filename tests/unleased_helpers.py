@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +129,6 @@ def ran(pid: int) -> None:
 def root_xorg() -> Iterator[str]:
     """A copy of `sleep` named `Xorg` where only root can have put it: a root-owned file
     (0755) in a root-owned directory (0755) of /tmp (root's, sticky)."""
-    import shutil
     import tempfile
 
     if os.geteuid() != 0:
@@ -139,3 +140,63 @@ def root_xorg() -> Iterator[str]:
     os.chmod(program, 0o755)
     yield program
     shutil.rmtree(directory, ignore_errors=True)
+
+
+# A library of a user's: it does nothing but be loaded; built with -DHIDE, it renames its own
+# LD_PRELOAD entry to XD_PRELOAD once loaded (so /proc/PID/environ no longer shows it).
+LIBRARY_SOURCE = r"""
+#include <string.h>
+extern char **environ;
+__attribute__((constructor)) static void loaded(void) {
+#ifdef HIDE
+    for (char **entry = environ; *entry; ++entry)
+        if (strncmp(*entry, "LD_PRELOAD=", 11) == 0)
+            (*entry)[0] = 'X';
+#endif
+}
+"""
+
+
+@dataclass(frozen=True)
+class UserLibraries:
+    """bob's directory, with his library (`plain`) and the one that hides itself (`hiding`)."""
+
+    directory: Path
+    plain: Path
+    hiding: Path
+
+
+@pytest.fixture
+def bobs_libraries(paths: DaemonPaths, system_users: SystemUsers) -> UserLibraries:
+    """Two shared libraries of bob's, compiled here, in a directory of his."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) to build a user's shared library")
+    open_to_everyone(paths.root)
+    directory = paths.root / "bobs-lib"
+    directory.mkdir()
+    source = directory / "lib.c"
+    source.write_text(LIBRARY_SOURCE)
+    built = UserLibraries(directory, directory / "libmine.so", directory / "libhide.so")
+    for target, flags in ((built.plain, []), (built.hiding, ["-DHIDE"])):
+        subprocess.run([cc, "-shared", "-fPIC", *flags, "-o", str(target), str(source)], check=True)
+    uid = system_users.uid("bob")
+    for path in (directory, source, built.plain, built.hiding):
+        os.chown(path, uid, uid)
+    return built
+
+
+def exec_with(program: str, argv: list[str], environ: list[str]) -> str:
+    """Code that says `ready` and runs `program` in its place with exactly `environ` (a list:
+    a name may be there twice, as execve(2) allows)."""
+    return (
+        "import ctypes\n"
+        "def array(items):\n"
+        "    found = (ctypes.c_char_p * (len(items) + 1))(*[i.encode() for i in items])\n"
+        "    found[len(items)] = None\n"
+        "    return found\n"
+        "print('ready', flush=True)\n"
+        f"ctypes.CDLL(None, use_errno=True).execve({program!r}.encode(), "
+        f"array({argv!r}), array({environ!r}))\n"
+        "raise SystemExit(f'execve: {ctypes.get_errno()}')\n"
+    )
