@@ -4,6 +4,7 @@ owner can dress up (a non-dumpable process, a preloaded library, someone else's 
 from __future__ import annotations
 
 import os
+import platform
 import pwd
 import shutil
 import subprocess
@@ -298,6 +299,21 @@ def test_a_process_in_a_user_namespace_of_its_own_exempts_nothing(
     set what /proc/PID/exe shows) exempts nothing."""
     pid = sleeping(as_bob(IN_A_USER_NAMESPACE, SYSTEM_SLEEP))
     assert exempts_nothing(pid, "sleep")
+
+
+def test_a_program_that_names_roots_file_as_its_own_exempts_nothing(
+    as_bob: Callable[..., Started], bobs_libraries: UserLibraries
+) -> None:
+    """bob's program, in a user namespace of his, unmaps itself and sets /proc/PID/exe to
+    root's `sleep` (only anonymous code is left mapped): it exempts nothing."""
+    if platform.machine() != "x86_64":
+        pytest.skip("the program makes x86-64 system calls")
+    program = str(bobs_libraries.exe_swap)
+    started = as_bob(exec_with(program, [program, SYSTEM_SLEEP], []))
+    wait_for(lambda: trusted_program(started.pid) == "sleep", 10, what="the exe to be sleep")
+    maps = Path(f"/proc/{started.pid}/maps").read_text()
+    assert program not in maps and "/libc.so" in maps  # root's libraries only
+    assert exempts_nothing(started.pid, "sleep")
 
 
 def test_root_programs_of_a_user_that_run_root_code_stay_exempt(

@@ -142,46 +142,42 @@ def root_xorg() -> Iterator[str]:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-# A library of a user's: it does nothing but be loaded; built with -DHIDE, it renames its own
-# LD_PRELOAD entry to XD_PRELOAD once loaded (so /proc/PID/environ no longer shows it).
-LIBRARY_SOURCE = r"""
-#include <string.h>
-extern char **environ;
-__attribute__((constructor)) static void loaded(void) {
-#ifdef HIDE
-    for (char **entry = environ; *entry; ++entry)
-        if (strncmp(*entry, "LD_PRELOAD=", 11) == 0)
-            (*entry)[0] = 'X';
-#endif
-}
-"""
+NATIVE = Path(__file__).resolve().parent / "native"
 
 
 @dataclass(frozen=True)
 class UserLibraries:
-    """bob's directory, with his library (`plain`) and the one that hides itself (`hiding`)."""
+    """bob's directory, with his library (`plain`), the one that hides its LD_PRELOAD entry
+    (`hiding`) and his program that passes itself off as another file (`exe_swap`), all
+    built from tests/native/."""
 
     directory: Path
     plain: Path
     hiding: Path
+    exe_swap: Path
 
 
 @pytest.fixture
 def bobs_libraries(paths: DaemonPaths, system_users: SystemUsers) -> UserLibraries:
-    """Two shared libraries of bob's, compiled here, in a directory of his."""
+    """bob's shared libraries and program, compiled here, in a directory of his."""
     cc = shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler (cc) to build a user's shared library")
     open_to_everyone(paths.root)
     directory = paths.root / "bobs-lib"
     directory.mkdir()
-    source = directory / "lib.c"
-    source.write_text(LIBRARY_SOURCE)
-    built = UserLibraries(directory, directory / "libmine.so", directory / "libhide.so")
-    for target, flags in ((built.plain, []), (built.hiding, ["-DHIDE"])):
-        subprocess.run([cc, "-shared", "-fPIC", *flags, "-o", str(target), str(source)], check=True)
+    built = UserLibraries(
+        directory, directory / "libmine.so", directory / "libhide.so", directory / "exe_swap"
+    )
+    library, program = NATIVE / "user_library.c", NATIVE / "exe_swap.c"
+    for target, command in (
+        (built.plain, ["-shared", "-fPIC", str(library)]),
+        (built.hiding, ["-shared", "-fPIC", "-DHIDE", str(library)]),
+        (built.exe_swap, ["-O2", "-fno-stack-protector", str(program)]),
+    ):
+        subprocess.run([cc, *command, "-o", str(target)], check=True)
     uid = system_users.uid("bob")
-    for path in (directory, source, built.plain, built.hiding):
+    for path in (directory, built.plain, built.hiding, built.exe_swap):
         os.chown(path, uid, uid)
     return built
 
