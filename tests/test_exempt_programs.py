@@ -17,7 +17,7 @@ import pytest
 from gpuallocd.enforcement.proc_facts import proc_facts
 from gpuallocd.enforcement.programs import runs_foreign_code, trusted_program
 from gpuallocd.enforcement.shares import find_overruns
-from gpuallocd.host.proc import process_owner, tracer_of
+from gpuallocd.host.proc import executable_mappings, mapped_file, process_owner, tracer_of
 from gpuallocd.host.trust import Fact, Written
 from gpuallocd.model import GpuProcess, Lease, LeasedGpu, LiveState, UnitKind
 from tests.harness import ProcessDaemon, wait_for
@@ -365,3 +365,19 @@ def test_the_two_preload_bypasses_are_stopped_under_terminate(
         ["reported", "terminated"]
     ] * 2
     assert alive(plain) and [e for e in events if e["pid"] == plain] == []
+
+
+def test_a_mapping_is_resolved_to_the_file_it_holds() -> None:
+    """/proc/PID/map_files gives the file each executable mapping holds, the one its name
+    gives (what the check falls back to where smaps shows a file system's own device)."""
+    process = subprocess.Popen([SYSTEM_SLEEP, "30"])
+    try:
+        wait_for(lambda: trusted_program(process.pid) == "sleep", 10, what="sleep")
+        wait_for(lambda: bool(executable_mappings(process.pid)), 10, what="its mappings")
+        for mapping in executable_mappings(process.pid) or []:
+            resolved, named = mapped_file(process.pid, mapping), os.stat(mapping.path)
+            assert resolved is not None and resolved.st_ino == named.st_ino == mapping.inode
+            assert resolved.st_dev == named.st_dev
+    finally:
+        process.kill()
+        process.wait()

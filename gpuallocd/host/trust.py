@@ -124,7 +124,7 @@ def _rule(gives: str, home: str, rests_on: Iterable[Fact], **user: Iterable[Fact
     return Rule(gives, home, frozenset(rests_on), **{k: frozenset(v) for k, v in user.items()})
 
 
-F = Fact
+_F = Fact
 
 
 class Decision(enum.Enum):
@@ -132,49 +132,49 @@ class Decision(enum.Enum):
     decision is one more member; tests/test_trust_rule.py then asks for its proof."""
 
     GRANT = _rule(
-        "a GPU: a lease of the caller's", "api/peercred.py", {F.PEER_UID, F.LEASES},
-        chooses={F.REQUEST},
+        "a GPU: a lease of the caller's", "api/peercred.py", {_F.PEER_UID, _F.LEASES},
+        chooses={_F.REQUEST},
     )  # fmt: skip
     NESTING = _rule(
         "an enclosing lease's GPUs (a lease inside a lease)", "client/gpulease/nesting.py",
-        {F.PEER_UID, F.LEASES}, chooses={F.ENVIRONMENT},
+        {_F.PEER_UID, _F.LEASES}, chooses={_F.ENVIRONMENT},
     )  # fmt: skip
     ADOPTION = _rule(
         "a lease of a process already on a GPU", "allocator/unleased/adoption.py",
-        {F.GPU_PROCESSES, F.OWNER, F.START_TIME, F.PEER_UID, F.LEASES},
-        chooses={F.REQUEST, F.PID_ORDER}, shown={F.NAME},
+        {_F.GPU_PROCESSES, _F.OWNER, _F.START_TIME, _F.PEER_UID, _F.LEASES},
+        chooses={_F.REQUEST, _F.PID_ORDER}, shown={_F.NAME},
     )  # fmt: skip
     EXEMPTION = _rule(
         "an exemption from unleased_use by program", "enforcement/programs.py",
-        {F.EXECUTABLE, F.MAPPED_FILES, F.TRACER, F.USER_NAMESPACE}, takes_away={F.LOADER},
+        {_F.EXECUTABLE, _F.MAPPED_FILES, _F.TRACER, _F.USER_NAMESPACE}, takes_away={_F.LOADER},
     )  # fmt: skip
     SHARE_COUNT = _rule(
         "a process counted (and killed) in a share lease", "enforcement/shares.py",
-        {F.GPU_PROCESSES, F.OWNER, F.START_TIME, F.LEASES}, chooses={F.ENVIRONMENT},
+        {_F.GPU_PROCESSES, _F.OWNER, _F.START_TIME, _F.LEASES}, chooses={_F.ENVIRONMENT},
     )  # fmt: skip
     INHERITED = _rule(
         "membership of a lease by the id its work inherited", "processes/inherited.py",
-        {F.OWNER, F.START_TIME, F.LEASES}, chooses={F.ENVIRONMENT}, takes_away={F.ENVIRONMENT},
+        {_F.OWNER, _F.START_TIME, _F.LEASES}, chooses={_F.ENVIRONMENT}, takes_away={_F.ENVIRONMENT},
     )  # fmt: skip
     NAMING = _rule(
         "nothing: a process's name, shown in records and views", "enforcement/proc_facts.py",
-        {F.OWNER, F.START_TIME}, shown={F.NAME, F.ARGV},
+        {_F.OWNER, _F.START_TIME}, shown={_F.NAME, _F.ARGV},
     )  # fmt: skip
     DESCENT = _rule(
         "membership of a lease by descent", "processes/lease_processes.py",
-        {F.PARENTS, F.CGROUP, F.START_TIME, F.LEASES},
+        {_F.PARENTS, _F.CGROUP, _F.START_TIME, _F.LEASES},
     )  # fmt: skip
     REBUILT = _rule(
         "a lease rebuilt at recovery", "daemon/ledger_care/rebuild.py",
-        {F.RECORDS, F.OWNER, F.START_TIME, F.GPU_PROCESSES}, chooses={F.ENVIRONMENT},
+        {_F.RECORDS, _F.OWNER, _F.START_TIME, _F.GPU_PROCESSES}, chooses={_F.ENVIRONMENT},
     )  # fmt: skip
     HELD = _rule(
         "a GPU held at recovery for the processes on it", "daemon/ledger_care/rebuild.py",
-        {F.GPU_PROCESSES, F.OWNER},
+        {_F.GPU_PROCESSES, _F.OWNER},
     )  # fmt: skip
     CHARGE = _rule(
         "energy and GPU time charged to a user", "allocator/power/unleased_energy.py",
-        {F.GPU_PROCESSES, F.OWNER, F.LEASES},
+        {_F.GPU_PROCESSES, _F.OWNER, _F.LEASES},
     )  # fmt: skip
 
     @property
