@@ -7,6 +7,7 @@ import os
 import platform
 import pwd
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -288,8 +289,11 @@ def test_code_patched_through_proc_mem_exempts_nothing(as_bob: Callable[..., Sta
     clean environment, only root's files mapped): the page written exempts nothing."""
     started = as_bob(PATCHED_CHILD, SYSTEM_SLEEP)
     child = int(started.said[1])
-    assert tracer_of(child) == 0
-    assert exempts_nothing(child, "sleep")
+    try:
+        assert tracer_of(child) == 0
+        assert exempts_nothing(child, "sleep")
+    finally:
+        os.kill(child, signal.SIGKILL)  # its parent is killed at the end; it would outlive it
 
 
 def test_a_process_in_a_user_namespace_of_its_own_exempts_nothing(
