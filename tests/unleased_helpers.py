@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +129,6 @@ def ran(pid: int) -> None:
 def root_xorg() -> Iterator[str]:
     """A copy of `sleep` named `Xorg` where only root can have put it: a root-owned file
     (0755) in a root-owned directory (0755) of /tmp (root's, sticky)."""
-    import shutil
     import tempfile
 
     if os.geteuid() != 0:
@@ -139,3 +140,59 @@ def root_xorg() -> Iterator[str]:
     os.chmod(program, 0o755)
     yield program
     shutil.rmtree(directory, ignore_errors=True)
+
+
+NATIVE = Path(__file__).resolve().parent / "native"
+
+
+@dataclass(frozen=True)
+class UserLibraries:
+    """bob's directory, with his library (`plain`), the one that hides its LD_PRELOAD entry
+    (`hiding`) and his program that passes itself off as another file (`exe_swap`), all
+    built from tests/native/."""
+
+    directory: Path
+    plain: Path
+    hiding: Path
+    exe_swap: Path
+
+
+@pytest.fixture
+def bobs_libraries(paths: DaemonPaths, system_users: SystemUsers) -> UserLibraries:
+    """bob's shared libraries and program, compiled here, in a directory of his."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) to build a user's shared library")
+    open_to_everyone(paths.root)
+    directory = paths.root / "bobs-lib"
+    directory.mkdir()
+    built = UserLibraries(
+        directory, directory / "libmine.so", directory / "libhide.so", directory / "exe_swap"
+    )
+    library, program = NATIVE / "user_library.c", NATIVE / "exe_swap.c"
+    for target, command in (
+        (built.plain, ["-shared", "-fPIC", str(library)]),
+        (built.hiding, ["-shared", "-fPIC", "-DHIDE", str(library)]),
+        (built.exe_swap, ["-O2", "-fno-stack-protector", str(program)]),
+    ):
+        subprocess.run([cc, *command, "-o", str(target)], check=True)
+    uid = system_users.uid("bob")
+    for path in (directory, built.plain, built.hiding, built.exe_swap):
+        os.chown(path, uid, uid)
+    return built
+
+
+def exec_with(program: str, argv: list[str], environ: list[str]) -> str:
+    """Code that says `ready` and runs `program` in its place with exactly `environ` (a list:
+    a name may be there twice, as execve(2) allows)."""
+    return (
+        "import ctypes\n"
+        "def array(items):\n"
+        "    found = (ctypes.c_char_p * (len(items) + 1))(*[i.encode() for i in items])\n"
+        "    found[len(items)] = None\n"
+        "    return found\n"
+        "print('ready', flush=True)\n"
+        f"ctypes.CDLL(None, use_errno=True).execve({program!r}.encode(), "
+        f"array({argv!r}), array({environ!r}))\n"
+        "raise SystemExit(f'execve: {ctypes.get_errno()}')\n"
+    )

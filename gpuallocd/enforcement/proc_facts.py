@@ -1,7 +1,8 @@
 """What /proc and the user database say about a process found on a GPU: its program, start
-time and owner. Reads only; a process gone meanwhile gives None. Owners are cached until the
-user database changes (an edit of /etc/passwd or /etc/group, as the API's identities are) or
-a reload."""
+time and owner, and the names it goes by (its owner's to choose: shown, never decisive,
+`Decision.NAMING` in host/trust.py). Reads only; a process gone meanwhile gives None. Owners
+are cached until the user database changes (an edit of /etc/passwd or /etc/group, as the
+API's identities are) or a reload."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import grp
 import os
 import pwd
 import signal
+from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuallocd.enforcement.programs import runs_foreign_code, trusted_program
-from gpuallocd.host.proc import command_of, process_owner, process_start_time
+from gpuallocd.host.proc import process_owner, process_start_time
+from gpuallocd.host.trust import Decision, names
 
 __all__ = ["Owner", "OwnerCache", "ProcFacts", "owner_and_start", "owner_of", "proc_facts"]
 
@@ -23,10 +26,10 @@ USER_DATABASE_FILES = ("/etc/passwd", "/etc/group")
 
 @dataclass(frozen=True, slots=True)
 class ProcFacts:
-    command: str  # the kernel's name for it (/proc/PID/comm)
-    argv0: str
+    command: str  # the kernel's name for it (/proc/PID/comm): shown only
+    argv0: str  # shown only
     start_time: int | None  # clock ticks since boot
-    program: str | None = None  # its program's file name, where only root can have given it
+    program: str | None = None  # one of the programs asked about, where it runs root's code
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,27 +40,31 @@ class Owner:
     groups: frozenset[str]
 
 
-def proc_facts(pid: int, proc: Path = Path("/proc")) -> ProcFacts | None:
-    found = command_of(pid, proc)
+def proc_facts(
+    pid: int, proc: Path = Path("/proc"), *, programs: Container[str] = frozenset()
+) -> ProcFacts | None:
+    """The process's facts; its `program` named where it is one of `programs` (the names an
+    exemption looks for: only then is the code it runs looked at)."""
+    found = names(Decision.NAMING, pid, proc)
     if found is None:
         return None
     command, argv0 = found
     return ProcFacts(
-        command=command,
-        argv0=argv0,
+        command=str(command),
+        argv0=str(argv0),
         start_time=process_start_time(pid, proc),
-        program=_program(pid, str(proc)),
+        program=_program(pid, str(proc), programs),
     )
 
 
-def _program(pid: int, proc: str) -> str | None:
-    """The trusted program `pid` runs, read on both sides of the look at its environment and
-    tracer: an exec in between (a clean environment read, then a preloaded program) names two
-    programs, or none, and exempts nothing."""
+def _program(pid: int, proc: str, programs: Container[str]) -> str | None:
+    """The trusted program `pid` runs, where it is one of `programs` and runs root's code
+    only, read on both sides of the look at its code: an exec in between (a clean look, then
+    a preloaded program) names two programs, or none, and exempts nothing."""
     program = trusted_program(pid, proc)
-    if program is None or runs_foreign_code(pid, proc) or trusted_program(pid, proc) != program:
+    if program is None or program not in programs or runs_foreign_code(pid, proc):
         return None
-    return program
+    return program if trusted_program(pid, proc) == program else None
 
 
 def owner_and_start(pid: int, proc: Path = Path("/proc")) -> tuple[int, int] | None:

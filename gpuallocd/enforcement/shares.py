@@ -1,13 +1,14 @@
 """Opt-in enforcement of memory shares, from the per-process memory the inventory samples.
 
-A process belongs to a share's lease when its environment carries the lease's id
-(`GPUALLOCD_LEASE_ID`, which `gpu_lease` and `gpuallocctl run` export to the job and its
-children) or it is the lease's own process. When the processes of a lease use more memory
-on a GPU than the lease's share there, the lease is warned: a `warned` event in its history
-and a log line. With `kill`, a lease still over its share at a later sample has those
-processes killed (SIGKILL, through a pidfd, each checked to be the lease's still) and an
-`enforced` event recorded. Memory is only what the driver
-reports per process; a share is not a hardware limit (MIG instances are).
+A process belongs to a share's lease when it is the lease's own process, or when it is the
+lease owner's and its environment names the lease (`GPUALLOCD_LEASE_ID`, which `gpu_lease`
+and `gpuallocctl run` export to the job and its children): the id anyone may write only
+chooses among the leases of the process's owner (`Decision.SHARE_COUNT`, host/trust.py).
+When the processes of a lease use more memory on a GPU than the lease's share there, the
+lease is warned: a `warned` event in its history and a log line. With `kill`, a lease still
+over its share at a later sample has those processes killed (SIGKILL, through a pidfd, each
+checked to be the lease's still) and an `enforced` event recorded. Memory is only what the
+driver reports per process; a share is not a hardware limit (MIG instances are).
 """
 
 from __future__ import annotations
@@ -18,23 +19,33 @@ import signal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuallocd.host.proc import environ_value, process_owner, process_start_time, read_environ
+from gpuallocd.host.proc import process_owner, process_start_time
+from gpuallocd.host.trust import Decision, Written, choose, environment
 from gpuallocd.model import Lease, LeaseEvent, LiveState, UnitKind
 from gpuallocd.processes.signals import signal_checked
 
-__all__ = ["Overrun", "ShareEnforcer", "lease_id_of_process"]
+__all__ = ["Overrun", "ShareEnforcer", "lease_claims"]
 
 log = logging.getLogger(__name__)
 
 LEASE_ID_VARIABLE = b"GPUALLOCD_LEASE_ID"
 
 Note = Callable[[str, LeaseEvent, str], None]
+Claims = Callable[[int], Iterable[Written]]
 
 
-def lease_id_of_process(pid: int) -> str | None:
-    """The GPUALLOCD_LEASE_ID in a process's environment, where it can be read."""
-    environ = read_environ(pid)
-    return None if environ is None else environ_value(environ, LEASE_ID_VARIABLE)
+def lease_claims(pid: int) -> tuple[Written, ...]:
+    """Every GPUALLOCD_LEASE_ID in a process's environment (none where it cannot be read)."""
+    found = environment(Decision.SHARE_COUNT, pid, LEASE_ID_VARIABLE)
+    return () if found is None else found[LEASE_ID_VARIABLE]
+
+
+def _named(lease: Lease, owner: int | None, pid: int, lease_of: Claims) -> bool:
+    """Whether process `pid` of `owner` is the lease's by its environment: what it says only
+    chooses among the leases of its owner (another user's environment is not even read)."""
+    if owner != lease.owner_uid:
+        return False
+    return choose(Decision.SHARE_COUNT, lease_of(pid), {lease.id: lease}) is lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +68,7 @@ class Overrun:
 def find_overruns(
     leases: Iterable[Lease],
     live: Mapping[str, LiveState],
-    lease_of: Callable[[int], str | None] = lease_id_of_process,
+    lease_of: Claims = lease_claims,
 ) -> list[Overrun]:
     """Every share whose own processes use more than its size, in one sample."""
     found = []
@@ -68,7 +79,7 @@ def find_overruns(
             processes = [
                 p
                 for p in live.get(unit.uuid, LiveState()).processes
-                if p.pid == lease.pid or (p.uid == lease.owner_uid and lease_of(p.pid) == lease.id)
+                if p.pid == lease.pid or _named(lease, p.uid, p.pid, lease_of)
             ]
             used = sum(p.used_memory_bytes or 0 for p in processes)
             if used > unit.memory_bytes:
@@ -81,8 +92,7 @@ def _belongs(pid: int, lease: Lease) -> bool:
     """Whether the process `pid` names now is one of the lease's."""
     if pid == lease.pid:
         return process_start_time(pid) == lease.pid_start_time
-    # the lease id in an environment is anyone's to write: only its owner's processes count
-    return process_owner(pid) == lease.owner_uid and lease_id_of_process(pid) == lease.id
+    return _named(lease, process_owner(pid), pid, lease_claims)
 
 
 def _kill(pid: int, lease: Lease) -> None:
@@ -101,7 +111,7 @@ class ShareEnforcer:
         note: Note,
         *,
         kill: Callable[[int, Lease], None] = _kill,
-        lease_of: Callable[[int], str | None] = lease_id_of_process,
+        lease_of: Claims = lease_claims,
     ) -> None:
         self.mode = mode
         self._note = note

@@ -5,7 +5,11 @@ the clock source. The daemon checks its features' needs with it (`daemon/startup
 
     capabilities.py   Linux capabilities by name, read from /proc/PID/status
     proc.py           what /proc says of a process: parent, start time, owner, command,
-                      environment (every module that asks /proc about a pid asks here)
+                      environment, mapped code, user namespace (every module that asks
+                      /proc about a pid asks here)
+    trust.py          how far each of those facts can be trusted: the kernel's, the
+                      ledger's, or written by the process's user; the table of decisions
+                      that give a user something, and the only readers of user-written facts
     probes.py         /proc visibility, writable directories, cgroups, systemd, clock source,
                       namespaces of its own (a container)
 """

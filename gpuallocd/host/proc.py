@@ -1,6 +1,7 @@
 """What /proc says of a process: its parent and start time (one at a time or all at once),
-its owner, its command and its environment. Every module that asks /proc about a pid asks
-here.
+its owner, its command, its environment, the files it maps executable and its user namespace.
+Every module that asks /proc about a pid asks here; which of these facts a decision may rest
+on is `host/trust.py`'s to say (the command and the environment are its user's to write).
 
 A process is known by its pid *and* its start time (clock ticks since boot, field 22 of
 /proc/PID/stat): the kernel may give a pid to a new process once the old one is reaped, but
@@ -10,18 +11,24 @@ never with the same start time, so the pair names one process for good.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
     "CLOCK_TICKS",
     "ENVIRON_BYTES",
     "PROC",
+    "CodeMapping",
     "ProcessTable",
     "children_of",
     "command_of",
     "descendants",
+    "environ_entries",
     "environ_value",
+    "executable_mappings",
+    "mapped_file",
     "parse_stat",
     "process_owner",
     "process_start_time",
@@ -30,6 +37,7 @@ __all__ = [
     "read_process_table",
     "thread_group_lives",
     "tracer_of",
+    "user_namespace",
 ]
 
 ProcessTable = dict[int, tuple[int, int]]  # pid -> (parent pid, start time)
@@ -189,17 +197,30 @@ def command_of(pid: int, proc: Path = PROC) -> tuple[str, str] | None:
 
 def read_environ(pid: int, proc: Path = PROC) -> bytes | None:
     """The environment the process started with (NUL-separated `NAME=value`), its first
-    ENVIRON_BYTES; None where it cannot be read (another user's takes CAP_SYS_PTRACE)."""
+    ENVIRON_BYTES; None where it cannot be read (another user's takes CAP_SYS_PTRACE), or
+    not yet: in an exec, after its new program is mapped but before the kernel has placed
+    its environment, it reads empty."""
     try:
         fd = os.open(proc / str(pid) / "environ", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        return os.read(fd, ENVIRON_BYTES)
+        found = os.read(fd, ENVIRON_BYTES)
     except OSError:
         return None
     finally:
         os.close(fd)
+    return None if not found and _in_exec(pid, proc) else found
+
+
+def _in_exec(pid: int, proc: Path) -> bool:
+    """Whether the process's environment has no place yet (env_end, field 51 of its stat,
+    is 0 until an exec has set it up)."""
+    text = _read(f"{proc}/{pid}/stat")
+    try:
+        return text is None or int(_fields(text)[48]) == 0
+    except (ValueError, IndexError):
+        return True
 
 
 def environ_value(environ: bytes, name: bytes) -> str | None:
@@ -209,3 +230,93 @@ def environ_value(environ: bytes, name: bytes) -> str | None:
         if entry.startswith(prefix):
             return entry[len(prefix) :].decode(errors="replace")
     return None
+
+
+def environ_entries(environ: bytes) -> list[tuple[bytes, bytes | None]]:
+    """Every entry of an environment read by `read_environ`, in order, as (name, value): a
+    name may be there twice, and an entry without `=` has no value."""
+    found: list[tuple[bytes, bytes | None]] = []
+    for entry in environ.split(b"\0"):
+        if entry:
+            name, equals, value = entry.partition(b"=")
+            found.append((name, value if equals else None))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class CodeMapping:
+    """A file the process maps executable, as the kernel shows it in /proc/PID/smaps: the
+    address range (as /proc/PID/map_files names it), the file's device and inode, its name
+    (" (deleted)" once unlinked; a memfd's is "/memfd:NAME (deleted)"), and how many KiB of
+    it are anonymous: pages written since they were mapped (copied on write)."""
+
+    span: str
+    device: int
+    inode: int
+    path: str
+    written_kib: int
+
+
+_VMA = re.compile(rb"([0-9a-f]+)-([0-9a-f]+) (\S{4}) [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) (\d+) *(.*)")
+
+
+def _read_all(path: str) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def executable_mappings(pid: int, proc: Path = PROC) -> list[CodeMapping] | None:
+    """The files process `pid` maps executable (anonymous memory, and the kernel's own
+    [vdso], are no file and not listed); None where /proc/PID/smaps cannot be read (another
+    user's takes CAP_SYS_PTRACE) or the process is gone."""
+    text = _read_all(f"{proc}/{pid}/smaps")
+    if not text:
+        return None
+    found: list[CodeMapping] = []
+    current: CodeMapping | None = None
+    for line in text.split(b"\n"):
+        vma = _VMA.fullmatch(line)
+        if vma is not None:
+            start, end, perms, major, minor, inode, path = vma.groups()
+            current = None
+            if b"x" in perms and int(inode) != 0:
+                span = f"{int(start, 16):x}-{int(end, 16):x}"
+                device = os.makedev(int(major, 16), int(minor, 16))
+                current = CodeMapping(span, device, int(inode), path.decode(errors="replace"), 0)
+                found.append(current)
+        elif current is not None and line.startswith(b"Anonymous:"):
+            written = int(line.split()[1])
+            found[-1] = current = CodeMapping(
+                current.span, current.device, current.inode, current.path, written
+            )
+    return found
+
+
+def mapped_file(pid: int, mapping: CodeMapping, proc: Path = PROC) -> os.stat_result | None:
+    """The file behind `mapping` as the kernel resolves it (/proc/PID/map_files, which takes
+    CAP_SYS_ADMIN): its device there is the one stat(2) gives for its name, where the device
+    in smaps may be the file system's own (a btrfs subvolume); None where it cannot be read."""
+    try:
+        return os.stat(f"{proc}/{pid}/map_files/{mapping.span}")
+    except OSError:
+        return None
+
+
+def user_namespace(pid: int | str, proc: Path = PROC) -> int | None:
+    """The user namespace process `pid` (or "self") is in, by its inode; None when it is gone
+    or cannot be read (another user's takes CAP_SYS_PTRACE)."""
+    try:
+        return os.stat(f"{proc}/{pid}/ns/user").st_ino
+    except OSError:
+        return None

@@ -6,19 +6,21 @@ work; every process started below inherits both. Where the daemon cannot tell a 
 family by its parents (events lost to an overrun, a restart after the holder died, a
 `clone(CLONE_PARENT)` child whose parent is not a member), it reads them from
 /proc/PID/environ: the environment the process was started with (what it sets later is not
-there). A user can write anything there, so a process is taken into a lease only when its
-owner owns the lease (and started after its holder): nobody can hang their work on another
-user's lease, nor have another user's revoke stop it.
+there). A user can write anything there, so what it says only chooses among the leases of
+the process's owner (its effective uid), started before it (`Decision.INHERITED`,
+host/trust.py): nobody can hang their work on another user's lease, nor have another user's
+revoke stop it. An id written twice with two values chooses nothing; `terminate` written
+anywhere stops the work at a revoke (it only takes away from its own user).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuallocd.host.proc import ProcessTable, environ_value, process_owner, read_environ
+from gpuallocd.host.proc import ProcessTable, process_owner
+from gpuallocd.host.trust import Decision, Written, choose, environment, takes_away
 from gpuallocd.model import Lease
 from gpuallocd.processes.families import Member
 
@@ -33,25 +35,33 @@ class Inherited:
     """What a process's environment says of its lease, and whose process it is."""
 
     uid: int
-    lease_id: str
-    terminate: bool  # GPUALLOCD_ON_REVOKE=terminate
+    claims: tuple[Written, ...]  # every GPUALLOCD_LEASE_ID it holds
+    terminate: bool  # GPUALLOCD_ON_REVOKE=terminate, anywhere
+
+    @property
+    def lease_id(self) -> str:
+        """The lease its claims name, where they agree ("" where they do not)."""
+        values = {claim.value for claim in self.claims}
+        return values.pop() if len(values) == 1 else ""
 
 
 def inherited(pid: int, proc: str = "/proc") -> Inherited | None:
     """The lease in `pid`'s environment; None without one, or when it cannot be read
     (another user's environment takes CAP_SYS_PTRACE, which the unit grants)."""
-    uid, data = process_owner(pid, Path(proc)), read_environ(pid, Path(proc))
-    if uid is None or data is None:
+    uid = process_owner(pid, Path(proc))
+    found = environment(Decision.INHERITED, pid, LEASE_KEY, ON_REVOKE_KEY, proc=Path(proc))
+    if uid is None or found is None or not found[LEASE_KEY]:
         return None
-    lease = environ_value(data, LEASE_KEY)
-    if not lease:
-        return None
-    return Inherited(uid, lease, environ_value(data, ON_REVOKE_KEY) == "terminate")
+    stop = [claim for claim in found[ON_REVOKE_KEY] if claim.value == "terminate"]
+    return Inherited(uid, found[LEASE_KEY], takes_away(Decision.INHERITED, stop))
 
 
 def belongs(found: Inherited | None, lease: Lease | None) -> bool:
-    """Whether a process whose environment says `found` may join `lease`: its owner's."""
-    return found is not None and lease is not None and found.uid == lease.owner_uid
+    """Whether a process whose environment says `found` may join `lease`: what it says
+    chooses among its owner's leases only."""
+    if found is None or lease is None or found.uid != lease.owner_uid:
+        return False
+    return choose(Decision.INHERITED, found.claims, {lease.id: lease}) is lease
 
 
 def inheritors(
@@ -61,23 +71,21 @@ def inheritors(
     `leases` of their own owner, started after its holder: (lease id, member, terminate)."""
     if not leases:
         return []
-    owners = {lease.owner_uid for lease in leases.values()}
+    by_owner: dict[int, dict[str, Lease]] = {}
+    for lease_id, lease in leases.items():
+        by_owner.setdefault(lease.owner_uid, {})[lease_id] = lease
     earliest = min((lease.pid_start_time or 0) for lease in leases.values())
     known = set(covered)
     found = []
     for pid, (_ppid, start) in table.items():
-        if pid in known or start < earliest or _owner(pid, proc) not in owners:
+        if pid in known or start < earliest or process_owner(pid, Path(proc)) not in by_owner:
             continue
         got = inherited(pid, proc)
-        lease = leases.get(got.lease_id) if got is not None else None
-        after_holder = lease is not None and start >= (lease.pid_start_time or 0)
-        if got is not None and lease is not None and belongs(got, lease) and after_holder:
-            found.append((got.lease_id, (pid, start), got.terminate))
+        if got is None:
+            continue
+        theirs = by_owner.get(got.uid, {})
+        before = {i: lease for i, lease in theirs.items() if start >= (lease.pid_start_time or 0)}
+        chosen = choose(Decision.INHERITED, got.claims, before)
+        if chosen is not None:
+            found.append((chosen.id, (pid, start), got.terminate))
     return found
-
-
-def _owner(pid: int, proc: str) -> int | None:
-    try:
-        return os.stat(f"{proc}/{pid}").st_uid
-    except OSError:
-        return None

@@ -140,7 +140,7 @@ class UnleasedGuard:
             log.error("unleased GPU use: pid %d %s", pid, what)
 
     def _describe(self, gpu: Gpu, unit: str, process: GpuProcess) -> Seen | None:
-        facts = proc_facts(process.pid)
+        facts = proc_facts(process.pid, programs=self.rules.exempt_commands)
         if facts is None or facts.start_time is None:
             return None  # gone since the sample (exited: a zombie until its parent reaps it)
         owner = self._owner(process.uid)
