@@ -173,7 +173,7 @@ class Decision(enum.Enum):
         {_F.GPU_PROCESSES, _F.OWNER},
     )  # fmt: skip
     CHARGE = _rule(
-        "energy and GPU time charged to a user", "allocator/power/unleased_energy.py",
+        "energy and GPU time charged to a user", "allocator/power/split.py",
         {_F.GPU_PROCESSES, _F.OWNER, _F.LEASES},
     )  # fmt: skip
 
