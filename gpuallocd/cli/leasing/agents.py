@@ -7,7 +7,7 @@ import click
 __all__ = ["COMMANDS"]
 
 
-@click.command(name="mcp")
+@click.command(name="mcp", short_help="Serve the MCP tools on stdio for a coding agent")
 @click.pass_context
 def mcp_command(ctx: click.Context) -> None:
     """Serve the Model Context Protocol on stdin/stdout for an agent: every tool call is a
