@@ -230,18 +230,25 @@ class GpusUnavailable(CapacityError):
 
 
 class GpuBusy(CapacityError):
+    """A GPU asked for is not free. `quoted`: the words of other users the message quotes
+    (a drain's reason), each with who wrote them, so that a reader who must not take them
+    as its own (an agent) can withhold them."""
+
     code = "gpu_busy"
-    detail_keys = frozenset({"gpus"})
+    detail_keys = frozenset({"gpus", "quoted"})
 
 
 class ReservationConflict(CapacityError):
     """The GPUs this request could use are reserved (docs/scheduling.md): by a reservation
     that holds them now, or one that starts before a lease of this TTL would end. A shorter
     TTL (at most `max_ttl_seconds`, when the reservation has not started) or other GPUs fit;
-    a request that waits is served once it no longer overlaps."""
+    a request that waits is served once it no longer overlaps. `quoted`: the reservation's
+    reason where the message quotes it, with who wrote it (as GpuBusy's)."""
 
     code = "reservation_conflict"
-    detail_keys = frozenset({"reservation", "gpus", "starts_at", "ends_at", "max_ttl_seconds"})
+    detail_keys = frozenset(
+        {"reservation", "gpus", "starts_at", "ends_at", "max_ttl_seconds", "quoted"}
+    )
 
 
 class BackendError(GpuallocError):

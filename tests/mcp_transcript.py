@@ -1,5 +1,6 @@
 """An agent-style session with `gpuallocctl mcp`, printed as a transcript: list the tools,
-look at the node, preview, allocate, export the environment, free.
+look at the node (other users' labels withheld, then asked for), preview, allocate, export
+the environment, free, read its usage.
 
     python -m tests.mcp_transcript            # on a fresh daemon (example 4-GPU topology)
     python -m tests.mcp_transcript SOCKET     # on a running daemon, as the user running it
@@ -23,12 +24,14 @@ from tests.mcp_session import mcp_session
 
 STEPS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("gpus", {}),
+    ("gpus", {"others_text": True}),
     ("my_limits", {}),
     ("preview_allocation", {"count": 3}),
     ("preview_allocation", {"count": 2}),
     ("allocate", {"count": 2, "label": "agent: fine-tune", "ttl_seconds": 1800}),
     ("export_env", {"lease_id": "{lease}"}),
     ("free", {"lease_id": "{lease}"}),
+    ("my_usage", {}),
 )
 
 
@@ -37,7 +40,7 @@ def _arguments(arguments: dict[str, Any], lease: str) -> dict[str, Any]:
 
 
 async def transcript(socket: Path) -> list[str]:
-    """The session's lines: each call, then the summary part of its answer."""
+    """The session's lines: each call, then the text of its answer."""
     lines: list[str] = []
     started = time.monotonic()
     async with mcp_session(None, "", socket) as session:
@@ -49,9 +52,8 @@ async def transcript(socket: Path) -> list[str]:
             sent = _arguments(arguments, lease)
             result = await session.call_tool(name, sent)
             text = result.content[0].text  # type: ignore[union-attr]
-            summary = text.split("\n\n", 1)[0]
             flag = " (error)" if result.is_error else ""
-            lines.append(f"> {name} {json.dumps(sent)}{flag}\n{summary}")
+            lines.append(f"> {name} {json.dumps(sent)}{flag}\n{text}")
             if name == "allocate":
                 lease = result.structured_content["id"]  # type: ignore[index]
     return lines

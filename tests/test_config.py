@@ -132,7 +132,7 @@ def test_a_boolean_setting_reads_the_usual_words() -> None:
         False,
         False,
     ]
-    with pytest.raises(ConfigError, match="flag must be bool"):
+    with pytest.raises(ConfigError, match="flag must be true or false"):
         parse_text(flag, "maybe", "here")
 
 

@@ -1,5 +1,6 @@
 """Config mistakes that used to pass silently: names the machine does not know, a refused
-reload, an octal mode written the shell's way, a misspelt key."""
+reload, an octal mode written the shell's way, a misspelt key, a limit outside `[limits]`,
+a negative price, watts written with their unit."""
 
 from __future__ import annotations
 
@@ -112,3 +113,52 @@ def test_an_octal_mode_reads_as_toml_octal_or_a_quoted_string(tmp_path: Path, wr
     file = tmp_path / "c.toml"
     file.write_text(f"socket_mode = {written}\n")
     assert load_config(file, environ={}).socket_mode == 0o660
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            "max_kwh_per_day = 0.05",
+            "max_kwh_per_day is a limit: it belongs in the [limits] table (for everyone), or "
+            "in [limits.group.NAME] or [limits.user.NAME]",
+        ),
+        ("max_gpus = 2", "max_gpus is a limit: it belongs in the [limits] table"),
+        ("energy_price_per_kwh = -1", "energy_price_per_kwh must be at least 0, not -1"),
+        ("energy_price_per_kwh = -0.01", "energy_price_per_kwh must be at least 0"),
+        ("lease_power_limit_watts = -250", "lease_power_limit_watts must be at least 1"),
+        (
+            'power_budget_watts = "1600 watts"',
+            'power_budget_watts must be a number of watts, e.g. 1600 or "1600W", '
+            "not '1600 watts'",
+        ),
+        ("power_budget_watts = true", "power_budget_watts must be a number of watts"),
+        ('energy_interval_seconds = "1m"', "energy_interval_seconds must be a number"),
+    ],
+)
+def test_a_slip_in_the_energy_and_power_keys_says_what_is_expected(
+    tmp_path: Path, line: str, said: str
+) -> None:
+    """A limit at the top level says where limits go; a negative price or cap is refused;
+    a wrong power figure says that it is a number of watts."""
+    file = tmp_path / "c.toml"
+    file.write_text(f"{line}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(file, environ={})
+    assert said in refused.value.message
+
+
+@pytest.mark.parametrize("written", ['"1600W"', '"1600 W"', '"1600w"', "1600", "1600.0"])
+def test_a_power_budget_reads_with_or_without_its_unit(tmp_path: Path, written: str) -> None:
+    """`power_budget_watts = "1600W"` reads as the command line's `--power-limit 1600W`."""
+    file = tmp_path / "c.toml"
+    file.write_text(f"power_budget_watts = {written}\n")
+    assert load_config(file, environ={}).power_budget_watts == 1600.0
+
+
+def test_watts_with_their_unit_read_from_the_environment_too() -> None:
+    """GPUALLOCD_LEASE_POWER_LIMIT_WATTS=250W is 250 W; a price of 0 is a price (free)."""
+    config = load_config(
+        environ={"GPUALLOCD_LEASE_POWER_LIMIT_WATTS": "250W", "GPUALLOCD_ENERGY_PRICE_PER_KWH": "0"}
+    )
+    assert (config.lease_power_limit_watts, config.energy_price_per_kwh) == (250.0, 0.0)

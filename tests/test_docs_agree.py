@@ -2,7 +2,8 @@
 `status`; `plan` takes the `mig.json` docs/sharing.md makes (or the recording itself); a bad
 topology file exits 2 as docs/cli.md says; `history --limit N` prints N rows; `usage --user`
 is that user's alone; `leases --user` of nobody known exits as `limits` does; `queue -v`
-never calls free what `status` shows reserved."""
+never calls free what `status` shows reserved; the agents' install command is the one that
+works on the README's install."""
 
 from __future__ import annotations
 
@@ -137,3 +138,17 @@ def test_queue_detail_agrees_with_status(daemon: ThreadDaemon) -> None:
     finally:
         waiter.kill()
         waiter.communicate(timeout=10)
+
+
+def test_the_agents_install_command_is_the_environments_own_pip_everywhere_it_is_said() -> None:
+    """docs/agents.md, the README and `gpuallocctl mcp --help` name the pip of the daemon's
+    environment the README creates; no page says `pip install 'gpuallocd[mcp]'`, which no
+    index serves."""
+    root = Path(__file__).resolve().parent.parent
+    command = "sudo /opt/gpuallocd/bin/pip install 'mcp>=2'"
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    texts = {page.name: " ".join(page.read_text().split()) for page in pages}
+    assert command in texts["agents.md"] and command in texts["README.md"]
+    assert "sudo /usr/bin/python3 -m venv /opt/gpuallocd" in texts["README.md"]
+    assert not [name for name, text in texts.items() if "install 'gpuallocd[mcp]'" in text]
+    assert command in " ".join(ctl(None, "mcp", "--help").output.split())

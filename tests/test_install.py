@@ -172,3 +172,21 @@ def test_the_shipped_config_sets_nothing() -> None:
     """Every key of systemd/gpuallocd.toml is commented out: the defaults are the code's."""
     shipped = (ROOT / "systemd" / "gpuallocd.toml").read_text().splitlines()
     assert [line for line in shipped if line.strip() and not line.startswith("#")] == []
+
+
+@pytest.mark.parametrize(
+    "project", ["pyproject.toml", "client/pyproject.toml", "contrib/jupyter/pyproject.toml"]
+)
+def test_no_python_is_refused_for_being_new(project: str) -> None:
+    """requires-python has a floor and no ceiling: pip on a Python released after this code
+    (3.14, the system Python of current distributions) installs it instead of stopping."""
+    text = (ROOT / project).read_text()
+    match = re.search(r'^requires-python = "([^"]+)"$', text, re.MULTILINE)
+    assert match is not None
+    assert match.group(1) == ">=3.10"
+
+
+def test_the_readme_says_which_pythons_are_tested() -> None:
+    """The README names the versions the suite runs on, not a range it cannot vouch for."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "Python 3.10 or later; the suite is tested on 3.10 and 3.13" in readme

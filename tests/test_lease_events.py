@@ -24,7 +24,7 @@ WITHOUT_CAP_KILL = ("CAP_CHOWN", "CAP_SYS_ADMIN")
 def test_events_after_a_number_are_the_newer_ones(daemon: ThreadDaemon) -> None:
     with daemon.client() as client:
         lease = client.allocate(1)
-        client.renew(lease.id)
+        client.renew(lease.id, ttl=7200)
         same, events, rest = client.lease_events(lease.id)
         assert same.id == lease.id and [e["event"] for e in events] == ["granted", "renewed"]
         _, newer, _ = client.lease_events(lease.id, after=events[0]["seq"])

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 
 import pytest
 from gpulease import Client, GpuBusy, GpusUnavailable, LeaseNotActive, PermissionDenied
 
-from tests.harness import HandClock, ThreadDaemon
+from tests.harness import HandClock, ThreadDaemon, ctl_argv
 
 
 def test_allocate_returns_lowest_free_gpus_with_uuids(daemon: ThreadDaemon) -> None:
@@ -138,13 +139,44 @@ def test_leases_survive_a_restart(paths, start_daemon: Callable[..., ThreadDaemo
         second.stop()
 
 
+def test_a_run_writes_no_renewal_at_its_start(daemon: ThreadDaemon) -> None:
+    """`gpuallocctl run` renews as its command starts (the daemon then looks for the
+    command's processes): the history says granted and freed, no renewal in the grant's
+    second."""
+    done = subprocess.run(
+        ctl_argv(daemon.paths.socket, "--json", "run", "-n", "1", "--", "true"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    with daemon.client() as client:
+        events = client.history()
+    assert [e["event"] for e in events] == ["granted", "freed"]
+
+
+def test_a_renewal_that_moves_the_end_is_recorded_and_one_that_does_not_is_not(
+    daemon: ThreadDaemon,
+) -> None:
+    """Renewing with the grant's TTL at once moves nothing and writes nothing; a renewal
+    with another TTL moves the end and is in the history."""
+    with daemon.client() as client:
+        lease = client.allocate(1, ttl=600)
+        same = client.renew(lease.id, ttl=600)
+        moved = client.renew(lease.id, ttl=1200)
+        events = [e["event"] for e in client.history(lease.id)]
+    assert same.expires_at == lease.expires_at
+    assert moved.expires_at >= lease.expires_at + 599
+    assert events == ["granted", "renewed"]
+
+
 def test_history_records_every_transition(daemon: ThreadDaemon) -> None:
     """granted, renewed, freed: each transition is in the history with the actor."""
     import os
 
     with daemon.client() as client:
         lease = client.allocate(1)
-        client.renew(lease.id)
+        client.renew(lease.id, ttl=7200)
         client.free(lease.id)
         events = client.history(lease.id)
     assert [e["event"] for e in events] == ["granted", "renewed", "freed"]

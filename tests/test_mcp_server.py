@@ -304,7 +304,9 @@ def test_an_agent_style_session_lists_previews_allocates_and_frees(
     lines = anyio.run(transcript, daemon.paths.socket)
     assert not any("(error)" in line for line in lines)
     assert any(line.startswith("> preview_allocation") and "fits now" in line for line in lines)
-    assert lines[-1].startswith('> free {"lease_id"') and "freed" in lines[-1]
+    (freed,) = [line for line in lines if line.startswith('> free {"lease_id"')]
+    assert "freed" in freed
+    assert any(line.startswith("> my_usage {}\nyour use in the last 7d") for line in lines)
     with daemon.client() as client:
         assert client.leases() == []
 
@@ -363,6 +365,6 @@ def test_the_read_tools_show_the_queue_reservations_and_usage(
         ("big", True, "Resources")
     ]
     assert [r["id"] for r in reservations["reservations"]] == [reservation["id"]]
-    assert usage["usage"]["leases"] == 2
+    assert usage["leases"] == 2
     assert [lease["id"] for lease in leases["leases"]] == [held.id]
     assert leases["leases"][0]["ends_with_this_session"] is False

@@ -111,6 +111,11 @@ class AllocatorFacade(CleanupDesk):
     def topology(self) -> Topology:
         return self._lifecycle.topology
 
+    @property
+    def default_policy(self) -> str:
+        """The policy of a request that names none (`default_policy`)."""
+        return self._lifecycle.settings.default_policy
+
     def _publish(self) -> None:
         publish(self._lifecycle.take_journal(), self._bells, self._observer)  # publish.py
 

@@ -265,8 +265,9 @@ async def list_queue(request: web.Request) -> web.Response:
 
 
 async def list_policies(request: web.Request) -> web.Response:
+    """The policies installed, and the one a request that names none gets."""
     caller_of(request)
-    return _json({"policies": available_policies()})
+    return _json({"policies": available_policies(), "default": facade_of(request).default_policy})
 
 
 def routes() -> list[web.RouteDef]:

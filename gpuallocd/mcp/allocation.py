@@ -24,6 +24,8 @@ from gpulease import Client, DaemonUnavailable, GpuallocError, Lease, parse_size
 from gpuallocd.errors import InvalidRequest
 from gpuallocd.mcp.answers import Answer
 from gpuallocd.mcp.calls import Daemon
+from gpuallocd.mcp.foreign import OthersText
+from gpuallocd.mcp.readable import span, when
 from gpuallocd.mcp.shapes import lease_line, lease_view
 
 __all__ = ["Progress", "allocate", "allocate_options"]
@@ -56,6 +58,7 @@ def allocate_options(args: dict[str, Any]) -> dict[str, Any]:
         "wait": bool(args.get("wait", False)),
         "timeout": args.get("wait_timeout_seconds"),
         "bind_to_process": not args.get("keep", False),
+        "power_limit_watts": args.get("power_limit_watts"),
     }
 
 
@@ -85,11 +88,12 @@ def _request(options: dict[str, Any], client: Client) -> dict[str, Any]:
 
 
 def _granted(raw: dict[str, Any], waited: bool) -> Answer:
-    view = lease_view(raw, time.time())
-    if raw.get("waited_seconds") is not None:
-        view["waited_seconds"] = raw["waited_seconds"]
-    how = "granted after waiting" if waited else "granted"
-    return Answer(f"{how}: {lease_line(view)}; use export_env for its environment", view)
+    now = time.time()
+    view = lease_view(raw, now, OthersText())  # the caller's own lease
+    view["waited_seconds"] = round(raw.get("waited_seconds") or 0.0, 1)
+    how = f"granted after waiting {span(view['waited_seconds'])}" if waited else "granted"
+    text = f"{how}: {lease_line(view, now)}; use export_env for its environment"
+    return Answer(text, view)
 
 
 def _wait(daemon: Daemon, options: dict[str, Any], started: float, client: Client) -> Lease:
@@ -149,5 +153,5 @@ def _queue_text(waiters: list[dict[str, Any]], label: str | None) -> str:
         text += f": {waiter['reason_detail']}"
     start = waiter.get("estimated_start_at")
     if start is not None:
-        text += f"; estimated start in {max(0, round(start - time.time()))} s"
+        text += f"; estimated start {when(start, time.time())}"
     return text

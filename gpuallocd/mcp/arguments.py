@@ -1,7 +1,7 @@
 """A tool call's arguments checked against the tool's schema before anything is sent.
 
-The schemas use a small part of JSON Schema (type, minimum, exclusiveMinimum, minLength,
-maxLength, minItems, items, enum, required, no other properties), so a small checker
+The schemas use a small part of JSON Schema (type, minimum, maximum, exclusiveMinimum,
+minLength, maxLength, minItems, items, enum, required, no other properties), so a small checker
 covers them: an agent's mistake comes back as `invalid_request` naming the field.
 """
 
@@ -63,6 +63,8 @@ def _is(kind: str, value: Any) -> bool:
 def _check_number(name: str, rule: dict[str, Any], value: float) -> None:
     if "minimum" in rule and value < rule["minimum"]:
         raise InvalidRequest(f"{name} must be at least {rule['minimum']}", field=name, value=value)
+    if "maximum" in rule and value > rule["maximum"]:
+        raise InvalidRequest(f"{name} must be at most {rule['maximum']}", field=name, value=value)
     if "exclusiveMinimum" in rule and value <= rule["exclusiveMinimum"]:
         low = rule["exclusiveMinimum"]
         raise InvalidRequest(f"{name} must be more than {low}", field=name, value=value)

@@ -1,5 +1,6 @@
 """The tools that change a lease or a GPU, besides allocate: renew, free, and the admin
-tools drain, undrain and revoke. The daemon decides who may: the server only asks it."""
+tools drain, undrain and revoke. The daemon decides who may: the server only asks it. What
+they answer shows other users' words withheld (a revoked lease's label is its owner's)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ from typing import Any
 from gpulease import Client
 
 from gpuallocd.mcp.answers import Answer
+from gpuallocd.mcp.foreign import OthersText
 from gpuallocd.mcp.shapes import gpu_line, gpu_view, lease_line, lease_view
 
 __all__ = ["CHANGES"]
 
 
 def _lease_answer(verb: str, raw: dict[str, Any]) -> Answer:
-    view = lease_view(raw, time.time())
-    return Answer(f"{verb}: {lease_line(view)}", view)
+    others, now = OthersText(), time.time()
+    view = lease_view(raw, now, others)
+    return Answer(others.framed([f"{verb}: {lease_line(view, now)}"]), {**view, **others.notice()})
 
 
 def renew(client: Client, args: dict[str, Any]) -> Answer:
@@ -33,9 +36,10 @@ def revoke(client: Client, args: dict[str, Any]) -> Answer:
 
 
 def _gpus_answer(verb: str, statuses: list[Any]) -> Answer:
-    now = time.time()
-    views = [gpu_view(status.raw, now) for status in statuses]
-    return Answer("\n".join([verb] + [gpu_line(view) for view in views]), {"gpus": views})
+    others, now = OthersText(), time.time()
+    views = [gpu_view(status.raw, now, others) for status in statuses]
+    lines = [verb] + [gpu_line(view, now) for view in views]
+    return Answer(others.framed(lines), {"gpus": views, **others.notice()})
 
 
 def drain(client: Client, args: dict[str, Any]) -> Answer:

@@ -5,7 +5,9 @@ GPUs that are not free now taken) and checks the caller's `max_gpus` limit. When
 does not fit now, the start it could expect if it waited is estimated the way the queue shows
 its own: leases end at their current expiry, and the waiters ahead are served first. Like
 the queue's estimate it is a floor, not a promise (a renewal pushes it back), and it does not
-model advance reservations, which the `reservations` tool lists.
+model advance reservations, which the `reservations` tool lists. A request that names no
+policy is previewed with the one the daemon would use, which the daemon says
+(`GET /v1/policies`).
 """
 
 from __future__ import annotations
@@ -17,18 +19,27 @@ from gpulease import Client
 
 from gpuallocd.errors import CapacityError
 from gpuallocd.mcp.allocation import allocate_options
+from gpuallocd.mcp.foreign import OthersText, name
+from gpuallocd.mcp.readable import iso, when
+from gpuallocd.model.figures import significant
 from gpuallocd.planning import Plan, make_plan, make_unit_plan
 from gpuallocd.policies import get_policy
 from gpuallocd.topology import topology_from_json
 
 __all__ = ["preview"]
 
-DEFAULT_POLICY = "best-effort"  # the daemon's default_policy unless the site changed it
+
+def default_policy(client: Client) -> str:
+    """The policy the daemon gives a request that names none (its `default_policy`)."""
+    found: str = client.request("GET", "/v1/policies")["default"]
+    return found
 
 
 def preview(client: Client, args: dict[str, Any]) -> dict[str, Any]:
     """The preview as data; `summary` in words."""
+    others = OthersText(show=bool(args.get("others_text", False)))
     options = allocate_options(args)
+    options["policy"] = options["policy"] or default_policy(client)
     topology = topology_from_json(client.topology())
     statuses: list[dict[str, Any]] = client.request("GET", "/v1/gpus")["gpus"]
     waiters: list[dict[str, Any]] = client.request("GET", "/v1/queue")["waiters"]
@@ -41,10 +52,11 @@ def preview(client: Client, args: dict[str, Any]) -> dict[str, Any]:
     except CapacityError as exc:  # a caller's mistake is the tool's error instead
         result["now"] = None
         result["why_not_now"] = {"code": exc.code, "message": exc.message}
-        result.update(_later(statuses, waiters, count, named))
+        result.update(_later(statuses, waiters, count, named, others))
     else:
         result["now"] = plan.to_json()
-    result["summary"] = _summary(result)
+    result["summary"] = others.framed([_summary(result)])
+    result.update(others.notice())
     return result
 
 
@@ -60,7 +72,7 @@ def _plan(
             busy=busy,
             required=named,
         )
-    policy = get_policy(options["policy"] or DEFAULT_POLICY)
+    policy = get_policy(options["policy"])
     return make_plan(topology, policy, count, busy=busy, required=named)
 
 
@@ -78,6 +90,7 @@ def _later(
     waiters: list[dict[str, Any]],
     count: int,
     named: tuple[str, ...],
+    others: OthersText,
 ) -> dict[str, Any]:
     """The estimated start if it waited, the leases it would wait for, the waiters ahead."""
     now = time.time()
@@ -95,18 +108,21 @@ def _later(
         blocking = leased[: max(need, 0)]
         start = blocking[-1]["expires_at"] if 0 < need <= len(leased) else None
     return {
-        "estimated_start_at": start,
+        "estimated_start_at": iso(start),
         "estimated_start_in_seconds": None if start is None else max(0.0, round(start - now)),
         "waiters_ahead": len(waiters),
-        "waiting_for": [
-            {
-                "gpu": s["index"],
-                "holder": (s.get("holder") or {}).get("user"),
-                "label": s.get("label"),
-                "seconds_left": max(0.0, round(s["expires_at"] - now)),
-            }
-            for s in blocking
-        ],
+        "waiting_for": [_blocking(s, now, others) for s in blocking],
+    }
+
+
+def _blocking(status: dict[str, Any], now: float, others: OthersText) -> dict[str, Any]:
+    holder = status.get("holder") or {}
+    return {
+        "gpu": status["index"],
+        "holder": name(holder.get("user", "")) or None,
+        "label": others.value(status.get("label"), holder.get("user"), holder.get("uid")),
+        "expires_at": iso(status["expires_at"]),
+        "seconds_left": max(0.0, round(status["expires_at"] - now)),
     }
 
 
@@ -115,18 +131,26 @@ def _summary(result: dict[str, Any]) -> str:
     prefix = ""
     if quota is not None:
         prefix = (
-            f"over your limit: max_gpus = {quota['value']}, you hold {quota['current']}; "
-            "an allocate would be refused (quota_exceeded). "
+            f"over your limit: max_gpus = {significant(quota['value'])}, you hold "
+            f"{significant(quota['current'])}; an allocate would be refused (quota_exceeded). "
         )
     plan = result["now"]
     if plan is not None:
-        return prefix + f"fits now: GPU {plan['gpus']} ({plan['policy']}): {plan['reason']}"
+        gpus = ", ".join(map(str, plan["gpus"]))
+        return prefix + f"fits now: GPU {gpus} (policy {plan['policy']}): {plan['reason']}"
     text = prefix + f"does not fit now: {result['why_not_now']['message']}"
     if result.get("estimated_start_in_seconds") is not None:
+        now = time.time()
+        ending = ", ".join(
+            f"GPU {w['gpu']} of {w['holder']} (label {OthersText.words(w['label'])})"
+            if w["label"] is not None
+            else f"GPU {w['gpu']} of {w['holder']}"
+            for w in result["waiting_for"]
+        )
         text += (
-            f"; if it waited, estimated start in ~{result['estimated_start_in_seconds']:.0f} s "
-            f"(behind {result['waiters_ahead']} waiter(s), when the leases on GPU "
-            f"{[w['gpu'] for w in result['waiting_for']]} end)"
+            f"; if it waited, it would start about "
+            f"{when(now + result['estimated_start_in_seconds'], now)}, behind "
+            f"{result['waiters_ahead']} waiter(s), when these leases end: {ending}"
         )
     else:
         text += "; no estimate: no lease on the GPUs it needs has an end in sight"

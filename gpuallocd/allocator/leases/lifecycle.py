@@ -55,6 +55,13 @@ def _new_lease_id() -> str:
     return secrets.token_hex(6)
 
 
+def unmoved_seconds(ttl: float) -> float:
+    """How little a renewal may move a lease's end and still be no renewal: under a second
+    (the history's grain), and under a tenth of a short TTL, so that a client renewing a
+    1.5 s lease every half second is recorded each time."""
+    return min(1.0, ttl / 10.0)
+
+
 class LeaseLifecycle:
     """Grants, renews, frees, revokes and expires leases over one node."""
 
@@ -281,10 +288,16 @@ class LeaseLifecycle:
         return self._active.get(lease_id) if lease_id is not None else None
 
     def renew(self, caller: Caller, lease_id: str, ttl_seconds: float | None = None) -> Lease:
+        """Move the lease's end to `ttl` from now; a renewal that would move it by less than
+        `unmoved_seconds(ttl)` changes nothing and writes nothing (`run` renews as its
+        command starts, right after the grant, so that the command's processes are looked
+        for at once: that is no renewal for the history)."""
         lease = self._owned_active(caller, lease_id)
         now = self._clock()
         ttl = self._ttl(caller, ttl_seconds)
         self.reservations.check_renewal(caller, lease, now, ttl)
+        if abs(now + ttl - lease.expires_at) < unmoved_seconds(ttl):
+            return lease
         renewed = replace(lease, expires_at=now + ttl)
         self._ledger.renew(lease.id, renewed.expires_at, caller.uid, now)
         self._active[lease.id] = renewed

@@ -57,8 +57,13 @@ class DrainBoard:
         covered = self.covered(topology)
         drained = [u for u in uuids if u in covered]
         if drained:
-            reasons = "; ".join(f"{u}: {self._drains[covered[u]].reason}" for u in drained)
-            raise GpuBusy(f"drained by an admin ({reasons})", gpus=drained)
+            drains = [self._drains[covered[u]] for u in drained]
+            reasons = "; ".join(f"{u}: {d.reason}" for u, d in zip(drained, drains, strict=True))
+            raise GpuBusy(
+                f"drained by an admin ({reasons})",
+                gpus=drained,
+                quoted=[{"by": d.by, "by_uid": d.by_uid, "text": d.reason} for d in drains],
+            )
 
     def drain(self, uuids: Sequence[str], caller: Caller, reason: str, now: float) -> list[Drain]:
         """Drain these GPUs (a GPU drained already takes the new reason)."""

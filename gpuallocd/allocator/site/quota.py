@@ -151,15 +151,16 @@ class Quota:
                     "value": applied.value(name),
                     "source": applied.sources[name],
                     "current": usage.current(name),
-                    **_remaining(name, applied.value(name), usage.current(name)),
+                    **_remaining(applied.value(name), usage.current(name)),
                 }
                 for name in LIMIT_NAMES
             ],
         }
 
 
-def _remaining(name: str, value: float | None, current: float | None) -> dict[str, float]:
-    """What is left of a budget that is set (`limits` shows it)."""
-    if name not in BUDGETS or value is None or current is None:
+def _remaining(value: float | None, current: float | None) -> dict[str, float]:
+    """What is left of a limit that is set and counts a use (`max_gpus` as a budget:
+    `limits`, its JSON and the MCP server show it; a TTL or a cap counts none)."""
+    if value is None or current is None:
         return {}
     return {"remaining": max(0.0, value - current)}

@@ -126,7 +126,9 @@ class ReservationBoard:
                 f"{_clock_text(first.end_at)} ({first.reason})"
             )
             room = None
+            quoted = [{"by": first.by_user, "by_uid": first.by_uid, "text": first.reason}]
         else:
+            quoted = []
             room = first.start_at - now
             message = (
                 f"reservation {first.id} for {first.holder} starts at "
@@ -140,6 +142,7 @@ class ReservationBoard:
             starts_at=first.start_at,
             ends_at=first.end_at,
             max_ttl_seconds=room,
+            **({"quoted": quoted} if quoted else {}),
         )
 
     def check_renewal(self, caller: Caller, lease: Lease, now: float, ttl: float) -> None:

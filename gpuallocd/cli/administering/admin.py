@@ -31,7 +31,7 @@ def _print_gpus(ctx: click.Context, gpus: list[dict[str, Any]]) -> None:
         click.echo(line)
 
 
-@click.command()
+@click.command(short_help="Take GPUs out of service (admins)")
 @click.argument("gpus", nargs=-1, required=True)
 @click.option("--reason", required=True, help="Why; shown in status and kept in the record.")
 @click.pass_context
@@ -42,7 +42,7 @@ def drain(ctx: click.Context, gpus: tuple[str, ...], reason: str) -> None:
     _print_gpus(ctx, [s.raw for s in statuses])
 
 
-@click.command()
+@click.command(short_help="Put drained GPUs back in service (admins)")
 @click.argument("gpus", nargs=-1, required=True)
 @click.pass_context
 def undrain(ctx: click.Context, gpus: tuple[str, ...]) -> None:
@@ -52,7 +52,10 @@ def undrain(ctx: click.Context, gpus: tuple[str, ...]) -> None:
     _print_gpus(ctx, [s.raw for s in statuses])
 
 
-@click.command(name="admin-log")
+@click.command(
+    name="admin-log",
+    short_help="Admin actions (revoke, drain, undrain), with who and why",
+)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.pass_context
 def admin_log(ctx: click.Context, limit: int) -> None:
@@ -75,7 +78,7 @@ def admin_log(ctx: click.Context, limit: int) -> None:
     click.echo(table(("TIME", "ACTION", "TARGET", "BY", "REASON"), rows))
 
 
-@click.command()
+@click.command(short_help="Let a draining GPU be granted again (root only)")
 @click.argument("gpu")
 @click.pass_context
 def release(ctx: click.Context, gpu: str) -> None:

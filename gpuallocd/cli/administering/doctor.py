@@ -64,7 +64,7 @@ def _line(check: Check, colour: bool, name_width: int = NAME_WIDTH) -> str:
     return text
 
 
-@click.command()
+@click.command(short_help="Check this box as an admin would, with the fix for each")
 @click.pass_context
 def doctor(ctx: click.Context) -> None:
     """Check this box as an admin would: the daemon and its version, its capabilities against

@@ -42,7 +42,7 @@ def _print(document: dict[str, Any], as_json: bool) -> None:
     click.echo(render_smi_topo(topology_from_json(document)), nl=False)
 
 
-@click.command()
+@click.command(short_help="The node's GPUs and links, as nvidia-smi topo -m")
 @click.option(
     "--json",
     "as_json",
@@ -91,7 +91,7 @@ def topology(
     _print(document, as_json or ctx.obj.json)
 
 
-@click.command()
+@click.command(short_help="Discover the node's GPUs again (root only)")
 @click.pass_context
 def rescan(ctx: click.Context) -> None:
     """Discover the node's GPUs again (root only): after a GPU reset or a replacement.

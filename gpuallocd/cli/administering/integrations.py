@@ -24,7 +24,7 @@ def _topology(ctx: click.Context, spec: str | None) -> Topology:
         raise click.ClickException(exc.message) from None
 
 
-@click.command("slurm-gres")
+@click.command("slurm-gres", short_help="Print gres.conf lines for this node's GPUs")
 @click.option(
     "--topology",
     "spec",

@@ -28,7 +28,7 @@ def _backup_line(backup: dict[str, Any]) -> str:
     return f"{backup['name']}  {_when(backup['taken_at'])}  {size:.1f} MiB  {backup['check']}"
 
 
-@click.group()
+@click.group(short_help="The ledger's backups (admins): take one, or check them")
 def ledger() -> None:
     """The ledger's backups (admins): take one now, or check them all."""
 

@@ -86,7 +86,7 @@ def _gpu_ref(text: str) -> str | int:
     return int(text) if text.isascii() and text.isdigit() else text
 
 
-@click.command()
+@click.command(short_help="Reserve GPUs for a user or a group ahead (admins)")
 @click.option("-n", "--count", type=click.IntRange(min=1), help="How many GPUs (chosen).")
 @click.option("--gpu", "gpus", multiple=True, help="A GPU by index or UUID (repeatable).")
 @click.option("--start", "start", required=True, help="now, +2h, @UNIXTIME, 14:00 or a date.")
@@ -135,7 +135,7 @@ def reserve(
     click.echo(table(RESERVATION_HEADERS, reservation_rows([made], time.time())))
 
 
-@click.command()
+@click.command(short_help="Advance reservations to come and running")
 @click.option("--all", "everything", is_flag=True, help="Also those that ended or were cancelled.")
 @click.pass_context
 def reservations(ctx: click.Context, everything: bool) -> None:
@@ -148,7 +148,7 @@ def reservations(ctx: click.Context, everything: bool) -> None:
     click.echo(table(RESERVATION_HEADERS, reservation_rows(found, time.time())))
 
 
-@click.command()
+@click.command(short_help="Cancel a reservation (admins)")
 @click.argument("reservation_id")
 @click.pass_context
 def unreserve(ctx: click.Context, reservation_id: str) -> None:

@@ -40,7 +40,7 @@ def _target(client: Any, text: str | None) -> dict[str, Any]:
     return {"gpu": number}
 
 
-@click.command()
+@click.command(short_help="Make your processes already on GPUs into your leases")
 @click.argument("target", required=False, metavar="[PID|GPU]")
 @click.pass_context
 def adopt(ctx: click.Context, target: str | None) -> None:
@@ -59,7 +59,7 @@ def adopt(ctx: click.Context, target: str | None) -> None:
         click.echo(f"lease {lease.id}: GPU {gpus} for pid {lease.pid} of {lease.user}")
 
 
-@click.command()
+@click.command(short_help="Processes on GPUs without a lease, and what was done")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.pass_context
 def unleased(ctx: click.Context, limit: int) -> None:

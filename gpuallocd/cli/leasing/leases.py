@@ -88,7 +88,7 @@ def _owned_by(lease: dict[str, Any], user: str) -> bool:
     return user in (lease["owner"]["user"], str(lease["owner"]["uid"]))
 
 
-@click.command()
+@click.command(short_help="Lease GPUs until freed or expired")
 @lease_request_options(
     ttl_help="Lifetime: 30m, 8h, 2d or seconds (default: the daemon's, 1h).",
     label_help="A note shown in `leases`.",
@@ -168,7 +168,7 @@ def _require_user(user: str) -> None:
         raise CliError(f"no user {user!r} on this machine [invalid_request]", EXIT_USAGE) from None
 
 
-@click.command(name="leases")
+@click.command(name="leases", short_help="Active leases: id, GPUs, user, time left, label")
 @click.option("--user", help="Only this user's leases (name or uid).")
 @click.pass_context
 def list_leases(ctx: click.Context, user: str | None) -> None:
@@ -205,7 +205,7 @@ def list_leases(ctx: click.Context, user: str | None) -> None:
             click.echo(f"lease {lease['id']}: {escape_unprintable(other['message'])}")
 
 
-@click.command()
+@click.command(short_help="Extend a lease's lifetime")
 @click.argument("lease_id")
 @click.option("--ttl", type=TTL, help="New lifetime from now: 30m, 8h, 2d or seconds.")
 @click.pass_context
@@ -227,7 +227,7 @@ def _free_mine(client: Client) -> list[dict[str, Any]]:
     return freed
 
 
-@click.command()
+@click.command(short_help="Give a lease's GPUs back (or --mine: all of yours)")
 @click.argument("lease_id", required=False)
 @click.option("--mine", is_flag=True, help="Free every lease of yours.")
 @click.pass_context
@@ -249,7 +249,7 @@ def free(ctx: click.Context, lease_id: str | None, mine: bool) -> None:
         _print_lease(ctx, lease)
 
 
-@click.command()
+@click.command(short_help="Take a lease away from its holder (root and admins)")
 @click.argument("lease_id")
 @click.option("--reason", help="Recorded in the lease's history.")
 @click.pass_context

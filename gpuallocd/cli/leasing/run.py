@@ -190,7 +190,10 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
     return code
 
 
-@click.command(context_settings={"allow_interspersed_args": False})
+@click.command(
+    context_settings={"allow_interspersed_args": False},
+    short_help="Lease GPUs, run COMMAND on them, free them when it exits",
+)
 @lease_request_options(
     ttl_help="Lease lifetime between renewals: 10m, 1h or seconds.",
     label_help="A note shown in `leases` (default: the command).",
@@ -216,7 +219,7 @@ def _gpu_lease_arguments(options: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
-@click.command(name="shell")
+@click.command(name="shell", short_help="Open your shell under a lease; exit it to free the lease")
 @lease_request_options(
     ttl_help="Lease lifetime between renewals: 10m, 1h or seconds.",
     label_help="A note shown in `leases` (default: shell).",

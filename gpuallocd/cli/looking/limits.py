@@ -13,7 +13,10 @@ import click
 from gpuallocd.cli.common import daemon_client
 from gpuallocd.cli.errors import EXIT_USAGE, CliError
 from gpuallocd.cli.output import echo_json, table
-from gpuallocd.cli.quantities import energy_text
+from gpuallocd.cli.quantities import energy_text, format_duration
+from gpuallocd.cli.style import render_table
+from gpuallocd.cli.table_fit import terminal_width
+from gpuallocd.model.figures import significant
 
 __all__ = ["COMMANDS", "parse_since"]
 
@@ -36,28 +39,26 @@ def parse_since(text: str, now: float | None = None) -> float:
         ) from None
 
 
-def _show(value: float | None, name: str) -> str | None:
-    if value is None:
-        return None
-    if name.startswith(("max_gpu_hours_", "max_kwh_")):
-        return f"{value:.2f}"
-    return f"{value:g}"
+def _show(value: float | None) -> str | None:
+    """A limit's figure to three significant digits: a kWh budget of 0.05 beside a use of
+    0.0123, not of 0.01."""
+    return None if value is None else significant(value)
 
 
 def _limit_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
     return [
         (
             entry["limit"],
-            _show(entry["value"], entry["limit"]) or "none",
+            _show(entry["value"]) or "none",
             entry["source"],
-            _show(entry["current"], entry["limit"]),
-            _show(entry.get("remaining"), entry["limit"]),
+            _show(entry["current"]),
+            _show(entry.get("remaining")),
         )
         for entry in report["limits"]
     ]
 
 
-@click.command()
+@click.command(short_help="The limits that apply to you, and your use of each")
 @click.option("--user", help="Another user's limits (name or uid; default: yours).")
 @click.option("--json", "local_json", is_flag=True, help="JSON output (as the global --json).")
 @click.pass_context
@@ -85,34 +86,43 @@ def _usage_rows(users: list[dict[str, Any]], priced: bool) -> list[tuple[Any, ..
             u["user"],
             f"{u['gpu_hours']:.2f}",
             u["leases"],
-            f"{u['waiting_seconds'] / 3600:.2f}",
+            format_duration(u["waiting_seconds"]),
             _decayed(u),
             energy_text(u.get("energy_kwh", 0.0), u.get("energy_estimate", False)),
-            f"{u.get('unleased_gpu_hours', 0.0):.2f} / {u.get('unleased_energy_kwh', 0.0):.3f}",
             *((f"{u.get('energy_cost', 0.0):.2f}",) if priced else ()),
         )
         for u in users
     ]
     if len(users) > 1:
         hours = sum(u["gpu_hours"] for u in users)
-        waited = sum(u["waiting_seconds"] for u in users) / 3600
+        waited = format_duration(sum(u["waiting_seconds"] for u in users))
         leases = sum(u["leases"] for u in users)
         kwh = energy_text(
             sum(u.get("energy_kwh", 0.0) for u in users),
             any(u.get("energy_estimate") for u in users),
         )
         cost = sum(u.get("energy_cost", 0.0) for u in users)
-        total = ("TOTAL", f"{hours:.2f}", leases, f"{waited:.2f}", "", kwh, "")
+        total = ("TOTAL", f"{hours:.2f}", leases, waited, "", kwh)
         rows.append(total + ((f"{cost:.2f}",) if priced else ()))
     return rows
 
 
 def _usage_headers(price: dict[str, Any] | None) -> tuple[str, ...]:
-    headers = ["USER", "GPU-HOURS", "LEASES", "HOURS-WAITED", "DECAYED", "KWH"]
-    headers.append("UNLEASED GPU-H / KWH")
+    """The per-user table's columns: 80 columns hold them with a 12-letter user name and an
+    estimated kWh (docs/cli.md); use without a lease has a table of its own."""
+    headers = ["USER", "GPU-HOURS", "LEASES", "WAITED", "DECAYED", "KWH"]
     if price is not None:
         headers.append(f"COST {price['currency']}".strip())
     return tuple(headers)
+
+
+def _unleased_rows(users: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Each user who used GPUs without a lease in the window: GPU-hours and kWh."""
+    return [
+        (u["user"], f"{u['unleased_gpu_hours']:.2f}", f"{u.get('unleased_energy_kwh', 0.0):.3f}")
+        for u in users
+        if u.get("unleased_gpu_hours") or u.get("unleased_energy_kwh")
+    ]
 
 
 def _group_rows(groups: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -129,7 +139,7 @@ def _group_rows(groups: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 def _budget_rows(budgets: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return [
-        (b["limit"], f"{b['value']:.2f}", f"{b['current']:.2f}", f"{b['remaining']:.2f}")
+        (b["limit"], significant(b["value"]), significant(b["current"]), _show(b["remaining"]))
         for b in budgets
     ]
 
@@ -141,7 +151,7 @@ def _reservation_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
     ]
 
 
-@click.command()
+@click.command(short_help="GPU-hours, leases, waits and energy per user")
 @click.option("--since", default="7d", show_default=True, help="A duration ago or a date.")
 @click.option("--user", help="Only this user (name or uid).")
 @click.option("--json", "local_json", is_flag=True, help="JSON output (as the global --json).")
@@ -178,6 +188,10 @@ def usage(
     price = report.get("energy_price")
     rows = _usage_rows(report["users"], price is not None)
     click.echo(table(_usage_headers(price), rows))
+    unleased = _unleased_rows(report["users"])
+    if unleased:
+        click.echo("used without a lease (docs/enforcement.md)")
+        click.echo(table(("USER", "GPU-HOURS", "KWH"), unleased))
     groups = report.get("groups") or []
     if groups and not user:
         click.echo("groups (each user in their primary group)")
@@ -189,7 +203,8 @@ def usage(
     reserved = _reservation_rows(report)
     if reserved:
         click.echo("reservations")
-        click.echo(table(("ID", "FOR", "GPUS", "GPU-HOURS", "REASON"), reserved))
+        headers = ("ID", "FOR", "GPUS", "GPU-HOURS", "REASON")
+        click.echo(render_table(headers, reserved, width=terminal_width()))
 
 
 COMMANDS = (limits, usage)

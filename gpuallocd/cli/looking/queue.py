@@ -57,7 +57,7 @@ def queue_rows(waiters: list[dict[str, Any]], now: float) -> list[tuple[object, 
     ]
 
 
-@click.command()
+@click.command(short_help="Requests waiting for GPUs, in the order they are served")
 @click.option("-v", "--verbose", is_flag=True, help="Also say what each request waits for.")
 @click.pass_context
 def queue(ctx: click.Context, verbose: bool) -> None:
@@ -87,7 +87,7 @@ def queue(ctx: click.Context, verbose: bool) -> None:
                 click.echo(f"   priority: {waiter['priority']['why']}")
 
 
-@click.command()
+@click.command(short_help="The ledger's record of lease transitions, with who did each")
 @click.option("--lease", "lease_id", help="Only this lease's events.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.pass_context

@@ -209,7 +209,7 @@ def _json_view(node: dict[str, Any]) -> dict[str, Any]:
     return view | ({"power": node["power"]} if node.get("power") else {})
 
 
-@click.command()
+@click.command(short_help="Every GPU: state, holder, memory and load")
 @click.option(
     "-v", "--verbose", is_flag=True, help="Full UUIDs and names, every column; no width limit."
 )

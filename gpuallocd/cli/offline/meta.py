@@ -13,7 +13,7 @@ PROG_NAME = "gpuallocctl"
 COMPLETE_VAR = "_GPUALLOCCTL_COMPLETE"
 
 
-@click.command()
+@click.command(short_help="Print the shell completion script of SHELL")
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 @click.pass_context
 def completion(ctx: click.Context, shell: str) -> None:
@@ -43,7 +43,7 @@ def policy_summary(name: str) -> str | None:
     return doc.strip().splitlines()[0].rstrip(".") if doc.strip() else None
 
 
-@click.command()
+@click.command(short_help="The allocation policies the daemon knows")
 @click.option("--local", is_flag=True, help="The policies installed here, without a daemon.")
 @click.pass_context
 def policies(ctx: click.Context, local: bool) -> None:

@@ -103,7 +103,7 @@ def _print_plan(result: Plan) -> None:
         click.echo(table(("PAIR", "LINK", "PCIE", "SAME NUMA", "SCORE"), rows))
 
 
-@click.command()
+@click.command(short_help="Which GPUs a policy would pick on a topology, and why")
 @_topology_option
 @_policy_option
 @click.option("-n", "--count", type=click.IntRange(min=1), required=True, help="How many GPUs.")
@@ -179,7 +179,10 @@ def _print_summary(summary: Summary, seconds: float) -> None:
         click.echo(f"{label.ljust(width)}  {'-' if value is None else value}")
 
 
-@click.command(name="simulate")
+@click.command(
+    name="simulate",
+    short_help="Replay a trace of requests and report how a policy did",
+)
 @_topology_option
 @_policy_option
 @click.option(
@@ -256,7 +259,7 @@ def _bench_table(rows: list[BenchRow]) -> str:
     return table(headers, [_bench_cells(r) for r in rows])
 
 
-@click.command(name="policy-bench")
+@click.command(name="policy-bench", short_help="Time a policy for every request size")
 @click.option(
     "--topology",
     "topology_specs",

@@ -20,6 +20,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpulease.sizes import parse_watts
+
+from gpuallocd.allocator.site.limits import LIMIT_NAMES
 from gpuallocd.daemon.config.backup_checks import check_backup_settings
 from gpuallocd.daemon.config.limits_table import (
     check_rule_settings,
@@ -44,6 +47,12 @@ _BOOL_WORDS = {"1": True, "true": True, "yes": True, "0": False, "false": False,
 MAX_INTEGER = 2**63 - 1
 MAX_FLOAT = float(2**53)
 MAX_MODE = 0o7777
+# A setting's type in the words of a message ("must be a number, not '1600W'").
+_TYPE_WORDS = {float: "a number", int: "a whole number", str: "a string", bool: "true or false"}
+# How a file or the environment may write a number with its unit: `"1600W"` as the command
+# line's `--power-limit 1600W` (the client's reading of watts).
+_UNIT_READERS = {"W": parse_watts}
+_UNIT_NAMES = {"W": "watts"}
 
 
 def _check_magnitude(setting: Setting, value: int | float, where: str) -> None:
@@ -78,19 +87,55 @@ def _octal_in_file(setting: Setting, value: Any, where: str) -> Any:
     return value
 
 
+def _expected(setting: Setting) -> str:
+    """What the setting takes, in words: `a number of watts, e.g. 1600 or "1600W"`."""
+    if setting.unit is None:
+        return _TYPE_WORDS.get(setting.type, setting.type.__name__)
+    example = setting.example or "1"
+    return f'a number of {_UNIT_NAMES[setting.unit]}, e.g. {example} or "{example}{setting.unit}"'
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:40]}..."
+
+
+def _with_unit(setting: Setting, value: Any, where: str) -> Any:
+    """A number written with the setting's unit (`"1600W"`) as the number."""
+    if setting.unit is None or not isinstance(value, str):
+        return value
+    try:
+        return _UNIT_READERS[setting.unit](value)
+    except ValueError:
+        raise ConfigError(
+            f"{where}: {setting.name} must be {_expected(setting)}, not {_shown(value)}"
+        ) from None
+
+
+def _check_minimum(setting: Setting, value: float, where: str) -> None:
+    if setting.minimum is not None and value < setting.minimum:
+        raise ConfigError(
+            f"{where}: {setting.name} must be at least {setting.minimum:g}, not {value:g}"
+        )
+
+
 def _checked(setting: Setting, value: Any, where: str) -> Any:
     """A value of the setting's type and choices, else a ConfigError naming `where`."""
     if setting.octal and isinstance(value, (str, int)) and not isinstance(value, bool):
         value = _octal_in_file(setting, value, where) if where.startswith("config") else value
     if setting.type is tuple:
         return _checked_list(setting, value, where)
+    value = _with_unit(setting, value, where)
     expected = (int, float) if setting.type is float else (setting.type,)
     if (isinstance(value, bool) and setting.type is not bool) or not isinstance(value, expected):
-        raise ConfigError(f"{where}: {setting.name} must be {setting.type.__name__}")
+        raise ConfigError(
+            f"{where}: {setting.name} must be {_expected(setting)}, not {_shown(value)}"
+        )
     if setting.choices and value not in setting.choices:
         raise ConfigError(f"{where}: {setting.name} must be one of {', '.join(setting.choices)}")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         _check_magnitude(setting, value, where)
+        _check_minimum(setting, value, where)
     return float(value) if isinstance(value, int) and setting.type is float else value
 
 
@@ -103,15 +148,23 @@ def parse_text(setting: Setting, text: str, where: str) -> Any:
             base = 8 if setting.octal else 10
             return _checked(setting, int(text.strip().removeprefix("0o"), base), where)
         if setting.type is float:
-            return _checked(setting, float(text), where)
+            number: Any = text if setting.unit and not _is_number(text) else float(text)
+            return _checked(setting, number, where)
         if setting.type is tuple:  # comma-separated
             return _checked(setting, [v.strip() for v in text.split(",") if v.strip()], where)
     except (ValueError, KeyError, OverflowError):
-        shown = text if len(text) <= 40 else f"{text[:40]}..."
         raise ConfigError(
-            f"{where}: {setting.name} must be {setting.type.__name__}, not {shown!r}"
+            f"{where}: {setting.name} must be {_expected(setting)}, not {_shown(text)}"
         ) from None
     return _checked(setting, text, where)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _one_line(text: object) -> str:
@@ -149,7 +202,14 @@ def _leading_zero_hint(text: str) -> str:
 
 
 def _unknown(key: str, known: Iterable[str], where: str) -> ConfigError:
-    """An unknown key, with the nearest known one where one is near."""
+    """An unknown key, with where it belongs when it is a limit written outside `[limits]`,
+    else the nearest known one where one is near."""
+    if key in LIMIT_NAMES:
+        return ConfigError(
+            f"{where}: {key} is a limit: it belongs in the [limits] table (for everyone), or "
+            f"in [limits.group.NAME] or [limits.user.NAME]; write it below one of those "
+            "headers (docs/limits.md)"
+        )
     near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
     hint = f"; did you mean {near[0]!r}?" if near else ""
     return ConfigError(f"{where}: unknown setting {key!r}{hint}")

@@ -40,8 +40,19 @@ def _setting(
     choices: tuple[str, ...] = (),
     octal: bool = False,
     example: str | None = None,
+    minimum: float | None = None,
+    unit: str | None = None,
 ) -> Any:
-    metadata = {"meaning": meaning, "choices": choices, "octal": octal, "example": example}
+    """One setting's row. `minimum`: the least value a number may have; `unit`: the unit a
+    number counts (`W`), which a file may also write after it (`"1600W"`)."""
+    metadata = {
+        "meaning": meaning,
+        "choices": choices,
+        "octal": octal,
+        "example": example,
+        "minimum": minimum,
+        "unit": unit,
+    }
     return field(default=default, metadata=metadata)
 
 
@@ -208,9 +219,13 @@ class DaemonConfig:
         "how often the energy counters of leased GPUs are read besides at each grant and end "
         "(a driver reload or a restart loses at most this much); 0 turns energy accounting off "
         "(docs/accounting.md)",
+        minimum=0.0,
     )
     energy_price_per_kwh: float | None = _setting(
-        None, "a price per kWh: `usage` then shows what each user's energy cost", example="0.32"
+        None,
+        "a price per kWh: `usage` then shows what each user's energy cost",
+        example="0.32",
+        minimum=0.0,
     )
     energy_currency: str = _setting("", "the currency of `energy_price_per_kwh`, shown with costs")
     power_budget_watts: float | None = _setting(
@@ -219,6 +234,8 @@ class DaemonConfig:
         "each leased GPU counts its cap or default limit, each free one its idle draw; a "
         "grant that would pass it waits, or gets a lower cap (`power_fit`)",
         example="1600",
+        minimum=1.0,
+        unit="W",
     )
     power_fit: str = _setting(
         "wait",
@@ -231,6 +248,8 @@ class DaemonConfig:
         "a power cap (W) for the whole GPUs of every lease that asks for none, kept within each "
         "card's limits; set and put back as the lease begins and ends (docs/accounting.md)",
         example="250",
+        minimum=1.0,
+        unit="W",
     )
     fair_share_unleased: str = _setting(
         "ignore",
@@ -339,6 +358,8 @@ class Setting:
     choices: tuple[str, ...]
     octal: bool
     example: str | None
+    minimum: float | None = None
+    unit: str | None = None
 
     @property
     def env(self) -> str:
@@ -389,6 +410,8 @@ def settings() -> tuple[Setting, ...]:
                 choices=f.metadata["choices"],
                 octal=f.metadata["octal"],
                 example=f.metadata["example"],
+                minimum=f.metadata["minimum"],
+                unit=f.metadata["unit"],
             )
         )
     return tuple(rows)
@@ -423,6 +446,16 @@ def render_toml() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _allowed(s: Setting) -> str:
+    """What the table says a value may be, besides its meaning."""
+    if s.choices:
+        return f" (one of {', '.join(f'`{c}`' for c in s.choices)})"
+    said = [] if s.minimum is None else [f"at least {s.minimum:g}"]
+    if s.unit is not None:
+        said.append(f'`"{s.example}{s.unit}"` reads as {s.example}')
+    return f" ({'; '.join(said)})" if said else ""
+
+
 def render_markdown() -> str:
     """The settings table of docs/configuration.md."""
     rows = [
@@ -431,8 +464,7 @@ def render_markdown() -> str:
     ]
     for s in settings():
         default = "unset" if s.default is None else f"`{s.show(s.default).strip(chr(34))}`"
-        allowed = f" (one of {', '.join(f'`{c}`' for c in s.choices)})" if s.choices else ""
-        rows.append(f"| `{s.name}` | {default} | `{s.env}` | {s.meaning}{allowed} |")
+        rows.append(f"| `{s.name}` | {default} | `{s.env}` | {s.meaning}{_allowed(s)} |")
     for name, meaning in sections().items():
         rows.append(f"| `[{name}]` | none | file only | {meaning} |")
     return "\n".join(rows) + "\n"
