@@ -68,7 +68,7 @@ def _channel(kind: str, target: str | None, events: tuple[str, ...], server: str
         raise CliError(str(exc), EXIT_USAGE) from None
 
 
-@click.group()
+@click.group(short_help="Your notification channels, thresholds and feed")
 def notify() -> None:
     """Your notifications: channels, thresholds, the feed (docs/notifications.md)."""
 
@@ -279,7 +279,7 @@ def feed(ctx: click.Context, after: int, everyone: bool, limit: int) -> None:
     click.echo(table(("SEQ", "AT", "USER", "KIND", "NOTICE"), rows) if rows else "no notices")
 
 
-@click.command("notify-agent")
+@click.command("notify-agent", short_help="Deliver your notices to your channels")
 @click.option("--once", is_flag=True, help="Deliver what is there now, then exit.")
 @click.option(
     "--poll", type=Duration(minimum=1), default=60.0, show_default=True, help="The long poll."
