@@ -26,9 +26,10 @@ from pathlib import Path
 
 from gpuallocd.allocator.crash_points import arm, crash_point
 from gpuallocd.daemon.config.settings import DaemonConfig
+from gpuallocd.daemon.config.wiring import allocator_settings, site_rules
 from gpuallocd.daemon.ledger_care.backups import BACKUPS_DIR
 from gpuallocd.daemon.ledger_care.health import PENDING_DIR
-from gpuallocd.daemon.ledger_care.rebuild import Evidence, Outcome, rebuild
+from gpuallocd.daemon.ledger_care.rebuild import Evidence, Outcome, Site, rebuild
 from gpuallocd.daemon.startup.integrity import (
     LEDGER_COMPANIONS,
     check_state_files,
@@ -50,6 +51,7 @@ DAMAGED_DIR = "damaged"
 COMPLETE = "complete"
 WAL = "-wal"
 Carriers = Callable[[], list[LeaseCarrier]]
+WARNINGS = ("lost", "damaged", "held for the admins", "set aside", "unsure", "kept: lease")
 
 
 def _fsync(path: Path, directory: bool = False) -> None:
@@ -104,21 +106,14 @@ def _pending(ledger: Path) -> Path:
 
 
 def _evidence(
-    config: DaemonConfig, opener: Callable[[str], Inventory], pending: Path, carriers: Carriers
+    config: DaemonConfig, opener: Callable[[str], Inventory], carriers: Carriers
 ) -> Evidence:
     try:
         inventory = opener(config.inventory)
     except (NvmlError, InventoryError) as exc:
         raise HardwareUnavailable(exc.message) from exc
-    written = [p.stat().st_mtime for p in pending.iterdir() if p.name != COMPLETE]
     try:
-        return Evidence(
-            inventory.topology(),
-            inventory.sample(),
-            carriers(),
-            config.max_ttl_seconds,
-            max(written, default=float("inf")),
-        )
+        return Evidence(inventory.topology(), inventory.sample(), carriers())
     finally:
         inventory.close()
 
@@ -163,14 +158,15 @@ def _recover_locked(
     state = ledger.parent
     check_state_files([ledger, *(ledger.with_name(ledger.name + c) for c in LEDGER_COMPANIONS)])
     pending = _pending(ledger)
-    evidence = _evidence(config, opener, pending, carriers)
+    evidence = _evidence(config, opener, carriers)
     work = state / WORK_DIR
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(mode=0o700)
     salvage = _salvage(pending, work, ledger.name)
     backup = None if salvage.complete else newest_good_backup(state / BACKUPS_DIR)
     new = work / ledger.name
-    outcome = rebuild(new, salvage, backup, evidence, clock())
+    site = Site(allocator_settings(config), site_rules(config))
+    outcome = rebuild(new, salvage, backup, evidence, clock(), site)
     check = quick_check(new)
     if check != "ok":
         raise StateUnusable(f"the rebuilt ledger fails its check ({check}); nothing was changed")
@@ -178,7 +174,7 @@ def _recover_locked(
     _switch(new, ledger)
     kept = _keep_damaged(pending, state)
     shutil.rmtree(work, ignore_errors=True)
-    outcome.lost.append(f"kept: the damaged ledger's files in {kept}")
+    outcome.notes.append(f"kept: the damaged ledger's files in {kept}")
     return outcome
 
 
@@ -202,6 +198,6 @@ def recover(
     finally:
         lock.release()
     for line in outcome.lines():
-        (log.warning if line.startswith(("lost", "damaged")) else log.info)("recovery: %s", line)
+        (log.warning if line.startswith(WARNINGS) else log.info)("recovery: %s", line)
     log.info("recovery: done, %d active lease(s); start the daemon as usual", outcome.active)
     return outcome
