@@ -124,7 +124,6 @@ class Crash:
     def recover(self) -> list[str]:
         """`gpuallocd --recover` as the service runs it; its lines (without the log prefix)."""
         done = recover(self.daemon)
-        print("RECOVERY", done.stderr)
         assert done.returncode == 0, done.stderr
         return [
             line.split("recovery: ", 1)[1]

@@ -65,10 +65,10 @@ def test_a_lease_whose_row_survived_comes_back_under_its_own_id(
         damage_btrees(node_.ledger, *damaged)
         lines = node_.recover()
         alice = node_.name("alice")
+        held = leases_in(node_.ledger).get(lease_id)
+        assert held is not None and (held.owner, held.units) == (alice, {gpu}), lines
         assert lines_with(lines, f"rebuilt: lease {lease_id} of {alice} on GPU", gpu), lines
         assert not lines_with(lines, "lost"), lines
-        held = leases_in(node_.ledger)[lease_id]
-        assert (held.owner, held.units) == (alice, frozenset({gpu}))
         node_.serve()
         renewed = node_.users.ctl("alice", paths.socket, "renew", lease_id)
         assert renewed.returncode == 0, renewed.stderr
