@@ -73,6 +73,18 @@ class SalvageReport:
     def count(self, table: str) -> int:
         return len(self.rows.get(table, ([], []))[1])
 
+    def schema_version(self) -> int | None:
+        """The schema version the damaged ledger recorded, where its row was read."""
+        columns, rows = self.rows.get("meta", ([], []))
+        if "key" not in columns or "value" not in columns:
+            return None
+        key, value = columns.index("key"), columns.index("value")
+        found = [row[value] for row in rows if row[key] == "schema_version"]
+        try:
+            return int(found[0]) if found else None
+        except (TypeError, ValueError):
+            return None
+
     def whole(self, table: str) -> bool:
         """Whether `table` was read whole (every row of it the damaged file held)."""
         return table in self.rows and table not in self.damaged_tables

@@ -30,6 +30,7 @@ from gpuallocd.daemon.config.wiring import allocator_settings, site_rules
 from gpuallocd.daemon.ledger_care.backups import BACKUPS_DIR
 from gpuallocd.daemon.ledger_care.health import PENDING_DIR
 from gpuallocd.daemon.ledger_care.rebuild import Evidence, Outcome, Site, rebuild
+from gpuallocd.daemon.ledger_care.versions import too_new
 from gpuallocd.daemon.startup.integrity import (
     LEDGER_COMPANIONS,
     check_state_files,
@@ -39,7 +40,9 @@ from gpuallocd.daemon.startup.statelock import StateLock
 from gpuallocd.errors import HardwareUnavailable, InventoryError, NvmlError, StateUnusable
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.ledger.backups import newest_good_backup, quick_check
+from gpuallocd.ledger.migrations import stored_version
 from gpuallocd.ledger.salvage import SalvageReport, read_tables
+from gpuallocd.ledger.schema import SCHEMA_VERSION
 from gpuallocd.processes.lease_environ import LeaseCarrier, lease_carriers
 
 __all__ = ["recover"]
@@ -157,12 +160,17 @@ def _recover_locked(
     ledger = config.ledger_path
     state = ledger.parent
     check_state_files([ledger, *(ledger.with_name(ledger.name + c) for c in LEDGER_COMPANIONS)])
+    found = stored_version(ledger)
+    if found is not None and found > SCHEMA_VERSION:
+        raise too_new(ledger, found)  # its rows would lose what this version does not know
     pending = _pending(ledger)
     evidence = _evidence(config, opener, carriers)
     work = state / WORK_DIR
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(mode=0o700)
     salvage = _salvage(pending, work, ledger.name)
+    if (found := salvage.schema_version()) is not None and found > SCHEMA_VERSION:
+        raise too_new(ledger, found)
     backup = None if salvage.complete else newest_good_backup(state / BACKUPS_DIR)
     new = work / ledger.name
     site = Site(allocator_settings(config), site_rules(config))
