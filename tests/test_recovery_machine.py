@@ -102,3 +102,35 @@ def test_an_unexplained_gpu_in_use_is_held_until_its_process_ends(paths: DaemonP
             process.kill()
             process.wait()
     assert list(Path(paths.state_dir, "damaged").iterdir())
+
+
+NAMED_TWICE = """
+import ctypes
+def array(items):
+    return (ctypes.c_char_p * (len(items) + 1))(*items, None)
+environ = [b"GPUALLOCD_LEASE_ID=aaaaaaaaaaaa", b"GPUALLOCD_LEASE_ID=bbbbbbbbbbbb"]
+ctypes.CDLL(None).execve(b"/bin/sleep", array([b"sleep", b"600"]), array(environ))
+"""
+
+
+def test_an_environment_naming_the_lease_id_twice_carries_no_lease() -> None:
+    """A process whose environment gives GPUALLOCD_LEASE_ID twice (getenv reads the first,
+    a loader or a shell the last) carries no lease id for a recovery; one that gives it once
+    does."""
+    twice = subprocess.Popen([sys.executable, "-c", NAMED_TWICE])
+    once = subprocess.Popen(
+        ["/bin/sleep", "600"], env={"GPUALLOCD_LEASE_ID": "cccccccccccc", "PATH": "/bin"}
+    )
+    try:
+        wait_for(
+            lambda: Path(f"/proc/{twice.pid}/comm").read_text().strip() == "sleep",
+            30,
+            what="the exec with the name given twice",
+        )
+        assert Path(f"/proc/{twice.pid}/environ").read_bytes().count(b"GPUALLOCD_LEASE_ID=") == 2
+        carried = {c.pid: c.lease_id for c in lease_carriers() if c.pid in (twice.pid, once.pid)}
+        assert carried == {once.pid: "cccccccccccc"}
+    finally:
+        for process in (twice, once):
+            process.kill()
+            process.wait()

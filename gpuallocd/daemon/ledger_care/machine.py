@@ -91,8 +91,8 @@ def _on_units(topology: Topology, live: Mapping[str, LiveState]) -> list[OnUnit]
         state = live.get(gpu.uuid)
         for process in state.processes if state is not None else ():
             pinned = owner_and_start(process.pid)
-            if pinned is None:
-                continue  # gone since the sample
+            if pinned is None or process.uid not in (None, pinned[0]):
+                continue  # gone since the sample, or its pid is another user's process now
             uid, start = pinned
             unit = unit_of(gpu, process)
             found.append(

@@ -26,6 +26,7 @@ from gpuallocd.ledger.salvage import SalvageReport
 __all__ = ["Held", "Recorded", "Records", "active_units", "read_records", "user_name"]
 
 ENDINGS = ("freed", "expired", "revoked")
+CHUNK = 500  # lease ids looked up per query (SQLite bounds the parameters of one)
 
 
 class Held(str, enum.Enum):
@@ -201,8 +202,10 @@ def read_records(
         history_whole = salvage.unreadable is None and "history" not in salvage.damaged_tables
         lost_rows = _row_lost(conn, named, history_whole)
         wanted = sorted(set(carried) - {r.id for r in judged + lost_rows})
-        marks = ", ".join("?" for _ in wanted)
-        others = _with_rows(conn, named, f"id IN ({marks})", wanted) if wanted else []
+        others = []
+        for at in range(0, len(wanted), CHUNK):  # any number of carried ids, a bound per query
+            chunk = wanted[at : at + CHUNK]
+            others += _with_rows(conn, named, f"id IN ({', '.join('?' for _ in chunk)})", chunk)
         units = active_units(conn)
         shared = {
             str(r[0])
