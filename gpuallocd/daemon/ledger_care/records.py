@@ -129,9 +129,14 @@ def _with_rows(
 
 
 def _row_lost(
-    conn: sqlite3.Connection, named: Mapping[str, set[str]], history_whole: bool
+    conn: sqlite3.Connection,
+    named: Mapping[str, set[str]],
+    history_whole: bool,
+    carried: Collection[str],
 ) -> list[Recorded]:
-    """Leases named by other rows (their history, request ids, energy) whose own row is gone."""
+    """Leases named by other rows (their history, request ids, energy) whose own row is gone:
+    those not shown ended, and those processes carry (one query for the ended ones: a
+    ledger whose leases' pages are gone names many)."""
     ids = [
         str(row[0])
         for row in conn.execute(
@@ -140,7 +145,15 @@ def _row_lost(
             "EXCEPT SELECT id FROM leases"
         )
     ]
-    return [_from_other_rows(conn, lease_id, named, history_whole) for lease_id in ids]
+    ended = {
+        str(row[0])
+        for row in conn.execute(
+            f"SELECT DISTINCT lease_id FROM history WHERE event IN {ENDINGS} "
+            "AND lease_id NOT IN (SELECT id FROM leases)"
+        )
+    }
+    wanted = [i for i in ids if i not in ended or i in carried]
+    return [_from_other_rows(conn, lease_id, named, history_whole) for lease_id in wanted]
 
 
 def _from_other_rows(
@@ -200,7 +213,7 @@ def read_records(
             (),
         )
         history_whole = salvage.unreadable is None and "history" not in salvage.damaged_tables
-        lost_rows = _row_lost(conn, named, history_whole)
+        lost_rows = _row_lost(conn, named, history_whole, carried)
         wanted = sorted(set(carried) - {r.id for r in judged + lost_rows})
         others = []
         for at in range(0, len(wanted), CHUNK):  # any number of carried ids, a bound per query
