@@ -11,12 +11,13 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.harness import DaemonPaths, wait_for
+from tests.harness import DaemonPaths, ctl_argv, wait_for
 from tests.ledger_damage import damage, damage_btrees
 from tests.recovery_helpers import GPUS, Crash, carrying, crash, leases_in, lines_with
 from tests.unleased_helpers import Node, alive, node
@@ -255,3 +256,31 @@ def test_no_lost_line_when_nothing_was_lost(crash: Callable[..., Crash], node: N
     assert not lines_with(lines, "lost"), lines
     found = leases_in(node_.ledger)
     assert {lease["id"] for lease in held} <= set(found)
+
+
+def test_a_lease_that_ended_after_the_backup_is_ended_and_its_successor_rebuilt(
+    crash: Callable[..., Crash], node: Node, paths: DaemonPaths
+) -> None:
+    """Issue 39, finding 9: the backup holds dave's lease on GPU 0; since, dave freed it and
+    alice was granted GPU 0; the daemon is killed and the leases' own rows are lost. After
+    `--recover` dave's lease is ended (its units' rows say so), never listed as lost, and
+    alice's comes back under its own id on GPU 0, each line naming its owner."""
+    node_ = crash(ledger_backups=2)
+    node_.fill()
+    daves = node_.allocate("dave")
+    backup = subprocess.run(
+        ctl_argv(paths.socket, "ledger", "backup"), capture_output=True, text=True, timeout=60
+    )
+    assert backup.returncode == 0, backup.stderr
+    assert node_.users.ctl("dave", paths.socket, "free", daves["id"]).returncode == 0
+    alices = node_.allocate("alice")
+    gpu = daves["gpus"][0]["uuid"]
+    assert alices["gpus"][0]["uuid"] == gpu
+    node_.daemon.kill()  # no backup at stop: the newest backup has dave's lease active
+    damage_btrees(node_.ledger, "leases")
+    lines = node_.recover()
+    found = leases_in(node_.ledger)
+    assert daves["id"] not in found
+    assert (found[alices["id"]].owner, found[alices["id"]].units) == (node_.name("alice"), {gpu})
+    assert lines_with(lines, f"ended: lease {daves['id']} of {node_.name('dave')}"), lines
+    assert not lines_with(lines, "lost"), lines

@@ -58,7 +58,7 @@ class Records:
 
     to_judge: list[Recorded]
     known: dict[str, Recorded]  # by id: those to judge, and the ids processes carry
-    active_units: dict[str, str]  # unit UUID -> the active lease holding it
+    active_units: dict[str, tuple[str, str]]  # unit UUID -> the active lease and its owner
     shared_gpus: frozenset[str]  # GPUs whose units may be memory shares
 
     def of(self, lease_id: str) -> Recorded | None:
@@ -75,13 +75,13 @@ def user_name(uid: int | None) -> str:
         return str(uid)
 
 
-def active_units(conn: sqlite3.Connection) -> dict[str, str]:
-    """Each unit in an active lease, with that lease's id."""
+def active_units(conn: sqlite3.Connection) -> dict[str, tuple[str, str]]:
+    """Each unit in an active lease, with that lease's id and owner."""
     rows = conn.execute(
-        "SELECT g.gpu_uuid, g.lease_id FROM lease_gpus g JOIN leases l ON l.id = g.lease_id "
-        "WHERE g.active = 1 AND l.state = 'active'"
+        "SELECT g.gpu_uuid, g.lease_id, l.owner_name FROM lease_gpus g "
+        "JOIN leases l ON l.id = g.lease_id WHERE g.active = 1 AND l.state = 'active'"
     )
-    return {str(unit): str(lease) for unit, lease in rows}
+    return {str(unit): (str(lease), str(owner)) for unit, lease, owner in rows}
 
 
 def _named_units(

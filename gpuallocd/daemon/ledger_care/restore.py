@@ -72,7 +72,7 @@ class _Judge:
         self.within_limits = within_limits
         self.now = now
         self.hold = hold_seconds
-        self.taken = dict(records.active_units)  # unit -> the active lease holding it
+        self.taken = dict(records.active_units)  # unit -> the active lease and its owner
         self.done = Restored()
 
     @contextmanager
@@ -106,9 +106,8 @@ class _Judge:
             return
         elsewhere = sorted(u for u in lease.named if u in self.taken)
         if elsewhere:
-            holder = self.records.known.get(self.taken[elsewhere[0]])
-            newer = self.taken[elsewhere[0]] + (f" of {holder.owner}" if holder else "")
-            self.end(lease, f"its GPU {elsewhere[0]} is in a newer lease ({newer})")
+            newer, owner = self.taken[elsewhere[0]]
+            self.end(lease, f"its GPU {elsewhere[0]} is in a newer lease ({newer} of {owner})")
             return
         recorded = self.units(set(lease.named))
         if recorded:
@@ -151,10 +150,14 @@ class _Judge:
         runs = self.machine.runs(lease)
         restored = self.lease(lease, tuple(units), runs)
         detail = f"recovered after ledger damage under its own id: {why}"
-        with self.transaction():
-            restore_lease(self.conn, restored, row_kept=lease.row, detail=detail, at=self.now)
+        try:
+            with self.transaction():
+                restore_lease(self.conn, restored, row_kept=lease.row, detail=detail, at=self.now)
+        except sqlite3.IntegrityError as exc:  # a part of its GPU, or the whole, is leased
+            self.end(lease, f"a GPU of it is in another active lease ({exc})")
+            return
         for unit in units:
-            self.taken[unit.uuid] = lease.id
+            self.taken[unit.uuid] = (lease.id, lease.owner)
         self.done.rebuilt.append(
             f"rebuilt: lease {lease.id} of {lease.owner} on {_gpu_names(units)}: {why}"
         )
@@ -225,7 +228,8 @@ def restore(
     conn = sqlite3.connect(str(path), isolation_level=None)
     judge = _Judge(conn, records, machine, topology, within_limits, now, hold_seconds)
     try:
-        for lease in sorted(records.to_judge, key=lambda r: (r.created_at or now, r.id)):
+        # Newest first: of two leases the records give the same unit, the older had ended.
+        for lease in sorted(records.to_judge, key=lambda r: (-(r.created_at or now), r.id)):
             if lease.owner_uid is None and lease.held is Held.ACTIVE:
                 judge.done.lost.append(
                     f"lost: lease {lease.id} of an unknown user: no readable record names its owner"
