@@ -34,7 +34,8 @@
     │   ├── AlreadyRunning         75   another daemon holds the state directory or the socket
     │   ├── HardwareUnavailable    69   the GPU backend or topology file cannot be opened
     │   ├── StateUnusable          73   the state directory, ledger or socket cannot be used
-    │   │   └── LedgerDamaged      65   the ledger fails SQLite's check: run gpuallocd --recover
+    │   │   ├── LedgerDamaged      65   the ledger fails SQLite's check: run gpuallocd --recover
+    │   │   └── LedgerTooNew       65   a newer gpuallocd wrote the ledger: the way back is named
     │   └── MissingPrivilege       77   an enabled feature lacks a capability or a writable path
     └── InputFileError                  a file named on the command line cannot be used
         └── TraceError                  a `simulate` trace line that cannot be replayed
@@ -70,6 +71,7 @@ __all__ = [
     "LeaseNotActive",
     "LedgerDamaged",
     "LedgerError",
+    "LedgerTooNew",
     "LocalError",
     "MalformedHttp",
     "MalformedJson",
@@ -318,6 +320,14 @@ class StateUnusable(StartupError):
 class LedgerDamaged(StateUnusable):
     """The ledger fails SQLite's integrity check (or cannot be read): serving from it could
     grant a GPU twice. `gpuallocd --recover` rebuilds it (docs/recovery.md)."""
+
+    exit_code = 65  # EX_DATAERR: restarting will not help
+
+
+class LedgerTooNew(StateUnusable):
+    """The ledger has a higher schema version than this gpuallocd reads (a newer one wrote
+    it): serving from it would drop what it does not know. The line names both versions and
+    the way back, the backup taken before the upgrade (docs/recovery.md)."""
 
     exit_code = 65  # EX_DATAERR: restarting will not help
 

@@ -29,6 +29,30 @@ def damage(path: Path, seed: int = 33, where: str = "middle") -> None:
         os.fsync(ledger.fileno())
 
 
+def damage_btrees(path: Path, *names: str, seed: int = 36) -> list[int]:
+    """Overwrite every page of the named tables and indexes (b-trees) with noise, and no other
+    page: the rest of the ledger reads as it did. The write-ahead log is checkpointed first
+    (the daemon is stopped). Returns the pages overwritten."""
+    conn = sqlite3.connect(str(path))
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        marks = ", ".join("?" for _ in names)
+        query = f"SELECT DISTINCT pageno FROM dbstat WHERE name IN ({marks})"
+        pages = sorted(int(row[0]) for row in conn.execute(query, names))
+        size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        conn.close()
+    assert pages and 1 not in pages, f"no pages of {names} to damage apart from the first"
+    noise = random.Random(seed)
+    with open(path, "r+b") as ledger:
+        for page in pages:
+            ledger.seek((page - 1) * size)
+            ledger.write(noise.randbytes(size))
+        ledger.flush()
+        os.fsync(ledger.fileno())
+    return pages
+
+
 def recover(
     daemon: ProcessDaemon, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -47,6 +46,9 @@ class BusyInventory:
 
 
 def test_an_unexplained_gpu_in_use_is_held_until_its_process_ends(paths: DaemonPaths) -> None:
+    """A GPU NVML shows in use that no recovered lease explains is held for its one user's
+    process until that process ends, then free; a made-up lease id in an environment gets
+    nothing and is named."""
     daemon = ThreadDaemon(paths, inventory=INVENTORY, ledger_backups=0).start()
     with daemon.client() as client:
         for _ in range(120):
@@ -55,11 +57,9 @@ def test_an_unexplained_gpu_in_use_is_held_until_its_process_ends(paths: DaemonP
     daemon.stop()
     ledger = paths.state_dir / "ledger.sqlite3"
     damage(ledger, where="start")  # nothing readable, and no backup: only the machine
-    written = time.time() - 5  # the daemon's last write, well before what starts below
-    os.utime(ledger, (written, written))
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    # A forger: a lease id the daemon never granted, every GPU named, started after the
-    # ledger's last write: its environment proves nothing, NVML shows it on no GPU.
+    # A forger: a lease id the daemon never granted, every GPU named: no record knows the
+    # id, and NVML shows it on no GPU: it is named and gets nothing.
     forged = {**os.environ, "GPUALLOCD_LEASE_ID": "abcdefabcdef", "CUDA_VISIBLE_DEVICES": "0,1,3"}
     forger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=forged)
     ours = {worker.pid, forger.pid}
@@ -74,10 +74,16 @@ def test_an_unexplained_gpu_in_use_is_held_until_its_process_ends(paths: DaemonP
             inventory_opener=lambda _: inventory,
             carriers=lambda: [c for c in lease_carriers() if c.pid in ours],
         )
-        assert any(f"GPU {inventory.uuid} for pid {worker.pid}" in line for line in outcome.held)
+        held = f"held: GPU 2 ({inventory.uuid}) for root, bound to pid {worker.pid}"
+        assert any(line.startswith(held) for line in outcome.held), outcome.lines()
+        assert any(
+            f"pid {forger.pid} carries GPUALLOCD_LEASE_ID=abcdefabcdef" in line
+            for line in outcome.notes
+        ), outcome.lines()
         found = active_leases(ledger)
         ((units, label),) = found.values()
-        assert units == {inventory.uuid} and label == f"recovered: in use by pid {worker.pid}"
+        assert units == {inventory.uuid}
+        assert label == f"recovered: in use by root (pid {worker.pid})"
         assert kept.id not in found  # lost with the file: no process carries it
 
         restarted = ThreadDaemon(paths, inventory=INVENTORY, initialise=False).start()
@@ -96,3 +102,35 @@ def test_an_unexplained_gpu_in_use_is_held_until_its_process_ends(paths: DaemonP
             process.kill()
             process.wait()
     assert list(Path(paths.state_dir, "damaged").iterdir())
+
+
+NAMED_TWICE = """
+import ctypes
+def array(items):
+    return (ctypes.c_char_p * (len(items) + 1))(*items, None)
+environ = [b"GPUALLOCD_LEASE_ID=aaaaaaaaaaaa", b"GPUALLOCD_LEASE_ID=bbbbbbbbbbbb"]
+ctypes.CDLL(None).execve(b"/bin/sleep", array([b"sleep", b"600"]), array(environ))
+"""
+
+
+def test_an_environment_naming_the_lease_id_twice_carries_no_lease() -> None:
+    """A process whose environment gives GPUALLOCD_LEASE_ID twice (getenv reads the first,
+    a loader or a shell the last) carries no lease id for a recovery; one that gives it once
+    does."""
+    twice = subprocess.Popen([sys.executable, "-c", NAMED_TWICE])
+    once = subprocess.Popen(
+        ["/bin/sleep", "600"], env={"GPUALLOCD_LEASE_ID": "cccccccccccc", "PATH": "/bin"}
+    )
+    try:
+        wait_for(
+            lambda: Path(f"/proc/{twice.pid}/comm").read_text().strip() == "sleep",
+            30,
+            what="the exec with the name given twice",
+        )
+        assert Path(f"/proc/{twice.pid}/environ").read_bytes().count(b"GPUALLOCD_LEASE_ID=") == 2
+        carried = {c.pid: c.lease_id for c in lease_carriers() if c.pid in (twice.pid, once.pid)}
+        assert carried == {once.pid: "cccccccccccc"}
+    finally:
+        for process in (twice, once):
+            process.kill()
+            process.wait()

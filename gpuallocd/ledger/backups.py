@@ -7,6 +7,10 @@ rollback journal (so it is one self-contained file), checked with `PRAGMA quick_
 fsynced, then renamed to `ledger-<UTC time>.sqlite3` and the directory fsynced. A backup
 that fails its check is removed and never counts. The oldest good ones beyond `keep` are
 removed. Names sort by time: the newest good backup is the last that passes its check.
+
+Before a ledger is upgraded to a new schema version, one more is taken the same way, named
+`upgrade-from-vN-to-vM-<UTC time>.sqlite3`: never pruned, never taken for a recovery's
+base, it is the way back for a gpuallocd that reads only version N.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import calendar
 import contextlib
 import os
+import re
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -26,12 +31,19 @@ __all__ = [
     "newest_good_backup",
     "quick_check",
     "take_backup",
+    "take_upgrade_backup",
     "verify_backups",
+    "way_back",
 ]
 
 BACKUP_PREFIX = "ledger-"
 BACKUP_SUFFIX = ".sqlite3"
 TEMP_PREFIX = ".partial-"
+UPGRADE_PREFIX = "upgrade-from-v"  # upgrade-from-v4-to-v5-<UTC time>.sqlite3
+_UPGRADE_NAME = re.compile(
+    rf"{UPGRADE_PREFIX}(?P<found>\d+)-to-v(?P<target>\d+)-(?P<stamp>[0-9T.Z]+)"
+    rf"{re.escape(BACKUP_SUFFIX)}"
+)
 
 
 @dataclass(frozen=True)
@@ -131,6 +143,40 @@ def take_backup(ledger: Path, directory: Path, keep: int, now: float | None = No
     taken; a backup that fails its check is removed and raises ValueError."""
     taken = time.time() if now is None else now
     final = directory / f"{BACKUP_PREFIX}{_stamp(taken)}{BACKUP_SUFFIX}"
+    size = _write_checked(ledger, final)
+    _prune(directory, keep)
+    return BackupInfo(final, taken, size, "ok")
+
+
+def take_upgrade_backup(
+    ledger: Path, directory: Path, found: int, target: int, now: float
+) -> BackupInfo:
+    """Back up `ledger` (schema version `found`) before it is upgraded to `target`, as
+    `take_backup` does, under a name of its own that no pruning removes: the way back for a
+    gpuallocd that reads only `found` (`way_back`)."""
+    final = directory / f"{UPGRADE_PREFIX}{found}-to-v{target}-{_stamp(now)}{BACKUP_SUFFIX}"
+    return BackupInfo(final, now, _write_checked(ledger, final), "ok")
+
+
+def way_back(directory: Path, reads_up_to: int) -> Path | None:
+    """The newest backup taken before an upgrade past `reads_up_to`, of a ledger of a version
+    up to it: what a gpuallocd reading up to that version may serve again."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return None
+    found = []
+    for name in names:
+        parsed = _UPGRADE_NAME.fullmatch(name)
+        if parsed and int(parsed["found"]) <= reads_up_to < int(parsed["target"]):
+            found.append((parsed["stamp"], name))
+    return directory / max(found)[1] if found else None
+
+
+def _write_checked(ledger: Path, final: Path) -> int:
+    """`ledger` copied to `final` through a temporary name, checked, fsynced, renamed; the
+    size of the copy."""
+    directory = final.parent
     temp = directory / f"{TEMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}{BACKUP_SUFFIX}"
     _create_private(temp)
     try:
@@ -146,8 +192,7 @@ def take_backup(ledger: Path, directory: Path, keep: int, now: float | None = No
                 os.unlink(leftover)
         raise
     _fsync_path(directory, os.O_RDONLY | os.O_DIRECTORY)
-    _prune(directory, keep)
-    return BackupInfo(final, taken, os.lstat(final).st_size, "ok")
+    return os.lstat(final).st_size
 
 
 def _backup_files(directory: Path) -> list[Path]:

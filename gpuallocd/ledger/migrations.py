@@ -2,15 +2,26 @@
 
 Each entry brings a ledger from the version before it to its version. They run in one
 transaction when the daemon opens the ledger, so an upgrade happens whole or not at all.
+They are the only way a table, column, index or trigger comes into an existing ledger:
+the metadata in schema.py makes new ledgers, and a test holds both to the same schema,
+recorded per version (tests/test_ledger_schema_versions.py). A change to the schema is a
+new version with its entry here; an entry once released is never edited, so its SQL is
+written out, not built from the metadata (which moves on).
+
+A version that only some branches have (two changes made apart) is merged into one entry:
+the statements of both, under the one number.
 """
 
 from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
 
 from sqlalchemy import Connection
 
 from gpuallocd.ledger.schema import UNIT_TRIGGERS
 
-__all__ = ["MIGRATIONS", "migrate"]
+__all__ = ["MIGRATIONS", "migrate", "stored_version"]
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 2: leases may be bound to the requesting process (pid + start time).
@@ -34,12 +45,60 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX active_units_by_gpu ON lease_gpus (gpu_of) WHERE active = 1",
         *UNIT_TRIGGERS,
     ),
-    # 4: waiting time per lease (accounting), indexes for usage and purge by end time; the
-    # new tables (drains, admin_actions) are created after the migrations run.
+    # 4: waiting time per lease (accounting), indexes for usage and purge by end time,
+    # drained GPUs and the admins' actions.
     4: (
         "ALTER TABLE leases ADD COLUMN waited_seconds FLOAT NOT NULL DEFAULT 0",
         "CREATE INDEX IF NOT EXISTS leases_by_end ON leases (ended_at)",
         "CREATE INDEX IF NOT EXISTS leases_by_owner ON leases (owner_uid, ended_at)",
+        "CREATE TABLE IF NOT EXISTS drains (gpu_uuid VARCHAR NOT NULL, reason TEXT NOT NULL, "
+        "by_uid INTEGER NOT NULL, by_user VARCHAR NOT NULL, at FLOAT NOT NULL, "
+        "PRIMARY KEY (gpu_uuid))",
+        "CREATE TABLE IF NOT EXISTS admin_actions (seq INTEGER NOT NULL, at FLOAT NOT NULL, "
+        "action VARCHAR NOT NULL, target VARCHAR NOT NULL, actor_uid INTEGER NOT NULL, "
+        "actor VARCHAR NOT NULL, reason TEXT, PRIMARY KEY (seq))",
+        "CREATE INDEX IF NOT EXISTS admin_actions_by_time ON admin_actions (at)",
+    ),
+    # 5: advance reservations, unleased use, request ids, pending cleanups, energy and the
+    # power caps' put-backs. These tables came in while the version stayed 4, so a ledger
+    # labelled 4 may hold some of them already: each is made only where it is missing.
+    5: (
+        "CREATE TABLE IF NOT EXISTS advance_reservations (id VARCHAR NOT NULL, "
+        "gpus TEXT NOT NULL, start_at FLOAT NOT NULL, end_at FLOAT NOT NULL, user VARCHAR, "
+        '"group" VARCHAR, reason TEXT NOT NULL, by_uid INTEGER NOT NULL, '
+        "by_user VARCHAR NOT NULL, created_at FLOAT NOT NULL, cancelled_at FLOAT, "
+        "PRIMARY KEY (id))",
+        "CREATE INDEX IF NOT EXISTS advance_reservations_by_end ON advance_reservations (end_at)",
+        "CREATE TABLE IF NOT EXISTS reservation_events (seq INTEGER NOT NULL, "
+        "reservation_id VARCHAR NOT NULL, event VARCHAR NOT NULL, actor_uid INTEGER NOT NULL, "
+        "at FLOAT NOT NULL, detail TEXT, PRIMARY KEY (seq), "
+        "FOREIGN KEY(reservation_id) REFERENCES advance_reservations (id))",
+        "CREATE INDEX IF NOT EXISTS reservation_events_by_reservation ON reservation_events "
+        "(reservation_id)",
+        "CREATE TABLE IF NOT EXISTS unleased_use (seq INTEGER NOT NULL, at FLOAT NOT NULL, "
+        "action VARCHAR NOT NULL, gpu_uuid VARCHAR NOT NULL, unit_uuid VARCHAR NOT NULL, "
+        "pid INTEGER NOT NULL, uid INTEGER, user VARCHAR NOT NULL, command VARCHAR NOT NULL, "
+        "lease_id VARCHAR, detail TEXT NOT NULL, PRIMARY KEY (seq))",
+        "CREATE INDEX IF NOT EXISTS unleased_use_by_time ON unleased_use (at)",
+        "CREATE TABLE IF NOT EXISTS lease_requests (lease_id VARCHAR NOT NULL, "
+        "owner_uid INTEGER NOT NULL, request_id VARCHAR NOT NULL, PRIMARY KEY (lease_id)) "
+        "WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS pending_cleanups (id INTEGER NOT NULL, "
+        "kind VARCHAR NOT NULL, target VARCHAR NOT NULL, payload TEXT NOT NULL, "
+        "lease_id VARCHAR, created_at FLOAT NOT NULL, attempts INTEGER NOT NULL, "
+        "next_try FLOAT NOT NULL, last_error TEXT, PRIMARY KEY (id))",
+        "CREATE UNIQUE INDEX IF NOT EXISTS one_pending_cleanup ON pending_cleanups "
+        "(kind, target, payload)",
+        "CREATE TABLE IF NOT EXISTS energy_use (seq INTEGER NOT NULL, lease_id VARCHAR, "
+        "owner_uid INTEGER NOT NULL, owner_name VARCHAR NOT NULL, at FLOAT NOT NULL, "
+        "joules FLOAT NOT NULL, estimate BOOLEAN NOT NULL, "
+        "gpu_seconds FLOAT DEFAULT '0' NOT NULL, PRIMARY KEY (seq))",
+        "CREATE INDEX IF NOT EXISTS energy_use_by_lease ON energy_use (lease_id)",
+        "CREATE INDEX IF NOT EXISTS energy_use_by_owner ON energy_use (owner_uid, at)",
+        "CREATE INDEX IF NOT EXISTS energy_use_by_time ON energy_use (at)",
+        "CREATE TABLE IF NOT EXISTS power_caps (gpu_uuid VARCHAR NOT NULL, "
+        "lease_id VARCHAR NOT NULL, set_mw INTEGER NOT NULL, restore_mw INTEGER NOT NULL, "
+        "PRIMARY KEY (gpu_uuid, lease_id))",
     ),
 }
 
@@ -52,3 +111,21 @@ def migrate(conn: Connection, found: int, target: int) -> None:
         conn.exec_driver_sql(
             "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),)
         )
+
+
+def stored_version(path: Path) -> int | None:
+    """The schema version the ledger at `path` records, read without changing it; None
+    where there is no ledger yet, or it records none (or SQLite cannot read it)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row[0]) if row is not None else None
+    except (sqlite3.Error, ValueError):
+        return None
+    finally:
+        conn.close()

@@ -1,11 +1,14 @@
 """Reading what SQLite can still read of a damaged ledger, row by row, into a new one.
 
 Each table of the ledger is read whole; where a read fails part way, it is read again one
-row at a time by rowid, skipping the rows on pages SQLite cannot read. What was read is
-written into a new ledger (the current schema) with `INSERT OR IGNORE`, so rows already
-there (those of a backup it is laid over) are kept when they conflict with a salvaged row
-... except leases and their units, which the salvage overwrites: the damaged file is newer
-than any backup, and a lease that ended there must not come back active.
+row at a time by rowid, skipping the rows on pages SQLite cannot read. Where the units'
+table (`lease_gpus`) is damaged, its primary key's index is read too: it names each unit's
+lease and GPU on pages of its own, which often survive the table's.
+
+What was read is written into a new ledger (the current schema), perhaps a backup's copy:
+a table read whole replaces the backup's rows of it (the damaged file is newer: a drain
+lifted, a reservation cancelled, a cleanup done since the backup stay so); a table read in
+part is laid over the backup's, the salvaged row winning where both have one.
 
 Every connection here is a plain `sqlite3` one on files the recovery owns (copies), never
 the daemon's ledger in service.
@@ -14,12 +17,23 @@ the daemon's ledger in service.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TABLES", "SalvageReport", "lay_over", "normalise", "read_tables"]
+from gpuallocd.ledger.hot import grant_steps
+from gpuallocd.model import Lease, LeaseEvent
+
+__all__ = [
+    "TABLES",
+    "SalvageReport",
+    "end_lease",
+    "lay_over",
+    "normalise",
+    "read_tables",
+    "restore_lease",
+]
 
 # Parents before children (foreign keys); the tables a salvage copies, in order.
 TABLES = (
@@ -34,8 +48,11 @@ TABLES = (
     "advance_reservations",
     "reservation_events",
     "unleased_use",
+    "pending_cleanups",
+    "energy_use",
+    "power_caps",
 )
-NEWER_WINS = frozenset({"leases", "lease_gpus", "lease_requests"})
+UNIT_KEY_INDEX = "sqlite_autoindex_lease_gpus_1"  # lease_gpus' primary key (lease_id, gpu_uuid)
 MISSES_BEFORE_GIVING_UP = 10_000  # rowids tried past the last one read, when max() fails
 Rows = list[tuple[Any, ...]]
 
@@ -47,6 +64,7 @@ class SalvageReport:
     rows: dict[str, tuple[list[str], Rows]] = field(default_factory=dict)
     damaged_tables: dict[str, str] = field(default_factory=dict)  # table: first error
     unreadable: str | None = None  # the file could not be opened or read at all
+    unit_keys: list[tuple[str, str]] = field(default_factory=list)  # (lease, unit) from the index
 
     @property
     def complete(self) -> bool:
@@ -54,6 +72,22 @@ class SalvageReport:
 
     def count(self, table: str) -> int:
         return len(self.rows.get(table, ([], []))[1])
+
+    def schema_version(self) -> int | None:
+        """The schema version the damaged ledger recorded, where its row was read."""
+        columns, rows = self.rows.get("meta", ([], []))
+        if "key" not in columns or "value" not in columns:
+            return None
+        key, value = columns.index("key"), columns.index("value")
+        found = [row[value] for row in rows if row[key] == "schema_version"]
+        try:
+            return int(found[0]) if found else None
+        except (TypeError, ValueError):
+            return None
+
+    def whole(self, table: str) -> bool:
+        """Whether `table` was read whole (every row of it the damaged file held)."""
+        return table in self.rows and table not in self.damaged_tables
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -88,6 +122,18 @@ def _row_by_row(conn: sqlite3.Connection, table: str, columns: list[str]) -> Row
     return rows
 
 
+def _unit_keys(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """The (lease, unit) pairs of lease_gpus' primary key index, as far as it reads."""
+    found: list[tuple[str, str]] = []
+    query = f"SELECT lease_id, gpu_uuid FROM lease_gpus INDEXED BY {UNIT_KEY_INDEX}"
+    try:
+        for lease_id, unit in conn.execute(query):
+            found.append((str(lease_id), str(unit)))
+    except sqlite3.Error:
+        pass  # what was read before the damaged page stands
+    return found
+
+
 def _read_table(conn: sqlite3.Connection, table: str, report: SalvageReport) -> None:
     try:
         columns = _columns(conn, table)
@@ -102,6 +148,8 @@ def _read_table(conn: sqlite3.Connection, table: str, report: SalvageReport) -> 
     except sqlite3.Error as exc:
         report.damaged_tables[table] = str(exc)
         rows = _row_by_row(conn, table, columns)
+        if table == "lease_gpus":
+            report.unit_keys = _unit_keys(conn)
     report.rows[table] = (columns, rows)
 
 
@@ -135,9 +183,10 @@ def lay_over(target: sqlite3.Connection, report: SalvageReport) -> int:
         known = set(_columns(target, table))
         keep = [i for i, c in enumerate(columns) if c in known]
         names = ", ".join(f'"{columns[i]}"' for i in keep)
-        verb = "INSERT OR REPLACE" if table in NEWER_WINS else "INSERT OR IGNORE"
-        sql = f'{verb} INTO "{table}" ({names}) VALUES ({", ".join("?" for _ in keep)})'
-        if table == "lease_gpus":  # an ended unit may not turn active: end first, then copy
+        if report.whole(table):
+            target.execute(f'DELETE FROM "{table}"')  # the newer file's rows, and only them
+        sql = f'INSERT OR REPLACE INTO "{table}" ({names}) VALUES ({", ".join("?" for _ in keep)})'
+        if table == "lease_gpus":  # ended units first: an active one then displaces them
             rows = sorted(rows, key=lambda r: bool(r[columns.index("active")]))
         for row in rows:
             try:
@@ -147,28 +196,46 @@ def lay_over(target: sqlite3.Connection, report: SalvageReport) -> int:
     return refused
 
 
-def normalise(conn: sqlite3.Connection, now: float) -> list[str]:
+def normalise(conn: sqlite3.Connection) -> None:
     """Make leases and their units agree after rows from two files met: a unit of an ended
-    lease is ended; an active lease left with no active unit (its GPUs went to a newer lease
-    in the salvaged rows) is ended, and its id returned."""
+    lease is ended. (An active lease left with no active unit is the rebuild's to judge.)"""
     conn.execute(
         "UPDATE lease_gpus SET active = 0 WHERE active = 1 AND lease_id NOT IN "
         "(SELECT id FROM leases WHERE state = 'active')"
     )
-    orphans = [
-        str(row[0])
-        for row in conn.execute(
-            "SELECT id FROM leases WHERE state = 'active' AND id NOT IN "
-            "(SELECT lease_id FROM lease_gpus WHERE active = 1)"
-        )
+
+
+def _steps_into(lease: Lease, tables: Sequence[str]) -> list[tuple[str, Sequence[Any]]]:
+    """The grant's own statements for `lease` (hot.py) that write into `tables`."""
+    return [
+        step
+        for step in grant_steps(lease, lease.owner_uid)
+        if any(step[0].startswith(f"INSERT INTO {table} ") for table in tables)
     ]
-    for lease_id in orphans:
-        conn.execute(
-            "UPDATE leases SET state = 'revoked', ended_at = ? WHERE id = ?", (now, lease_id)
-        )
-        conn.execute(
-            "INSERT INTO history (lease_id, event, actor_uid, at, detail) "
-            "VALUES (?, 'revoked', 0, ?, ?)",
-            (lease_id, now, "recovery: its GPUs are in a newer lease of the damaged ledger"),
-        )
-    return orphans
+
+
+def restore_lease(
+    conn: sqlite3.Connection, lease: Lease, *, row_kept: bool, detail: str, at: float
+) -> None:
+    """Write `lease` back as the grant wrote it: its units (in place of the ended rows of
+    them that salvage found), and its row where the row was lost (`row_kept` False); an
+    `adopted` event says why. Its `granted` event is its own."""
+    tables = ("lease_gpus",) if row_kept else ("leases", "lease_gpus")
+    conn.execute("DELETE FROM lease_gpus WHERE lease_id = ? AND active = 0", (lease.id,))
+    for sql, parameters in _steps_into(lease, tables):
+        conn.execute(sql, parameters)
+    _event(conn, lease.id, LeaseEvent.ADOPTED.value, at, detail)
+
+
+def end_lease(conn: sqlite3.Connection, lease_id: str, at: float, detail: str) -> None:
+    """End an active lease the records show had ended (its end's own rows were lost)."""
+    conn.execute("UPDATE leases SET state = 'revoked', ended_at = ? WHERE id = ?", (at, lease_id))
+    conn.execute("UPDATE lease_gpus SET active = 0 WHERE lease_id = ?", (lease_id,))
+    _event(conn, lease_id, "revoked", at, detail)
+
+
+def _event(conn: sqlite3.Connection, lease_id: str, event: str, at: float, detail: str) -> None:
+    conn.execute(
+        "INSERT INTO history (lease_id, event, actor_uid, at, detail) VALUES (?, ?, 0, ?, ?)",
+        (lease_id, event, at, detail),
+    )

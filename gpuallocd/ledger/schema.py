@@ -47,7 +47,9 @@ __all__ = [
     "reservation_events",
 ]
 
-SCHEMA_VERSION = 4
+# A change to any table, column, index or trigger below is a new version, with its
+# migration in migrations.py (tests/test_ledger_schema_versions.py holds the two together).
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 

@@ -353,11 +353,10 @@ def _prepare_schema(conn: Connection) -> None:
     found = int(conn.execute(_VERSION).scalar_one())
     if found > schema.SCHEMA_VERSION:
         raise LedgerError(
-            f"the ledger was written by a newer gpuallocd (schema {found}, "
-            f"this one reads up to {schema.SCHEMA_VERSION})"
+            f"the ledger has schema version {found}, written by a newer gpuallocd; this one "
+            f"reads versions up to {schema.SCHEMA_VERSION}"
         )
-    migrate(conn, found, schema.SCHEMA_VERSION)
-    schema.metadata.create_all(conn)  # tables added since; existing ones are left alone
+    migrate(conn, found, schema.SCHEMA_VERSION)  # the one way a ledger's schema changes
 
 
 def _constraint(exc: sqlite3.IntegrityError) -> str:

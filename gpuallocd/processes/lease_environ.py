@@ -2,9 +2,11 @@
 
 `gpu_lease` and `gpuallocctl run` export `GPUALLOCD_LEASE_ID` and `CUDA_VISIBLE_DEVICES`
 (the lease's unit UUIDs, or GPU indices) to the job and its children. After the ledger is
-lost, these are what the machine itself proves of the leases in use: who (the process's
-uid), which lease, which GPUs. Reading another user's environment needs root (or
-CAP_SYS_PTRACE); an unreadable one is skipped.
+lost, a recovery reads them, and believes them only to choose among the leases its records
+know, for the same user (daemon/ledger_care/machine.py): /proc/PID/environ is the process's
+own memory, which it may rewrite after it started, and may give a name twice (a process
+that does carries nothing here). The uid is the kernel's. Reading another user's
+environment needs root (or CAP_SYS_PTRACE); an unreadable one is skipped.
 """
 
 from __future__ import annotations
@@ -52,16 +54,20 @@ def _boot_time(proc: Path) -> float:
     return time.time() - uptime
 
 
+def _only(entries: list[bytes], name: bytes) -> str | None:
+    """The value of `name` where the environment gives it exactly once; None where it does
+    not, or gives it twice (getenv takes the first, a loader or a shell the last)."""
+    found = [e[len(name) :] for e in entries if e.startswith(name)]
+    return found[0].decode(errors="replace") if len(found) == 1 else None
+
+
 def _carrier(pid: int, proc: Path, booted: float) -> LeaseCarrier | None:
     environ = read_environ(pid, proc)
     if environ is None or _LEASE not in environ:
         return None
-    lease_id, devices = None, ""
-    for entry in environ.split(b"\0"):
-        if entry.startswith(_LEASE):
-            lease_id = entry[len(_LEASE) :].decode(errors="replace").strip()
-        elif entry.startswith(_VISIBLE):
-            devices = entry[len(_VISIBLE) :].decode(errors="replace")
+    entries = environ.split(b"\0")
+    lease_id = _only(entries, _LEASE)
+    devices = _only(entries, _VISIBLE) or ""
     start = process_start_time(pid, proc)
     if lease_id is None or not LEASE_ID.fullmatch(lease_id) or start is None:
         return None

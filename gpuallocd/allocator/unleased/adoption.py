@@ -18,10 +18,10 @@ from gpuallocd.allocator.leases.slices import leased_units
 from gpuallocd.allocator.site.ttl import longest_ttl
 from gpuallocd.enforcement.proc_facts import owner_and_start, owner_of, proc_facts
 from gpuallocd.errors import CallerError, CapacityError, GpuBusy, InvalidRequest, PermissionDenied
-from gpuallocd.model import Caller, Gpu, GpuProcess, Lease, LeaseEvent
+from gpuallocd.model import Caller, Gpu, GpuProcess, Lease, LeasedGpu, LeaseEvent, Topology
 from gpuallocd.policies.rules import request_for
 
-__all__ = ["ADOPTED_POLICY", "adopt", "adopt_own", "unit_of"]
+__all__ = ["ADOPTED_POLICY", "adopt", "adopt_own", "unit_lease", "unit_of"]
 
 ADOPTED_POLICY = "adopted"  # the `policy` of an adopted lease: no policy chose it
 
@@ -59,6 +59,15 @@ def _beside_reservations(
     raise board.conflict(owner, now, ttl, [gpu_uuid])
 
 
+def unit_lease(topology: Topology, unit_uuid: str) -> LeasedGpu | None:
+    """How a lease holds the whole GPU or MIG instance `unit_uuid`; None for a UUID that is
+    neither on this node."""
+    if unit_uuid not in topology.by_uuid() and unit_uuid not in topology.instances():
+        return None
+    (unit,) = leased_units(topology, request_for(topology, 1, (unit_uuid,)), [unit_uuid])
+    return unit
+
+
 def adopt(
     lifecycle: LeaseLifecycle,
     owner: Caller,
@@ -69,12 +78,14 @@ def adopt(
     now: float,
     detail: str,
     reserved: frozenset[str] = frozenset(),
+    label: str = "adopted",
 ) -> Lease:
     """Record a lease of `owner` on `unit_uuid` bound to `pid` (started at `started`), or
     raise (GpuBusy, QuotaExceeded, ReservationConflict) and change nothing."""
     _check_free(lifecycle, unit_uuid, reserved)
-    topology = lifecycle.topology
-    (unit,) = leased_units(topology, request_for(topology, 1, (unit_uuid,)), [unit_uuid])
+    unit = unit_lease(lifecycle.topology, unit_uuid)
+    if unit is None:
+        raise InvalidRequest(f"no GPU or MIG instance {unit_uuid} on this node")
     ttl = longest_ttl(lifecycle.ttl_bounds(owner))
     ttl = _beside_reservations(lifecycle, owner, unit_uuid, now, ttl)
     lifecycle.quota.check_grant(owner, lifecycle.leases(), gpus=unit.fraction)
@@ -84,7 +95,7 @@ def adopt(
         owner_uid=owner.uid,
         owner_name=owner.user,
         pid=pid,
-        label="adopted",
+        label=label,
         policy=ADOPTED_POLICY,
         created_at=now,
         expires_at=now + ttl,

@@ -1,4 +1,5 @@
-"""Opening the ledger at start (its files checked, its integrity checked) and its backups."""
+"""Opening the ledger at start (its files, its integrity and its schema version checked)
+and its backups."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from gpuallocd.allocator import SiteRules
 from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.daemon.ledger_care.backups import LedgerBackups
 from gpuallocd.daemon.ledger_care.health import check_integrity, unusable_ledger
+from gpuallocd.daemon.ledger_care.versions import prepare_version
 from gpuallocd.daemon.startup.integrity import (
     LEDGER_COMPANIONS,
     check_ledger,
@@ -28,6 +30,7 @@ def open_ledger(config: DaemonConfig, initialise: bool, metrics: DaemonMetrics) 
     check_state_files([path, *(path.with_name(path.name + c) for c in LEDGER_COMPANIONS)])
     check_ledger(path, initialise=initialise)
     check_integrity(path)
+    prepare_version(config)  # a newer ledger refused; an older one backed up, then upgraded
     try:
         ledger = Ledger(path, sync=config.ledger_sync, commit_timer=metrics.observe_commit)
     except LedgerError as exc:

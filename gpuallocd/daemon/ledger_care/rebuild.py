@@ -1,25 +1,24 @@
-"""Building the recovered ledger: salvaged rows, else a backup under them, then what the
-machine itself proves.
+"""Building the recovered ledger: salvaged rows, else a backup under them, then the leases the
+records back and the GPUs the machine shows in use.
 
 1. Rows: what SQLite could read of the damaged ledger (ledger/salvage.py). Where every table
    read whole, that is the ledger. Otherwise the newest backup that passes its check is the
-   base and the salvaged rows are laid over it (newer wins for leases), then made to agree.
-2. The machine: every living process whose environment carries a lease id
-   (`GPUALLOCD_LEASE_ID`) that is not active in the ledger gets that lease back, under its id
-   where the ledger never heard of it, on the GPUs its `CUDA_VISIBLE_DEVICES` names or NVML
-   shows it on; then every GPU NVML shows in use that no active lease explains is held by a
-   lease bound to one of its processes (label `recovered: in use by pid N`). These leases are
-   bound: each ends when its process exits, and its GPUs are free again then, not before.
-   The ledger's unique index refuses any double booking, here as in service.
-3. What is lost (leases named in salvaged rows whose own record is gone; leases ended because
-   their GPUs were in a newer lease; the backup's age) is returned for the log and recorded
+   base and the salvaged rows are laid over it, then units of ended leases are ended.
+2. The records (records.py) and the machine (machine.py): which leases the records show
+   held without a unit, and which processes run on which GPU, owned by whom, carrying which
+   lease id (believed only for a lease the records give the same user).
+3. Each lease held without units comes back under its own id where the records or the
+   driver show its GPUs, or is kept where its job runs, or ended where the records show it
+   had ended (restore.py). Only then does what is still unexplained on a GPU get held: as
+   its one user's lease within their limits, else for the admins (holds.py). The ledger's
+   unique index refuses any double booking, here as in service.
+4. Every line names the owners concerned; the lines are returned for the log and recorded
    as an admin action (`recover`) in the ledger.
 """
 
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import sqlite3
 import time
@@ -27,17 +26,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuallocd.errors import GpuBusy, LedgerError
-from gpuallocd.host.proc import process_owner, process_start_time
+from gpuallocd.allocator import AllocatorSettings, SiteRules
+from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.site.reservation_board import caller_of_uid
+from gpuallocd.daemon.ledger_care.holds import hold_unexplained
+from gpuallocd.daemon.ledger_care.machine import read_machine
+from gpuallocd.daemon.ledger_care.records import Recorded, read_records, user_name
+from gpuallocd.daemon.ledger_care.restore import Restored, WithinLimits, restore
+from gpuallocd.errors import CallerError, CapacityError, LedgerError
 from gpuallocd.ledger import Ledger
 from gpuallocd.ledger.backups import BackupInfo
 from gpuallocd.ledger.salvage import SalvageReport, lay_over, normalise
-from gpuallocd.model import Lease, LeasedGpu, LeaseEvent, LiveState, Topology
+from gpuallocd.model import LeasedGpu, LiveState, Topology
 from gpuallocd.processes.lease_environ import LeaseCarrier
 
-__all__ = ["Evidence", "Outcome", "rebuild"]
+__all__ = ["Evidence", "Outcome", "Site", "rebuild"]
 
 MAX_SUMMARY = 8000
+MAX_UNSURE_IDS = 5
 
 
 @dataclass(frozen=True)
@@ -47,38 +53,44 @@ class Evidence:
     topology: Topology
     live: Mapping[str, LiveState]
     carriers: Sequence[LeaseCarrier]
-    hold_seconds: float  # how long a recovered lease lasts, unless its process ends first
-    damaged_at: float = float("inf")  # the damaged ledger's last write (its files' mtime)
+
+
+@dataclass(frozen=True)
+class Site:
+    """The rules a grant obeys on this node, which a lease the recovery makes obeys too."""
+
+    settings: AllocatorSettings
+    rules: SiteRules
 
 
 @dataclass
 class Outcome:
-    """What the recovery did and found."""
+    """What the recovery did and found, one line each."""
 
     source: str
-    rebuilt: list[str] = field(default_factory=list)  # leases back from their processes
-    held: list[str] = field(default_factory=list)  # GPUs held for unexplained processes
+    rebuilt: list[str] = field(default_factory=list)  # leases back under their own ids
+    held: list[str] = field(default_factory=list)  # units in use that no lease explained
+    notes: list[str] = field(default_factory=list)  # ended, set aside, damaged, kept
     lost: list[str] = field(default_factory=list)
     active: int = 0
 
     def lines(self) -> list[str]:
-        return [f"source: {self.source}", *self.rebuilt, *self.held, *self.lost]
+        return [f"source: {self.source}", *self.rebuilt, *self.held, *self.notes, *self.lost]
 
 
-def _user(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
+def _stamp(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
-def _base(new: Path, salvage: SalvageReport, backup: BackupInfo | None, now: float) -> str:
-    """Lay the rows down: salvage alone, or a backup with the salvage over it."""
+def _base(new: Path, salvage: SalvageReport, backup: BackupInfo | None) -> str:
+    """Lay the base down: a backup's copy, or nothing (the salvage alone)."""
     if backup is not None and not salvage.complete:
         shutil.copyfile(backup.path, new)
         os.chmod(new, 0o600)
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(backup.taken_at))
-        source = f"backup {backup.path.name} (taken {stamp}) with what the damaged file held"
+        source = (
+            f"backup {backup.path.name} (taken {_stamp(backup.taken_at)}) with what the "
+            "damaged file held"
+        )
     elif salvage.complete:
         source = "every row of the damaged ledger (SQLite read it all)"
     else:
@@ -87,163 +99,80 @@ def _base(new: Path, salvage: SalvageReport, backup: BackupInfo | None, now: flo
     return source
 
 
-def _lay_rows(new: Path, salvage: SalvageReport, now: float) -> tuple[int, list[str]]:
+def _base_units(new: Path) -> dict[str, set[str]]:
+    """The active units of the base (a backup's), by lease, before the salvage covers them."""
+    conn = sqlite3.connect(str(new))
+    try:
+        rows = conn.execute("SELECT lease_id, gpu_uuid FROM lease_gpus WHERE active = 1")
+        found: dict[str, set[str]] = {}
+        for lease_id, unit in rows:
+            found.setdefault(str(lease_id), set()).add(str(unit))
+        return found
+    finally:
+        conn.close()
+
+
+def _lay_rows(new: Path, salvage: SalvageReport) -> int:
     conn = sqlite3.connect(str(new), isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         refused = lay_over(conn, salvage)
-        orphans = normalise(conn, now)
+        normalise(conn)
         conn.execute("COMMIT")
     finally:
         conn.close()
-    return refused, orphans
+    return refused
 
 
-def _physical(topology: Topology) -> dict[str, str]:
-    """Each unit's UUID (a GPU's, a MIG instance's) to its GPU's: a unit is held whole."""
-    found = {g.uuid: g.uuid for g in topology.gpus}
-    found.update({m.uuid: g.uuid for g in topology.gpus for m in g.mig_devices})
-    return found
+def _damage_notes(salvage: SalvageReport, backup: BackupInfo | None, refused: int) -> list[str]:
+    notes = []
+    if salvage.unreadable is not None and not salvage.rows:
+        line = f"damaged: the whole file ({salvage.unreadable}); no row of it was read"
+        if backup is not None:
+            line += (
+                f"; a lease granted after the backup of {_stamp(backup.taken_at)} is known "
+                "to no record and cannot be listed here"
+            )
+        return [line]
+    for table, error in sorted(salvage.damaged_tables.items()):
+        line = f"damaged: table {table} ({error}); its readable rows were kept"
+        if table == "leases" and backup is not None:
+            line += (
+                f"; a lease granted after the backup of {_stamp(backup.taken_at)} that no "
+                "other readable row names cannot be listed here"
+            )
+        notes.append(line)
+    if refused:
+        notes.append(f"refused: {refused} salvaged row(s) that broke the ledger's rules")
+    return notes
 
 
-def _named_gpus(topology: Topology, devices: Sequence[str]) -> set[str]:
-    """The GPUs among `devices` (UUIDs, or indices as CUDA_VISIBLE_DEVICES gives)."""
-    by_uuid = _physical(topology)
-    by_index = {str(g.index): g.uuid for g in topology.gpus}
-    return {found for d in devices if (found := by_uuid.get(d) or by_index.get(d))}
-
-
-def _gpus_of_pids(topology: Topology, live: Mapping[str, LiveState], pids: set[int]) -> set[str]:
-    physical = _physical(topology)
-    return {
-        physical[uuid]
-        for uuid, state in live.items()
-        if uuid in physical and any(p.pid in pids for p in state.processes)
-    }
-
-
-def _held(ledger: Ledger) -> set[str]:
-    return {g.gpu_uuid for lease in ledger.active_leases() for g in lease.gpus}
-
-
-def _lease(
-    lease_id: str,
-    gpus: set[str],
-    topology: Topology,
-    carrier: tuple[int, int, int],
-    label: str,
-    now: float,
-    hold: float,
-) -> Lease:
-    pid, start, uid = carrier
-    index = {g.uuid: g.index for g in topology.gpus}
-    units = tuple(LeasedGpu(uuid, index[uuid]) for uuid in sorted(gpus, key=index.__getitem__))
-    return Lease(
-        lease_id,
-        units,
-        uid,
-        _user(uid),
-        pid,
-        label,
-        "recovered",
-        now,
-        now + hold,
-        bound=True,
-        pid_start_time=start,
-    )
-
-
-def _grant(ledger: Ledger, lease: Lease, detail: str, now: float) -> bool:
-    try:
-        ledger.grant(lease, 0)
-    except GpuBusy:
-        return False
-    ledger.note(lease.id, LeaseEvent.ADOPTED, now, detail)
-    return True
-
-
-def _rebuild_carried(ledger: Ledger, evidence: Evidence, now: float, outcome: Outcome) -> None:
-    """Leases whose processes carry their id, back where the ledger lacks them.
-
-    The GPUs are those NVML shows the lease's processes on, and those its environment names
-    if its first process started before the damaged ledger's last write (a process started
-    later cannot have been granted anything by it; its environment proves nothing). Only the
-    processes of the first one's user count."""
-    groups: dict[str, list[LeaseCarrier]] = {}
-    for carrier in evidence.carriers:
-        groups.setdefault(carrier.lease_id, []).append(carrier)
-    active = {lease.id for lease in ledger.active_leases()}
-    for lease_id, members in sorted(groups.items()):
-        if lease_id in active:
-            continue
-        holder = min(members, key=lambda c: c.start_time)
-        pids = {c.pid for c in members if c.uid == holder.uid}
-        gpus = _gpus_of_pids(evidence.topology, evidence.live, pids)
-        if holder.started_at < evidence.damaged_at:  # it ran while the daemon could grant it
-            gpus |= _named_gpus(evidence.topology, holder.devices)
-        gpus -= _held(ledger)
-        if not gpus:
-            outcome.lost.append(f"lost: lease {lease_id} (pid {holder.pid}), no free GPU of it")
-            continue
-        known = ledger.lease(lease_id) is not None
-        new_id = os.urandom(6).hex() if known else lease_id
-        label = f"recovered: in use by pid {holder.pid}" + (f" (lease {lease_id})" if known else "")
-        lease = _lease(
-            new_id,
-            gpus,
-            evidence.topology,
-            (holder.pid, holder.start_time, holder.uid),
-            label,
-            now,
-            evidence.hold_seconds,
+def _unsure(restored: Restored) -> list[str]:
+    """One line per owner of the leases whose records cannot say whether they were held."""
+    lines = []
+    for owner, ids in sorted(restored.unsure.items()):
+        shown = ", ".join(sorted(ids)[:MAX_UNSURE_IDS])
+        more = f" and {len(ids) - MAX_UNSURE_IDS} more" if len(ids) > MAX_UNSURE_IDS else ""
+        lines.append(
+            f"unsure: {len(ids)} lease(s) of {owner} ({shown}{more}): their own rows and part "
+            "of their history were unreadable; any of them still held is lost"
         )
-        detail = f"recovered after ledger damage: pid {holder.pid} carries GPUALLOCD_LEASE_ID"
-        if _grant(ledger, lease, detail, now):
-            outcome.rebuilt.append(f"rebuilt: lease {new_id} on {', '.join(lease.uuids)}")
+    return lines
 
 
-def _hold_unexplained(ledger: Ledger, evidence: Evidence, now: float, outcome: Outcome) -> None:
-    """A GPU NVML shows in use that no active lease explains: held for its process."""
-    physical = _physical(evidence.topology)
-    for unit, state in sorted(evidence.live.items()):
-        uuid = physical.get(unit)
-        if uuid is None or uuid in _held(ledger) or not state.processes:
-            continue
-        process = min(state.processes, key=lambda p: p.pid)
-        start = process_start_time(process.pid)
-        if start is None:
-            continue  # gone already
-        uid = process.uid if process.uid is not None else _uid_of(process.pid)
-        label = f"recovered: in use by pid {process.pid}"
-        lease = _lease(
-            os.urandom(6).hex(),
-            {uuid},
-            evidence.topology,
-            (process.pid, start, uid),
-            label,
-            now,
-            evidence.hold_seconds,
-        )
-        if _grant(ledger, lease, f"{label}, which no recovered lease explains", now):
-            outcome.held.append(f"held: GPU {uuid} for pid {process.pid} (lease {lease.id})")
+def _within_limits(lifecycle: LeaseLifecycle, ledger: Ledger) -> WithinLimits:
+    """Whether units are within a lease owner's limits, as a grant of them would be."""
 
+    def check(lease: Recorded, units: Sequence[LeasedGpu]) -> str | None:
+        owner = caller_of_uid(lease.owner_uid if lease.owner_uid is not None else -1)
+        weight = sum(unit.fraction for unit in units)
+        try:
+            lifecycle.quota.check_grant(owner, ledger.active_leases(), gpus=weight)
+        except (CallerError, CapacityError) as exc:
+            return exc.message
+        return None
 
-def _uid_of(pid: int) -> int:
-    found = process_owner(pid)
-    return 0 if found is None else found
-
-
-def _lost_in_rows(ledger: Ledger, salvage: SalvageReport) -> list[str]:
-    named: set[str] = set()
-    for table in ("lease_gpus", "history", "lease_requests"):
-        columns, rows = salvage.rows.get(table, ([], []))
-        if "lease_id" in columns:
-            named |= {str(r[columns.index("lease_id")]) for r in rows}
-    return [
-        f"lost: lease {i} (its record was unreadable)"
-        for i in sorted(named)
-        if ledger.lease(i) is None
-    ]
+    return check
 
 
 def rebuild(
@@ -252,29 +181,47 @@ def rebuild(
     backup: BackupInfo | None,
     evidence: Evidence,
     now: float,
+    site: Site,
 ) -> Outcome:
     """Build the recovered ledger at `new` (a path of the recovery's own)."""
-    outcome = Outcome(_base(new, salvage, backup, now))
-    refused, orphans = _lay_rows(new, salvage, now)
-    outcome.lost += [f"lost: lease {i} (its GPUs are in a newer lease)" for i in orphans]
-    if refused:
-        outcome.lost.append(f"lost: {refused} salvaged row(s) that broke the ledger's rules")
-    for table, error in sorted(salvage.damaged_tables.items()):
-        outcome.lost.append(f"damaged: table {table} ({error}); its readable rows were kept")
-    if backup is not None and not salvage.complete:
-        outcome.lost.append("lost: leases granted after the backup whose rows were unreadable")
+    outcome = Outcome(_base(new, salvage, backup))
+    on_backup = backup is not None and not salvage.complete
+    base_units = _base_units(new) if on_backup else {}
+    refused = _lay_rows(new, salvage)
+    carried = {c.lease_id for c in evidence.carriers}
+    records = read_records(new, salvage, base_units, carried)
+    machine = read_machine(evidence.topology, evidence.live, evidence.carriers, records)
     try:
         ledger = Ledger(new)
     except LedgerError as exc:
         raise LedgerError(f"the rebuilt ledger does not open: {exc.message}") from exc
     try:
-        ledger.sync_gpus(evidence.topology.gpus, now)
-        outcome.lost += _lost_in_rows(ledger, salvage)
-        _rebuild_carried(ledger, evidence, now, outcome)
-        _hold_unexplained(ledger, evidence, now, outcome)
+        lifecycle = LeaseLifecycle(
+            ledger, evidence.topology, clock=lambda: now, settings=site.settings, rules=site.rules
+        )
+        restored = restore(
+            new,
+            records,
+            machine,
+            evidence.topology,
+            _within_limits(lifecycle, ledger),
+            now=now,
+            hold_seconds=site.settings.max_ttl_seconds,
+        )
+        lifecycle.reload()
+        lifecycle.node.update_live(evidence.live)
+        outcome.rebuilt = restored.rebuilt
+        outcome.held = hold_unexplained(lifecycle, machine, now)
+        outcome.notes = [
+            *restored.ended,
+            *machine.set_aside,
+            *_damage_notes(salvage, backup if on_backup else None, refused),
+            *_unsure(restored),
+        ]
+        outcome.lost = restored.lost
         outcome.active = len(ledger.active_leases())
         summary = "; ".join(outcome.lines())[:MAX_SUMMARY]
-        ledger.record_recovery(now, os.geteuid(), _user(os.geteuid()), summary)
+        ledger.record_recovery(now, os.geteuid(), user_name(os.geteuid()), summary)
     finally:
         ledger.close()
     return outcome

@@ -26,9 +26,11 @@ from pathlib import Path
 
 from gpuallocd.allocator.crash_points import arm, crash_point
 from gpuallocd.daemon.config.settings import DaemonConfig
+from gpuallocd.daemon.config.wiring import allocator_settings, site_rules
 from gpuallocd.daemon.ledger_care.backups import BACKUPS_DIR
 from gpuallocd.daemon.ledger_care.health import PENDING_DIR
-from gpuallocd.daemon.ledger_care.rebuild import Evidence, Outcome, rebuild
+from gpuallocd.daemon.ledger_care.rebuild import Evidence, Outcome, Site, rebuild
+from gpuallocd.daemon.ledger_care.versions import too_new
 from gpuallocd.daemon.startup.integrity import (
     LEDGER_COMPANIONS,
     check_state_files,
@@ -38,7 +40,9 @@ from gpuallocd.daemon.startup.statelock import StateLock
 from gpuallocd.errors import HardwareUnavailable, InventoryError, NvmlError, StateUnusable
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.ledger.backups import newest_good_backup, quick_check
+from gpuallocd.ledger.migrations import stored_version
 from gpuallocd.ledger.salvage import SalvageReport, read_tables
+from gpuallocd.ledger.schema import SCHEMA_VERSION
 from gpuallocd.processes.lease_environ import LeaseCarrier, lease_carriers
 
 __all__ = ["recover"]
@@ -50,6 +54,7 @@ DAMAGED_DIR = "damaged"
 COMPLETE = "complete"
 WAL = "-wal"
 Carriers = Callable[[], list[LeaseCarrier]]
+WARNINGS = ("lost", "damaged", "held for the admins", "set aside", "unsure", "kept: lease")
 
 
 def _fsync(path: Path, directory: bool = False) -> None:
@@ -104,21 +109,14 @@ def _pending(ledger: Path) -> Path:
 
 
 def _evidence(
-    config: DaemonConfig, opener: Callable[[str], Inventory], pending: Path, carriers: Carriers
+    config: DaemonConfig, opener: Callable[[str], Inventory], carriers: Carriers
 ) -> Evidence:
     try:
         inventory = opener(config.inventory)
     except (NvmlError, InventoryError) as exc:
         raise HardwareUnavailable(exc.message) from exc
-    written = [p.stat().st_mtime for p in pending.iterdir() if p.name != COMPLETE]
     try:
-        return Evidence(
-            inventory.topology(),
-            inventory.sample(),
-            carriers(),
-            config.max_ttl_seconds,
-            max(written, default=float("inf")),
-        )
+        return Evidence(inventory.topology(), inventory.sample(), carriers())
     finally:
         inventory.close()
 
@@ -162,15 +160,21 @@ def _recover_locked(
     ledger = config.ledger_path
     state = ledger.parent
     check_state_files([ledger, *(ledger.with_name(ledger.name + c) for c in LEDGER_COMPANIONS)])
+    found = stored_version(ledger)
+    if found is not None and found > SCHEMA_VERSION:
+        raise too_new(ledger, found)  # its rows would lose what this version does not know
     pending = _pending(ledger)
-    evidence = _evidence(config, opener, pending, carriers)
+    evidence = _evidence(config, opener, carriers)
     work = state / WORK_DIR
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(mode=0o700)
     salvage = _salvage(pending, work, ledger.name)
+    if (found := salvage.schema_version()) is not None and found > SCHEMA_VERSION:
+        raise too_new(ledger, found)
     backup = None if salvage.complete else newest_good_backup(state / BACKUPS_DIR)
     new = work / ledger.name
-    outcome = rebuild(new, salvage, backup, evidence, clock())
+    site = Site(allocator_settings(config), site_rules(config))
+    outcome = rebuild(new, salvage, backup, evidence, clock(), site)
     check = quick_check(new)
     if check != "ok":
         raise StateUnusable(f"the rebuilt ledger fails its check ({check}); nothing was changed")
@@ -178,7 +182,7 @@ def _recover_locked(
     _switch(new, ledger)
     kept = _keep_damaged(pending, state)
     shutil.rmtree(work, ignore_errors=True)
-    outcome.lost.append(f"kept: the damaged ledger's files in {kept}")
+    outcome.notes.append(f"kept: the damaged ledger's files in {kept}")
     return outcome
 
 
@@ -202,6 +206,6 @@ def recover(
     finally:
         lock.release()
     for line in outcome.lines():
-        (log.warning if line.startswith(("lost", "damaged")) else log.info)("recovery: %s", line)
+        (log.warning if line.startswith(WARNINGS) else log.info)("recovery: %s", line)
     log.info("recovery: done, %d active lease(s); start the daemon as usual", outcome.active)
     return outcome
