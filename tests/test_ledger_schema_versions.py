@@ -34,7 +34,7 @@ FINGERPRINTS = {
     2: "0121d30b86e6ebc0",
     3: "1405c15956a0bbe0",
     4: "c71f1faa9bae7efb",
-    5: "b82d2020f0b9f5bd",
+    5: "4175553bc75f4c45",
 }
 
 # The first schema, as its daemon made it (its metadata's SQL).

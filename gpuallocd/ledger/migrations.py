@@ -59,9 +59,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "actor VARCHAR NOT NULL, reason TEXT, PRIMARY KEY (seq))",
         "CREATE INDEX IF NOT EXISTS admin_actions_by_time ON admin_actions (at)",
     ),
-    # 5: advance reservations, unleased use, request ids, pending cleanups, energy and the
-    # power caps' put-backs. These tables came in while the version stayed 4, so a ledger
-    # labelled 4 may hold some of them already: each is made only where it is missing.
+    # 5: advance reservations, unleased use, request ids, pending cleanups, energy, the
+    # power caps' put-backs and the notices. Most of these tables came in while the version
+    # stayed 4, so a ledger labelled 4 may hold some of them already: each is made only where
+    # it is missing.
     5: (
         "CREATE TABLE IF NOT EXISTS advance_reservations (id VARCHAR NOT NULL, "
         "gpus TEXT NOT NULL, start_at FLOAT NOT NULL, end_at FLOAT NOT NULL, user VARCHAR, "
@@ -99,6 +100,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE IF NOT EXISTS power_caps (gpu_uuid VARCHAR NOT NULL, "
         "lease_id VARCHAR NOT NULL, set_mw INTEGER NOT NULL, restore_mw INTEGER NOT NULL, "
         "PRIMARY KEY (gpu_uuid, lease_id))",
+        # the per-user feed of notices, their thresholds and the notifiers' delivery reports
+        "CREATE TABLE IF NOT EXISTS notices (seq INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT, "
+        'uid INTEGER NOT NULL, user VARCHAR NOT NULL, kind VARCHAR NOT NULL, "key" VARCHAR '
+        "NOT NULL, lease_id VARCHAR, at FLOAT NOT NULL, title TEXT NOT NULL, body TEXT NOT NULL, "
+        "data TEXT NOT NULL)",
+        'CREATE UNIQUE INDEX IF NOT EXISTS one_notice_per_key ON notices (uid, "key")',
+        "CREATE INDEX IF NOT EXISTS notices_by_uid ON notices (uid, seq)",
+        "CREATE INDEX IF NOT EXISTS notices_by_time ON notices (at)",
+        "CREATE TABLE IF NOT EXISTS notify_settings (uid INTEGER NOT NULL, "
+        "thresholds VARCHAR NOT NULL, updated_at FLOAT NOT NULL, PRIMARY KEY (uid))",
+        "CREATE TABLE IF NOT EXISTS notify_reports (uid INTEGER NOT NULL, "
+        "channel VARCHAR NOT NULL, kind VARCHAR NOT NULL, at FLOAT NOT NULL, ok BOOLEAN NOT NULL, "
+        "error TEXT, failures INTEGER NOT NULL, last_ok_at FLOAT, PRIMARY KEY (uid, channel))",
     ),
 }
 
