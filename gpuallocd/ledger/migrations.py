@@ -41,6 +41,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS leases_by_end ON leases (ended_at)",
         "CREATE INDEX IF NOT EXISTS leases_by_owner ON leases (owner_uid, ended_at)",
     ),
+    # 5: what a revoke does to a lease's processes, so that a restarted daemon still stops
+    # a `run` command whose wrapper died (a lease of an older ledger keeps "notify").
+    5: ("ALTER TABLE leases ADD COLUMN on_revoke VARCHAR NOT NULL DEFAULT 'notify'",),
 }
 
 
