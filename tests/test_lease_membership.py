@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from gpuallocd.host.proc import descendants
 from gpuallocd.processes import lease_processes
 from tests.harness import DaemonPaths, ProcessDaemon, ThreadDaemon, wait_for
 from tests.system_users import SystemUsers, open_to_everyone
+from tests.test_hostile_enforcement import lose_events_while
 from tests.test_unit_capabilities import SLEEPER, alive
 
 
@@ -133,3 +135,67 @@ def test_a_detached_lease_walks_no_process_and_a_bound_one_only_its_holders_fami
             assert walks == [os.getpid()]
             assert set(children) <= set(client.lease(bound.id).raw["processes"])
         client.free(bound.id)
+
+
+def uids(pid: int) -> list[int]:
+    """The real, effective, saved and file system uids of a process, as the kernel says."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return [int(uid) for uid in line.split()[1:]]
+    return []
+
+
+ROOTS_HOLDER = """
+import sys, time
+from gpulease import gpu_lease
+with gpu_lease(1, socket=sys.argv[1]) as lease:
+    print(lease.id, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_set_user_id_process_naming_a_lease_is_not_taken_into_it_after_lost_events(
+    paths: DaemonPaths,
+    start_daemon: Callable[..., ThreadDaemon],
+    system_users: SystemUsers,
+) -> None:
+    """Root holds a bound lease; bob runs a set-user-ID-root program with root's lease id in
+    its environment (its effective uid is root's, its real uid bob's); process events are
+    lost, and the rescan reads environments: bob's process is not taken into root's lease
+    (before: it was, and kept root's lease alive while it ran)."""
+    if os.geteuid() != 0:
+        pytest.skip("a set-user-ID-root program needs root to make")
+    open_to_everyone(paths.root)
+    program = paths.root / "setuid-sleep"
+    program.write_bytes(Path("/bin/sleep").read_bytes())
+    program.chmod(0o4755)
+    daemon = start_daemon(default_policy="simple", process_tracking="connector")
+    bob = system_users.uid("bob")
+    log = paths.root / "holder.log"
+    with open(log, "w") as out:
+        holder = subprocess.Popen(
+            [sys.executable, "-c", ROOTS_HOLDER, str(paths.socket)], stdout=out
+        )
+    started = [holder]
+    try:
+        wait_for(lambda: log.read_text().strip() != "", timeout=30, what="root's lease")
+        lease_id = log.read_text().strip()
+        bobs = system_users.start(
+            "bob",
+            [
+                "-c",
+                "import os, sys; os.execve(sys.argv[1], ['sleep', '600'], "
+                f"{{**os.environ, 'GPUALLOCD_LEASE_ID': {lease_id!r}}})",
+                str(program),
+            ],
+            paths.root / "bob.log",
+        )
+        started.append(bobs)
+        wait_for(lambda: uids(bobs.pid)[:2] == [bob, 0], timeout=10, what="the set-user-ID exec")
+        lose_events_while(daemon, lambda: None)
+        with daemon.client() as client:
+            assert client.lease(lease_id).raw["processes"] == [holder.pid]
+    finally:
+        for process in started:
+            process.kill()
+            process.wait(10)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuallocd.host.proc import ProcessTable, environ_value, process_owner, read_environ
+from gpuallocd.host.proc import ProcessTable, environ_value, own_uid, read_environ
 from gpuallocd.model import Lease
 from gpuallocd.processes.families import Member
 
@@ -38,9 +38,10 @@ class Inherited:
 
 
 def inherited(pid: int, proc: str = "/proc") -> Inherited | None:
-    """The lease in `pid`'s environment; None without one, or when it cannot be read
-    (another user's environment takes CAP_SYS_PTRACE, which the unit grants)."""
-    uid, data = process_owner(pid, Path(proc)), read_environ(pid, Path(proc))
+    """The lease in `pid`'s environment; None without one, when it cannot be read (another
+    user's environment takes CAP_SYS_PTRACE, which the unit grants), or when the process is
+    nobody's own (a set-user-ID program: `own_uid`)."""
+    uid, data = own_uid(pid, Path(proc)), read_environ(pid, Path(proc))
     if uid is None or data is None:
         return None
     lease = environ_value(data, LEASE_KEY)
