@@ -25,6 +25,7 @@ from benchmarks.floor import measure_floor
 from benchmarks.genv import genv_python, measure_genv
 from benchmarks.http_floor import capture_answers, serving_http_floor
 from benchmarks.load import BenchResult, run_bench
+from benchmarks.membership import membership_rows
 from benchmarks.notices import notice_rows
 from benchmarks.policies import policy_rows
 from benchmarks.process_tracking import process_tracking_rows
@@ -222,6 +223,7 @@ def main() -> None:
         rows += energy_rows(root)
     rows += process_tracking_rows()
     rows += notice_rows()
+    rows += membership_rows()  # BENCH_CHILDREN, BENCH_MODES
     _print(rows)
 
 

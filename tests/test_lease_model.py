@@ -24,6 +24,7 @@ def test_an_ended_lease_keeps_every_other_field() -> None:
         pid_start_time=12345,
         waited_seconds=2.5,
         power_limit_watts=250.0,
+        on_revoke="terminate",
     )
     unset = [
         f.name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -87,6 +88,28 @@ def test_ledger_reopens_with_its_leases(tmp_path: Path) -> None:
     assert [x.id for x in second.active_leases()] == ["a"]
     assert second.active_leases()[0].gpus == make_lease("a", [3, 4]).gpus
     assert second.schema_version() == schema.SCHEMA_VERSION
+
+
+def test_what_a_revoke_does_to_a_leases_processes_is_kept_in_the_ledger(tmp_path: Path) -> None:
+    """A lease's `on_revoke` is read back from a reopened ledger (a restarted daemon still
+    stops a `run` command on revoke); a lease of a ledger older than the column reads as
+    "notify"."""
+    first = Ledger(tmp_path / "l.db")
+    first.sync_gpus(GPUS, 0.0)
+    first.grant(dataclasses.replace(make_lease("run", [0]), on_revoke="terminate"), 0)
+    first.grant(make_lease("lib", [1]), 0)
+    first.close()
+    second = Ledger(tmp_path / "l.db")
+    assert {x.id: x.on_revoke for x in second.active_leases()} == {
+        "run": "terminate",
+        "lib": "notify",
+    }
+    second.close()
+    with sqlite3.connect(tmp_path / "v1.db") as conn:
+        conn.executescript(SCHEMA_V1)
+    upgraded = Ledger(tmp_path / "v1.db")
+    assert [x.on_revoke for x in upgraded.active_leases()] == ["notify"]
+    upgraded.close()
 
 
 def test_newer_ledger_is_refused(tmp_path: Path) -> None:

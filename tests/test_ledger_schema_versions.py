@@ -34,7 +34,7 @@ FINGERPRINTS = {
     2: "0121d30b86e6ebc0",
     3: "1405c15956a0bbe0",
     4: "c71f1faa9bae7efb",
-    5: "4175553bc75f4c45",
+    5: "13e5c438848fc6c2",
 }
 
 # The first schema, as its daemon made it (its metadata's SQL).
@@ -171,7 +171,12 @@ def _lease(lease_id: str, index: int, owner: int = 1000) -> Lease:
 
 
 def _set_version(path: Path, version: int) -> None:
+    """Label the ledger `version`; below 5, without the one column version 5 added to a
+    table that version 4 had (its new tables may stay: daemons of 4 wrote them too)."""
     with sqlite3.connect(path) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
+        if version < 5 and "on_revoke" in columns:
+            conn.execute("ALTER TABLE leases DROP COLUMN on_revoke")
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -123,18 +124,46 @@ def _no_connector() -> Connector:
     raise ConnectorUnavailable("the daemon runs in a pid namespace of its own")
 
 
-def test_auto_prefers_the_connector_then_a_scope_then_the_scan() -> None:
-    """Without the kernel's events `auto` takes a scope where systemd offers one, else the
-    scan, each saying why; `scope` asked for where there is none refuses to start."""
-    with_scope = choose_tracking("auto", _no_connector, lambda: None)
-    assert with_scope.mode == "scope" and "pid namespace" in with_scope.reason
+def test_auto_prefers_the_connector_then_a_scope_then_the_scan_where_systemd_is_not_init() -> None:
+    """Without a scope `auto` takes the kernel's events, naming why there is no scope;
+    without either, the scan, saying why; `scope` asked for where there is none refuses to
+    start."""
+    opened = _Opened()
+    with_events = choose_tracking("auto", opened, lambda: "systemd is not PID 1")
+    assert with_events.mode == "connector" and with_events.connector is opened.connector
+    assert "no scope: systemd is not PID 1" in with_events.reason
     without = choose_tracking("auto", _no_connector, lambda: "systemd is not PID 1")
     assert without.mode == "proc-scan" and "systemd is not PID 1" in without.reason
+    assert "pid namespace" in without.reason
     assert choose_tracking("scope", _no_connector, lambda: None).mode == "scope"
     assert choose_tracking("proc-scan", _no_connector, lambda: None).mode == "proc-scan"
     with pytest.raises(MissingPrivilege) as refused:
         choose_tracking("scope", _no_connector, lambda: "cgroups are v1")
     assert refused.value.exit_code == 77 and "cgroups are v1" in refused.value.message
+
+
+def test_auto_takes_a_scope_wherever_systemd_offers_one_even_beside_the_kernels_events() -> None:
+    """Where systemd is PID 1 on cgroup v2 and its bus answers (the shipped unit's host),
+    `auto` makes each bound lease a scope, the kernel's own membership, and opens no
+    connector, though the kernel would grant it (before: the connector, whose lost events
+    let a fork storm's orphans out of their lease)."""
+    opened = _Opened()
+    chosen = choose_tracking("auto", opened, lambda: None)
+    assert (chosen.mode, chosen.connector, opened.calls) == ("scope", None, 0)
+    assert chosen.reason == "a systemd scope (cgroup) per bound lease"
+    assert choose_tracking("connector", opened, lambda: None).mode == "connector"
+
+
+class _Opened:
+    """Stands for the kernel granting the events: counts the opens, hands out one object."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.connector = cast(Connector, object())
+
+    def __call__(self) -> Connector:
+        self.calls += 1
+        return self.connector
 
 
 def test_doctor_says_the_scope_mode_is_in_force_without_a_warning() -> None:

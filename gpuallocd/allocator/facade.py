@@ -97,7 +97,11 @@ class AllocatorFacade(CleanupDesk):
         self.notices = NoticeDesk(lifecycle, ledger, self._worker, clock, self._reclaimer.tracker)
         self._observer: LeaseObserver = Observers(observer, self.notices)
         self._processes = LeaseProcesses(
-            self._process_exited, revoke_grace_seconds, tracking, on_gone=self._families_gone
+            self._process_exited,
+            revoke_grace_seconds,
+            tracking,
+            on_gone=self._families_gone,
+            active=lifecycle.is_active,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells = LeaseBells()
@@ -133,7 +137,7 @@ class AllocatorFacade(CleanupDesk):
 
         def on_grant(lease: Lease) -> None:
             granted.append(lease)
-            self._processes.watch(lease, terminate=spec.on_revoke == "terminate")
+            self._processes.watch(lease)
 
         try:
             with timed_allocation(self._observer, waited=wait):
@@ -284,8 +288,8 @@ class AllocatorFacade(CleanupDesk):
         return self.unleased.covered(leases)
 
     async def _watch_all(self, leases: list[Lease]) -> list[Lease]:
-        for lease in leases:  # adopted: a revoke stops the work, as it does `run`'s
-            self._processes.watch(lease, terminate=True)
+        for lease in leases:  # adopted: a revoke stops the work (on_revoke "terminate")
+            self._processes.watch(lease)
         return leases
 
     async def poll_processes(self) -> None:

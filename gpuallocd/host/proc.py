@@ -29,6 +29,7 @@ __all__ = [
     "environ_value",
     "executable_mappings",
     "mapped_file",
+    "own_uid",
     "parse_stat",
     "process_owner",
     "process_start_time",
@@ -169,6 +170,21 @@ def process_owner(pid: int, proc: Path = PROC) -> int | None:
     for line in lines:
         if line.startswith("Uid:"):
             return int(line.split()[2])  # real, effective, saved, file system
+    return None
+
+
+def own_uid(pid: int, proc: Path = PROC) -> int | None:
+    """The uid whose own process this is: where its real, effective and saved uids are one;
+    None where they differ (a set-user-ID program runs with its file owner's rights for
+    whoever started it: neither's own), or when it is gone."""
+    try:
+        lines = (proc / str(pid) / "status").read_text().splitlines()
+    except (OSError, ValueError):
+        return None
+    for line in lines:
+        if line.startswith("Uid:"):
+            real, effective, saved = line.split()[1:4]
+            return int(real) if real == effective == saved else None
     return None
 
 

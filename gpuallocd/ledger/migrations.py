@@ -113,6 +113,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE IF NOT EXISTS notify_reports (uid INTEGER NOT NULL, "
         "channel VARCHAR NOT NULL, kind VARCHAR NOT NULL, at FLOAT NOT NULL, ok BOOLEAN NOT NULL, "
         "error TEXT, failures INTEGER NOT NULL, last_ok_at FLOAT, PRIMARY KEY (uid, channel))",
+        # what a revoke does to a lease's processes, so that a restarted daemon still stops
+        # a `run` command whose wrapper died (a lease of an older ledger keeps "notify")
+        "ALTER TABLE leases ADD COLUMN on_revoke VARCHAR NOT NULL DEFAULT 'notify'",
     ),
 }
 

@@ -59,6 +59,7 @@ def lease_row(lease: Lease) -> dict[str, Any]:
         "bound": lease.bound,
         "pid_start_time": lease.pid_start_time,
         "waited_seconds": lease.waited_seconds,
+        "on_revoke": lease.on_revoke,
     }
 
 
@@ -109,6 +110,7 @@ def lease_from_row(row: Any, gpus: tuple[LeasedGpu, ...]) -> Lease:
         bound=bool(row["bound"]),
         pid_start_time=row["pid_start_time"],
         waited_seconds=row["waited_seconds"],
+        on_revoke=row["on_revoke"],
     )
 
 

@@ -89,6 +89,7 @@ leases = Table(
     Column("bound", Boolean, nullable=False, default=False),
     Column("pid_start_time", Integer),
     Column("waited_seconds", Float, nullable=False, default=0.0),
+    Column("on_revoke", String, nullable=False, server_default="notify"),  # or "terminate"
     Index("leases_by_state", "state"),
     Index("leases_by_end", "ended_at"),
     Index("leases_by_owner", "owner_uid", "ended_at"),

@@ -125,6 +125,7 @@ class Lease:
     pid_start_time: int | None = None
     waited_seconds: float = 0.0  # how long the request waited in the queue before its grant
     power_limit_watts: float | None = None  # the GPUs' power cap asked for (docs/accounting.md)
+    on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -154,6 +155,7 @@ class Lease:
             self.pid_start_time,
             self.waited_seconds,
             self.power_limit_watts,
+            self.on_revoke,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -171,6 +173,7 @@ class Lease:
             "bound_to_process": self.bound,
             "waited_seconds": self.waited_seconds,
             "power_limit_watts": self.power_limit_watts,
+            "on_revoke": self.on_revoke,
         }
 
 

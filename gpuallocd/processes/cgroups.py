@@ -15,6 +15,7 @@ __all__ = [
     "CGROUP_ROOT",
     "LEASES_SLICE",
     "in_slice",
+    "lease_of_scope",
     "parse_proc_cgroup",
     "populated",
     "procs",
@@ -33,6 +34,13 @@ def scope_name(lease_id: str) -> str:
     if not lease_id or not all(c.isalnum() or c in "_-" for c in lease_id):
         raise ValueError(f"not a lease id fit for a unit name: {lease_id!r}")
     return f"{SCOPE_PREFIX}{lease_id}.scope"
+
+
+def lease_of_scope(unit: str) -> str | None:
+    """The lease a scope unit is named for; None for any other unit."""
+    if not unit.startswith(SCOPE_PREFIX) or not unit.endswith(".scope"):
+        return None
+    return unit.removeprefix(SCOPE_PREFIX).removesuffix(".scope") or None
 
 
 def slice_path(slice_unit: str) -> str:

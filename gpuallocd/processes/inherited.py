@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuallocd.host.proc import ProcessTable, process_owner
+from gpuallocd.host.proc import ProcessTable, own_uid, process_owner
 from gpuallocd.host.trust import Decision, Written, choose, environment, takes_away
 from gpuallocd.model import Lease
 from gpuallocd.processes.families import Member
@@ -46,9 +46,10 @@ class Inherited:
 
 
 def inherited(pid: int, proc: str = "/proc") -> Inherited | None:
-    """The lease in `pid`'s environment; None without one, or when it cannot be read
-    (another user's environment takes CAP_SYS_PTRACE, which the unit grants)."""
-    uid = process_owner(pid, Path(proc))
+    """The lease in `pid`'s environment; None without one, when it cannot be read (another
+    user's environment takes CAP_SYS_PTRACE, which the unit grants), or when the process is
+    nobody's own (a set-user-ID program: `own_uid`)."""
+    uid = own_uid(pid, Path(proc))
     found = environment(Decision.INHERITED, pid, LEASE_KEY, ON_REVOKE_KEY, proc=Path(proc))
     if uid is None or found is None or not found[LEASE_KEY]:
         return None

@@ -30,9 +30,10 @@ from gpuallocd.processes.terminate import terminate_family
 from gpuallocd.processes.tracking import PROC_SCAN, SCOPE, Tracking
 from gpuallocd.processes.watcher import POLL_SECONDS, ProcessWatcher
 
-__all__ = ["SCAN_SECONDS", "LeaseProcesses"]
+__all__ = ["SCAN_SECONDS", "TERMINATE", "LeaseProcesses"]
 
 SCAN_SECONDS = POLL_SECONDS
+TERMINATE = "terminate"  # a lease's `on_revoke` that has a revoke stop its processes
 INIT = 1
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,8 @@ class LeaseProcesses:
     `on_holder_exit(lease_ids)` hears of a holder that exited; its lease may still have
     processes started under it. `on_gone(lease_ids)` hears of leases whose last process
     exited, told by the kernel's events or the scope's cgroup (in `proc-scan` mode, and
-    for a lease whose scope could not be made, `scan()` returns them).
+    for a lease whose scope could not be made, `scan()` returns them). `active(lease_id)`
+    says whether a lease is still active (the allocator's word; by default every lease is).
     """
 
     def __init__(
@@ -53,11 +55,12 @@ class LeaseProcesses:
         revoke_grace_seconds: float,
         tracking: Tracking | None = None,
         on_gone: Callable[[list[str]], None] | None = None,
+        active: Callable[[str], bool] = lambda _lease_id: True,
     ) -> None:
+        self._active = active
         self._watcher = ProcessWatcher(on_holder_exit)
         self._families = ProcessFamilies()
         self._scan_lock = asyncio.Lock()
-        self._terminate_on_revoke: set[str] = set()
         self._terminating: set[str] = set()
         self._revoke_grace = revoke_grace_seconds
         self.tracking = tracking or Tracking(PROC_SCAN)
@@ -98,36 +101,38 @@ class LeaseProcesses:
         """Whether a process of the lease still runs (its holder, or work found again)."""
         return any(process_start_time(pid) == start for pid, start in self._members(lease_id))
 
-    def watch(self, lease: Lease, *, terminate: bool = False) -> None:
-        """Follow a bound lease's holder and the processes it starts (nothing if detached)."""
+    def watch(self, lease: Lease) -> None:
+        """Follow a bound lease's holder and the processes it starts. A detached lease costs
+        nothing: no process of its caller is looked at."""
+        if not lease.bound or lease.pid is None or lease.pid_start_time is None:
+            return
         self._watcher.watch(lease)
         if self._scopes is not None and (lease.id in self._scopes or self._scopes.adopt(lease.id)):
-            pass  # its scope is its family
-        elif self._events is None or lease.pid is None:
+            return  # its scope is its family
+        self._follow(lease)
+        if self._events is None:
             self._families.track(lease)
-            self._follow(lease)
-        else:
-            self._follow(lease)
-            self._families.track(lease, descendants(lease.pid))
-            if process_start_time(lease.pid) != lease.pid_start_time:
-                self._families.exited(lease.pid)  # gone before the events could tell
-        if terminate:
-            self._terminate_on_revoke.add(lease.id)
+            return
+        self._families.track(lease, descendants(lease.pid))  # its own family, no other
+        if process_start_time(lease.pid) != lease.pid_start_time:
+            self._families.exited(lease.pid)  # gone before the events could tell
 
     async def enclose(self, lease: Lease) -> None:
         """In `scope` mode, move a newly granted lease's holder, and what it already started,
-        into a scope of its own (before its client hears of the grant); elsewhere nothing."""
+        into a scope of its own (before its client hears of the grant); elsewhere nothing.
+        A process in the scope of a lease that ended (its holder's earlier lease) moves; one
+        in the scope of a lease still active (or being stopped by a revoke) stays there."""
         if self._scopes is None or lease.pid is None or lease.id in self._scopes:
             return
         if not lease.bound or process_start_time(lease.pid) != lease.pid_start_time:
             return  # detached, or the holder is gone: nothing to move
-        scopes = self._scopes
-        if scopes.in_a_scope(lease.pid):
+        if self._held(lease.pid):
             return  # under another lease: followed from /proc, not taken from that lease
         started = (pid for pid, _start in descendants(lease.pid))
-        pids = [lease.pid, *(pid for pid in started if not scopes.in_a_scope(pid))]
-        if await scopes.enclose(lease, pids):
+        pids = [lease.pid, *(pid for pid in started if not self._held(pid))]
+        if await self._scopes.enclose(lease, pids):
             self._families.forget(lease.id)
+            self._unfollow(lease.id)
 
     def retain(self, lease_ids: Iterable[str]) -> None:
         """Forget the leases not named: they ended."""
@@ -136,7 +141,6 @@ class LeaseProcesses:
         self._families.retain(keep | self._terminating)
         if self._scopes is not None:
             self._scopes.retain(keep | self._terminating)
-        self._terminate_on_revoke &= keep
         for lease_id in [i for i in self._leases if i not in keep | self._terminating]:
             self._unfollow(lease_id)
 
@@ -149,8 +153,9 @@ class LeaseProcesses:
         return [i for i in lease_ids if not self._members(i)]
 
     def revoked(self, lease: Lease) -> None:
-        """A lease was revoked: stop its processes if it asked for that."""
-        if lease.id not in self._terminate_on_revoke:
+        """A lease was revoked: stop its processes if it asked for that (`on_revoke`, as the
+        ledger records it: a restart or a dead `run` changes nothing)."""
+        if lease.on_revoke != TERMINATE:
             return
         holder = None
         if lease.pid is not None and lease.pid_start_time is not None:
@@ -228,8 +233,15 @@ class LeaseProcesses:
         if parent is not None:
             self._holder_parents.setdefault(parent, set()).add(lease.id)
 
+    def _held(self, pid: int) -> bool:
+        """Whether the process is in the scope of a lease still active, or being stopped."""
+        assert self._scopes is not None
+        lease_id = self._scopes.lease_of(pid)
+        return lease_id is not None and (self._active(lease_id) or lease_id in self._terminating)
+
     def _unfollow(self, lease_id: str) -> None:
-        del self._leases[lease_id]
+        if self._leases.pop(lease_id, None) is None:
+            return
         for parent, leases in list(self._holder_parents.items()):
             leases.discard(lease_id)
             if not leases and parent != INIT:
@@ -237,15 +249,10 @@ class LeaseProcesses:
 
     def _reattach(self, table: ProcessTable) -> None:
         found = inheritors(table, self._leases, self._families.covered())
-        for lease_id, member, terminate in found:
-            self._take(lease_id, member, terminate)
+        for lease_id, member, _terminate in found:
+            self._families.attach(lease_id, member)
         if found:
             log.info("process tracking: %d processes found again by their lease", len(found))
-
-    def _take(self, lease_id: str, member: Member, terminate: bool) -> None:
-        self._families.attach(lease_id, member)
-        if terminate:
-            self._terminate_on_revoke.add(lease_id)
 
     def _stray_fork(self, child: Member) -> None:
         """A holder's parent forked (where a `clone(CLONE_PARENT)` child of a member lands):
@@ -255,4 +262,4 @@ class LeaseProcesses:
         got = inherited(child[0])
         lease = self._leases.get(got.lease_id) if got is not None else None
         if got is not None and lease is not None and belongs(got, lease):
-            self._take(lease.id, child, got.terminate)
+            self._families.attach(lease.id, child)

@@ -32,6 +32,7 @@ from gpuallocd.processes.cgroups import (
     CGROUP_ROOT,
     LEASES_SLICE,
     in_slice,
+    lease_of_scope,
     parse_proc_cgroup,
     populated,
     procs,
@@ -81,11 +82,13 @@ class LeaseScopes:
         self._follow(lease_id, directory)
         return True
 
-    def in_a_scope(self, pid: int) -> bool:
-        """Whether the process is in some lease's scope already (a lease taken under another
-        lease: moving it would take it from the other lease, so it stays)."""
+    def lease_of(self, pid: int) -> str | None:
+        """The lease whose scope the process is in (one that ended too: its scope lasts
+        while a process is in it); None where it is in no lease's scope."""
         found = _cgroup_of(pid)
-        return found is not None and in_slice(found, self._slice)
+        if found is None or not in_slice(found, self._slice):
+            return None
+        return lease_of_scope(found.rsplit("/", 1)[-1])
 
     async def enclose(self, lease: Lease, pids: Sequence[int]) -> bool:
         """Move `pids` (the holder first) into a new scope for `lease`; whether they are

@@ -1,14 +1,20 @@
 """Which way the daemon follows the processes of bound leases, chosen once at start.
 
+`scope`: each bound lease's processes are a cgroup, a transient systemd scope (`scopes.py`);
+it needs root, systemd as PID 1 on the unified cgroup hierarchy and its bus answering, and
+works in a container too. The kernel keeps the membership: a fork lands in its parent's
+cgroup whatever happens next, and no user can move a process out of a cgroup of root's, so
+neither a fork storm, a `clone(CLONE_PARENT)` nor a restart of the daemon loses work.
 `connector`: the kernel's process events (`connector.py`), a fork covered when it happens;
-it needs root with CAP_NET_ADMIN in the initial user and pid namespaces. `scope`: each bound
-lease's processes are a cgroup, a transient systemd scope (`scopes.py`); it needs systemd as
-PID 1 on the unified cgroup hierarchy, its bus answering root, and works in a container too.
-`proc-scan`: /proc read once a second and at each renewal, which misses a process whose
-parents up to a member all exit between two scans. The setting `process_tracking` picks:
-`auto` (the default) the connector where the kernel grants it, else a scope where systemd
-offers one, else the scan with one warning; `connector` and `scope` refuse to start without
-what they need (exit 77); `proc-scan` never asks.
+it needs root with CAP_NET_ADMIN in the initial user and pid namespaces, and it loses the
+ancestry of work whose events the kernel dropped (an overrun) or that outlived its parents
+while the daemon was down. `proc-scan`: /proc read once a second and at each renewal,
+which misses a process whose parents up to a member all exit between two scans. The
+setting `process_tracking` picks: `auto` (the default) a scope wherever systemd offers one
+(the shipped unit's case), else the connector where the kernel grants it, else the scan
+with one warning; `connector` and `scope` refuse to start without what they need (exit
+77); `proc-scan` never asks. docs/architecture.md ("How a process is tied to a lease")
+gives the grant latency of each, which the order follows.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ CONNECTOR = "connector"
 SCOPE = "scope"
 PROC_SCAN = "proc-scan"
 SETTINGS = ("auto", CONNECTOR, SCOPE, PROC_SCAN)
+SCOPE_REASON = "a systemd scope (cgroup) per bound lease"
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,7 @@ def _scope(problem: str | None) -> Tracking:
             f'process_tracking = "scope": {problem}; run the daemon under systemd on cgroup '
             'v2 as root, or set process_tracking = "auto"'
         )
-    return Tracking(SCOPE, None, "a systemd scope (cgroup) per bound lease")
+    return Tracking(SCOPE, None, SCOPE_REASON)
 
 
 def choose_tracking(
@@ -73,6 +80,9 @@ def choose_tracking(
         return Tracking(PROC_SCAN, None, 'process_tracking = "proc-scan"')
     if setting == SCOPE:
         return _scope(scope_problem())
+    problem = scope_problem() if setting == "auto" else None
+    if setting == "auto" and problem is None:
+        return Tracking(SCOPE, None, SCOPE_REASON)
     try:
         connector = open_connector()
     except ConnectorUnavailable as exc:
@@ -83,9 +93,6 @@ def choose_tracking(
                 "CAP_NET_ADMIN in the initial namespaces (as gpuallocd.service does), or "
                 'set process_tracking = "auto"'
             ) from None
-        problem = scope_problem()
-        if problem is None:
-            return Tracking(SCOPE, None, f"a systemd scope (cgroup) per bound lease; {reason}")
         log.warning(
             "process tracking falls back to scanning /proc once a second (%s; no scope: %s): "
             "work whose parents all exit between two scans can escape its lease",
@@ -93,4 +100,7 @@ def choose_tracking(
             problem,
         )
         return Tracking(PROC_SCAN, None, f"{reason}; no scope: {problem}")
-    return Tracking(CONNECTOR, connector, "the kernel's process events (netlink connector)")
+    reason = "the kernel's process events (netlink connector)"
+    if problem is not None:
+        reason += f"; no scope: {problem}"
+    return Tracking(CONNECTOR, connector, reason)

@@ -202,6 +202,10 @@ class LeaseLifecycle:
     def bound_leases(self) -> list[Lease]:
         return [lease for lease in self._active.values() if lease.bound]
 
+    def is_active(self, lease_id: str) -> bool:
+        """Whether the lease is active (as this process knows it, no ledger read)."""
+        return lease_id in self._active
+
     def usable_gpus(self, spec: AllocateSpec, owner_uid: int | None = None) -> frozenset[str]:
         """The GPUs that could serve `spec`, less those its owner holds or may not take now."""
         found = usable_gpus(self.node, self._active.values(), spec, owner_uid)
@@ -385,6 +389,7 @@ class LeaseLifecycle:
             pid_start_time=start_time,
             waited_seconds=0.0 if waited_since is None else max(0.0, now - waited_since),
             power_limit_watts=spec.power_limit_watts,
+            on_revoke=spec.on_revoke,
         )
 
     def _end(

@@ -101,6 +101,7 @@ def adopt(
         expires_at=now + ttl,
         bound=True,
         pid_start_time=started,
+        on_revoke="terminate",  # a revoke stops the adopted work, as it does `run`'s
     )
     lifecycle.record_grant(lease)
     lifecycle.note(lease.id, LeaseEvent.ADOPTED, detail)

@@ -133,12 +133,14 @@ class DaemonConfig:
     )
     process_tracking: str = _setting(
         "auto",
-        "how the processes a bound lease's holder starts are followed: `connector`, the "
+        "how the processes a bound lease's holder starts are followed: `scope`, a systemd "
+        "scope (cgroup) per bound lease, the kernel's own membership (root, systemd as PID 1 "
+        "on cgroup v2, its bus answering; refuses to start without them); `connector`, the "
         "kernel's process events (root with CAP_NET_ADMIN in the initial namespaces; refuses "
-        "to start without them); `scope`, a systemd scope (cgroup) per bound lease (systemd "
-        "as PID 1 on cgroup v2; refuses to start without it); `proc-scan`, /proc read once a "
-        "second; `auto`, the events where the kernel grants them, else a scope where systemd "
-        "offers one, else the scan with a warning (docs/security.md)",
+        "to start without them); `proc-scan`, /proc read once a second; `auto`, a scope "
+        "wherever systemd offers one (the shipped unit), else the events where the kernel "
+        "grants them, else the scan with a warning (docs/architecture.md, "
+        '"How a process is tied to a lease")',
         choices=("auto", "connector", "scope", "proc-scan"),
     )
     metrics_listen: str | None = _setting(
