@@ -110,6 +110,7 @@ def test_help_lists_commands_in_groups(daemon: ThreadDaemon, columns: int) -> No
         "Leasing",
         "Looking",
         "Administering",
+        "Notifications",
         "Agents",
         "Integrations",
         "Without a daemon, and hardware",
