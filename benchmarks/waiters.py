@@ -233,7 +233,8 @@ def _rows(found: dict[str, list[float]], small: int, large: int) -> list[Row]:
 
 
 def waiter_rows(root: Path) -> list[Row]:
-    """The rows, from a daemon of its own under `root`."""
+    """The rows, from a daemon of its own under `root` (made if need be)."""
+    root.mkdir(parents=True, exist_ok=True)
     large = WAITERS
     small = max(1, large // 10)
     settings = {

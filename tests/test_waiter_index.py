@@ -27,7 +27,7 @@ from gpuallocd.allocator.queue.serve import (
 from gpuallocd.allocator.queue.view import holds
 from gpuallocd.allocator.queue.waiting import WaitQueue
 from gpuallocd.allocator.worker import SerialWorker
-from gpuallocd.errors import GpuallocError
+from gpuallocd.errors import GpuallocError, GpusUnavailable
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller, Lease, Topology
 from gpuallocd.testing import nvml_inventory
@@ -171,62 +171,85 @@ def test_serving_the_free_units_waiters_grants_as_serving_every_waiter(
 WAITERS = 1000
 
 
-async def _crowd_and_another_users_pair(root: Path, queue_order: str) -> dict[str, int]:
-    """A thousand of ana's requests wait for GPU 0, which she holds; cy takes and frees
-    another GPU, then ana frees GPU 0. How many waiters each step looked at."""
-    ledger = Ledger(root / "ledger.sqlite3")
-    clock = [1000.0]
-    lifecycle = LeaseLifecycle(
-        ledger,
-        load_topology("example:dgx1-volta"),
-        clock=lambda: clock[0],
-        settings=AllocatorSettings(default_policy="simple", queue_order=queue_order),
-    )
-    worker = SerialWorker(ledger.unit_of_work, lifecycle.reload)
-    looked: list[Waiter] = []
-    order = QueueOrder(lifecycle.settings, ledger, lambda: clock[0])
-    queue = WaitQueue(lifecycle, worker, lambda: clock[0], order, looked_at=looked.append)
-    ana, bo, cy = OWNERS
-    crowd_spec = AllocateSpec(count=1, gpus=(0,))
+class LiveQueue:
+    """A wait queue over a real lifecycle, ledger and serial worker on the 8-GPU example, told
+    of each waiter it looks at."""
 
-    async def served() -> None:
+    def __init__(self, root: Path, queue_order: str) -> None:
+        self.ledger = Ledger(root / "ledger.sqlite3")
+        self.lifecycle = LeaseLifecycle(
+            self.ledger,
+            load_topology("example:dgx1-volta"),
+            clock=lambda: 1000.0,
+            settings=AllocatorSettings(default_policy="simple", queue_order=queue_order),
+        )
+        self.worker = SerialWorker(self.ledger.unit_of_work, self.lifecycle.reload)
+        self.looked: list[Waiter] = []
+        order = QueueOrder(self.lifecycle.settings, self.ledger, lambda: 1000.0)
+        self.queue = WaitQueue(
+            self.lifecycle, self.worker, lambda: 1000.0, order, looked_at=self.looked.append
+        )
+        self.crowd: list[asyncio.Task[Lease]] = []
+
+    async def grant(self, caller: Caller, spec: AllocateSpec) -> Lease:
+        return await self.queue.allocate(caller, spec, wait=False, timeout=None)
+
+    async def wait_in_crowd(self, caller: Caller, spec: AllocateSpec, size: int) -> None:
+        """`size` requests of `caller` queued."""
+        allocate = self.queue.allocate
+        self.crowd += [
+            asyncio.create_task(allocate(caller, spec, wait=True, timeout=None))
+            for _ in range(size)
+        ]
+        while self.queue.waiting_of(caller.uid) < size:
+            await asyncio.sleep(0.01)
+        await self.served()
+
+    async def free(self, caller: Caller, lease: Lease) -> None:
+        await self.worker.run(self.lifecycle.free, caller, lease.id)
+        self.queue.kick()
+        await self.served()
+
+    async def served(self) -> None:
         """Until the serve that a kick started has run."""
         await asyncio.sleep(0)
-        await worker.run(lambda: None)
+        await self.worker.run(lambda: None)
 
-    try:
-        holder = await queue.allocate(bo, crowd_spec, wait=False, timeout=None)
-        crowd = [
-            asyncio.create_task(queue.allocate(ana, crowd_spec, wait=True, timeout=None))
-            for _ in range(WAITERS)
-        ]
-        while queue.waiting_of(ana.uid) < WAITERS:
-            await asyncio.sleep(0.01)
-        await served()
-        looks: dict[str, int] = {}
-        looked.clear()
-        lease = await queue.allocate(cy, AllocateSpec(count=1), wait=False, timeout=None)
-        looks["grant"] = len(looked)
-        looked.clear()
-        await worker.run(lifecycle.free, cy, lease.id)
-        queue.kick()
-        await served()
-        looks["end"] = len(looked)
-        looked.clear()
-        await worker.run(lifecycle.free, bo, holder.id)
-        queue.kick()
-        await served()
-        looks["gpu 0 freed"] = len(looked)
-        first = await asyncio.wait_for(crowd[0], 30)
-        looks["granted"] = sum(task.done() for task in crowd)
-        assert first.uuids == holder.uuids
-        for task in crowd:
+    def looks(self) -> int:
+        """How many waiters were looked at since the last call."""
+        count, self.looked[:] = len(self.looked), []
+        return count
+
+    async def close(self) -> None:
+        for task in self.crowd:
             task.cancel()
-        await asyncio.gather(*crowd, return_exceptions=True)
+        await asyncio.gather(*self.crowd, return_exceptions=True)
+        await self.worker.close()
+        self.ledger.close()
+
+
+async def _crowd_and_another_users_pair(root: Path, queue_order: str) -> dict[str, int]:
+    """A thousand of ana's requests wait for GPU 0, which bo holds; cy takes and frees
+    another GPU, then bo frees GPU 0. How many waiters each step looked at."""
+    live = LiveQueue(root, queue_order)
+    ana, bo, cy = OWNERS
+    gpu_0 = AllocateSpec(count=1, gpus=(0,))
+    try:
+        holder = await live.grant(bo, gpu_0)
+        await live.wait_in_crowd(ana, gpu_0, WAITERS)
+        live.looks()
+        lease = await live.grant(cy, AllocateSpec(count=1))
+        looks = {"grant": live.looks()}
+        await live.free(cy, lease)
+        looks["end"] = live.looks()
+        await live.free(bo, holder)
+        looks["gpu 0 freed"] = live.looks()
+        first = await asyncio.wait_for(live.crowd[0], 30)
+        looks["granted"] = sum(task.done() for task in live.crowd)
+        assert first.uuids == holder.uuids
         return looks
     finally:
-        await worker.close()
-        ledger.close()
+        await live.close()
 
 
 @pytest.mark.parametrize("queue_order", ["fifo", "fair-share"])
@@ -238,3 +261,27 @@ def test_another_users_grant_and_end_look_at_no_waiter_that_cannot_use_their_gpu
     none; when GPU 0 comes free, its serve looks at the one waiter that gets it."""
     looks = asyncio.run(_crowd_and_another_users_pair(tmp_path, queue_order))
     assert looks == {"grant": 1, "end": 0, "gpu 0 freed": 1, "granted": 1}
+
+
+async def _crowd_of_one_who_holds_a_gpu(root: Path) -> int:
+    """bo holds GPUs 0-6 and ana GPU 7; a thousand of ana's requests for any one GPU wait.
+    How many waiters cy's request looks at."""
+    live = LiveQueue(root, "fifo")
+    ana, bo, cy = OWNERS
+    try:
+        await live.grant(bo, AllocateSpec(count=7, gpus=tuple(range(7))))
+        await live.grant(ana, AllocateSpec(count=1, gpus=(7,)))
+        await live.wait_in_crowd(ana, AllocateSpec(count=1), WAITERS)
+        live.looks()
+        with pytest.raises(GpusUnavailable):
+            await live.grant(cy, AllocateSpec(count=1))
+        return live.looks()
+    finally:
+        await live.close()
+
+
+def test_a_users_waiters_cost_others_one_look_per_gpu_whatever_they_hold(tmp_path: Path) -> None:
+    """A thousand requests of one user for any GPU, the user holding GPU 7: another user's
+    request looks at the first of them for each of GPUs 0-6 and at none for GPU 7 (kept from
+    them: its owner holds it), not down the thousand."""
+    assert asyncio.run(_crowd_of_one_who_holds_a_gpu(tmp_path)) == 7

@@ -19,7 +19,7 @@ from gpuallocd.allocator.leases.deadlines import Deadlines
 from gpuallocd.allocator.leases.events_log import Transition
 from gpuallocd.allocator.leases.node_view import GpuStatus, Hold, NodeView
 from gpuallocd.allocator.leases.request_ids import RequestIds
-from gpuallocd.allocator.leases.servable import check_servable, held_by
+from gpuallocd.allocator.leases.servable import KeptFrom, check_servable
 from gpuallocd.allocator.leases.sharing import share_capacity
 from gpuallocd.allocator.leases.slices import leased_units, vanished_units
 from gpuallocd.allocator.leases.specs import AllocateSpec, AllocatorSettings
@@ -182,21 +182,17 @@ class LeaseLifecycle:
         found = self.node.usable_gpus(spec)
         return found if owner_uid is None else found - self.kept_from()(owner_uid, spec)
 
-    def kept_from(self) -> Callable[[int, AllocateSpec], frozenset[str]]:
-        """What `usable_gpus` takes off for an owner, for many waiters at one moment: the GPUs
-        the owner holds (`servable.held_by`) and those advance reservations keep from it for
-        the TTL its request would get, looked up once per owner and TTL asked for."""
-        leases, now = list(self._active.values()), self._clock()
-        found: dict[tuple[int, float | None], frozenset[str]] = {}
+    def kept_from(self) -> KeptFrom:
+        """What `usable_gpus` takes off for an owner, for many waiters at one moment: the
+        GPUs the owner holds, and those advance reservations keep from it for the TTL its
+        request would get."""
+        now = self._clock()
 
-        def kept(uid: int, spec: AllocateSpec) -> frozenset[str]:
-            key = (uid, spec.ttl_seconds)
-            if key not in found:
-                ttl = self.ttl_of(spec, caller_of_uid(uid))
-                found[key] = held_by(leases, uid) | self.reservations.held_for_uid(uid, now, ttl)
-            return found[key]
+        def reserved(uid: int, spec: AllocateSpec) -> frozenset[str]:
+            ttl = self.ttl_of(spec, caller_of_uid(uid))
+            return self.reservations.held_for_uid(uid, now, ttl)
 
-        return kept
+        return KeptFrom(self._active.values(), reserved)
 
     def check_servable(self, caller: Caller, spec: AllocateSpec) -> None:
         """Refuse a wait that the caller's own leases would make endless."""

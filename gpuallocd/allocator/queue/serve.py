@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.servable import KeptFrom
 from gpuallocd.allocator.leases.sharing import UnitHolders
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.queue.index import WaiterIndex
@@ -27,7 +28,6 @@ from gpuallocd.model import Caller, Lease
 from gpuallocd.policies.serving import serve_in_order, serve_where_free
 
 __all__ = [
-    "Kept",
     "LookedAt",
     "Outcome",
     "Waiter",
@@ -39,7 +39,6 @@ __all__ = [
 
 Outcome = Lease | GpuallocError
 OnGrant = Callable[[Lease], None]
-Kept = Callable[[int, AllocateSpec], frozenset[str]]  # `LeaseLifecycle.kept_from()`
 LookedAt = Callable[["Waiter"], None]  # told of each waiter a grant or a serve looks at
 
 
@@ -145,29 +144,32 @@ def _waiting(line: Iterable[Waiter]) -> Iterator[Waiter]:
 
 def claimed_units(
     index: WaiterIndex[Waiter],
-    kept: Kept,
+    kept: KeptFrom,
     ahead: Callable[[Waiter], bool],
     *,
     ahead_first: bool,
     looked_at: LookedAt,
 ) -> frozenset[str]:
-    """Every unit that a waiter `ahead` may use now, its owner's leases and the units
-    reservations keep from it aside. Each owner's line of a unit is looked at until a waiter
-    ahead may use it; `ahead_first`: in a line, no waiter behind one that is not ahead is
-    ahead either, so the look stops there too."""
+    """Every unit that a waiter `ahead` may use now, what is kept from its owner aside (its
+    leases, the units reservations keep from it). Each owner's line of a unit is passed over
+    where the owner holds the unit, else looked at until a waiter ahead may use it;
+    `ahead_first`: in a line, no waiter behind one that is not ahead is ahead either, so the
+    look stops there too."""
 
-    def claims(unit: str, line: Iterable[Waiter]) -> bool:
+    def claims(unit: str, uid: int, line: Iterable[Waiter]) -> bool:
+        if unit in kept.held(uid):
+            return False
         for waiter in line:
             looked_at(waiter)
             if not ahead(waiter):
                 if ahead_first:
                     return False
-            elif unit not in kept(waiter.caller.uid, waiter.spec):
+            elif unit not in kept(uid, waiter.spec):
                 return True
         return False
 
     return frozenset(
         unit
         for unit in index.units()
-        if any(claims(unit, line) for line in index.lines(unit).values())
+        if any(claims(unit, uid, line) for (uid, _), line in index.lines(unit).items())
     )

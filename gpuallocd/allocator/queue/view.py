@@ -71,9 +71,17 @@ class _Need:
         return self.named | frozenset(extra)
 
 
-def _need(spec: AllocateSpec, usable: Usable) -> _Need:
-    named = usable(replace(spec, count=None), None) if spec.gpus else frozenset()
-    return _Need(named, usable(spec, None), max(spec.count or 0, len(named)))
+def _needs(waiters: Sequence[QueuedRequest], usable: Usable) -> list[_Need]:
+    """What each waiter needs; the GPUs a request names looked up once per list of names."""
+    named: dict[tuple[str | int, ...], frozenset[str]] = {(): frozenset()}
+
+    def need(spec: AllocateSpec) -> _Need:
+        if spec.gpus not in named:
+            named[spec.gpus] = usable(replace(spec, count=None), None)
+        names = named[spec.gpus]
+        return _Need(names, usable(spec, None), max(spec.count or 0, len(names)))
+
+    return [need(w.spec) for w in waiters]
 
 
 def holds(
@@ -157,7 +165,7 @@ def describe_waiters(
     """
     held = held_until or {}
     by_uuid = {s.gpu.uuid: s for s in statuses}
-    needs = [_need(w.spec, usable) for w in waiters]
+    needs = _needs(waiters, usable)
     free = {s.gpu.uuid for s in statuses if s.state == "free"}
     reasons = _reasons(needs, free, by_uuid, power_note)
     releases = _releases(statuses, held)
