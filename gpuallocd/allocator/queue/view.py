@@ -227,7 +227,7 @@ def _play_forward(
 
     while lines.waiting:
         serve_where_free(
-            lines.of(free), free.__contains__, grant, lambda i: needs[i].pool, lambda i: i
+            lines.of(list(free)), free.__contains__, grant, lambda i: needs[i].pool, lambda i: i
         )
         if not lines.waiting or not releases:
             break
