@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpuallocd.allocator.queue.view import _Need, _play_forward
@@ -18,9 +18,9 @@ _needs = st.lists(
         lambda named, extra, more: _Need(
             frozenset(named), frozenset(named) | frozenset(extra), len(named) + more
         ),
-        st.sets(st.sampled_from(UNITS), max_size=2),
+        st.sets(st.sampled_from(UNITS), max_size=1),
         st.sets(st.sampled_from(UNITS), max_size=4),
-        st.integers(0, 2),
+        st.integers(0, 1),
     ),
     max_size=30,
 )
@@ -64,6 +64,12 @@ def _every_waiter_at_every_release(
 
 
 @settings(max_examples=300, deadline=None)
+@example(  # B's line holds a waiter served before the one ahead of it, which leaves B free
+    needs=[_Need(frozenset(), frozenset("AB"), 1), _Need(frozenset(), frozenset("BC"), 1)],
+    free={"C"},
+    releases=[(5.0, frozenset("AB"))],
+    ttls=[10.0] * 30,
+)
 @given(
     needs=_needs,
     free=st.sets(st.sampled_from(UNITS)),

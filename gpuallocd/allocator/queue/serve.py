@@ -48,6 +48,9 @@ def _ignore(lease: Lease) -> None:
 
 @dataclass(eq=False)
 class Waiter:
+    """A request in the queue: who asked for what, since when, and the future its answer
+    comes by; two waiters are never equal (each is its own key in the index)."""
+
     caller: Caller
     spec: AllocateSpec
     since: float
