@@ -32,6 +32,7 @@ from benchmarks.process_tracking import process_tracking_rows
 from benchmarks.reads import read_rows
 from benchmarks.soak import soak_rows
 from benchmarks.startup import cli_run_ms, compile_bytecode, python_pass_ms
+from benchmarks.waiters import waiter_rows
 
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
@@ -221,6 +222,7 @@ def main() -> None:
         (root / "soak").mkdir()
         rows += soak_rows(root / "soak")  # BENCH_SOAK_SECONDS (default 60; 0 skips it)
         rows += energy_rows(root)
+        rows += waiter_rows(root / "waiters")
     rows += process_tracking_rows()
     rows += notice_rows()
     rows += membership_rows()  # BENCH_CHILDREN, BENCH_MODES

@@ -6,7 +6,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -97,6 +99,68 @@ def test_importing_gpulease_leaves_http_client_unloaded() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# A full backlog: waited out within the timeout, never a request sent twice -----------------
+
+
+@contextmanager
+def full_backlog(path: Path) -> Iterator[socket.socket]:
+    """A listener with room for one connection not yet accepted, and that one taken."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(0)
+    filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    filler.connect(str(path))
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(5)
+    with pytest.raises(BlockingIOError):
+        probe.connect(str(path))  # as a client with a timeout finds it
+    probe.close()
+    try:
+        yield listener
+    finally:
+        filler.close()
+        listener.close()
+
+
+def test_a_full_backlog_is_waited_out_within_the_timeout(short_dir: Path) -> None:
+    """A daemon with a burst of connections still to accept: a client that finds its backlog
+    full tries again until there is room, and its request reaches the daemon once."""
+    path = short_dir / "full.sock"
+    with full_backlog(path) as listener:
+        received: list[bytes] = []
+
+        def accept_later() -> None:
+            time.sleep(0.5)  # the client's first try meets the full backlog
+            listener.accept()[0].close()  # the one ahead of it: room for the client
+            conn, _ = listener.accept()
+            received.append(read_request(conn))
+            conn.sendall(json_answer({"n": 1}))
+            conn.close()
+
+        server = threading.Thread(target=accept_later)
+        server.start()
+        transport = Transport(path, timeout=30)
+        try:
+            assert transport.request("POST", "/v1/leases", {"count": 1}) == {"n": 1}
+        finally:
+            server.join(30)
+            transport.close()
+    assert len(received) == 1 and received[0].startswith(b"POST /v1/leases ")
+
+
+def test_a_backlog_that_stays_full_fails_within_the_timeout_having_sent_nothing(
+    short_dir: Path,
+) -> None:
+    """A backlog that never drains: DaemonUnavailable once the timeout has passed, the daemon
+    reached (it is there, busy), and no connection made, so nothing sent."""
+    with full_backlog(short_dir / "full.sock") as listener:
+        transport = Transport(listener.getsockname(), timeout=0.3)
+        with pytest.raises(DaemonUnavailable, match=r"did not answer within 0\.3 s") as raised:
+            transport.request("POST", "/v1/leases", {"count": 1})
+        assert raised.value.reached
+        assert transport.connections_opened == 0
 
 
 # Framing and resending, against scripted servers --------------------------------------------

@@ -32,6 +32,9 @@ DEFAULT_TIMEOUT = 30.0  # seconds that one connect, send or receive may take
 # Open a new connection rather than reuse one idle for longer than this: well inside the
 # daemon's keep-alive timeout (300 s), so the daemon is never closing the one we write on.
 _MAX_IDLE_SECONDS = 60.0
+# A connect refused for a full backlog is tried again after these pauses (doubling).
+_FIRST_BACKLOG_PAUSE = 0.005
+_MAX_BACKLOG_PAUSE = 0.25
 
 
 def resolve_socket(socket_path: str | os.PathLike[str] | None = None) -> str:
@@ -167,7 +170,7 @@ class Transport:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(timeout)
-            sock.connect(self.socket_path)
+            self._connect(sock, timeout)
             check_server(sock, self.socket_path, self._trusted_uids)
         except UntrustedServer:
             sock.close()
@@ -181,6 +184,30 @@ class Transport:
             self._drop()
             raise DaemonUnavailable(f"the connection to {self.socket_path} was hung up")
         return self._conn
+
+    def _connect(self, sock: socket.socket, timeout: float | None) -> None:
+        """Connect, waiting out a full backlog for at most `timeout` seconds.
+
+        A Unix socket whose backlog is full refuses a connect with EAGAIN at once where the
+        socket has a timeout (the kernel waits only for a blocking one): the daemon is there
+        but has a burst of connections still to accept. Nothing was sent, so connecting again
+        is safe; it is tried again after a pause that doubles up to `_MAX_BACKLOG_PAUSE`,
+        each varied a little so that a crowd of clients does not come back all at once.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = _FIRST_BACKLOG_PAUSE
+        while True:
+            try:
+                sock.connect(self.socket_path)
+                return
+            except BlockingIOError:
+                if self._aborted:
+                    raise ConnectionAbortedError("hung up while the backlog was full") from None
+                left = math.inf if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("the daemon's backlog stayed full") from None
+                time.sleep(min(left, pause * (0.5 + time.monotonic_ns() % 1000 / 1000)))
+                pause = min(2 * pause, _MAX_BACKLOG_PAUSE)
 
     def _round_trip(
         self, conn: _Connection, message: bytes, method: str, timeout: float | None, reused: bool

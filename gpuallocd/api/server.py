@@ -28,7 +28,13 @@ from gpuallocd.errors import (
 )
 from gpuallocd.model import Caller
 
-__all__ = ["UnixApiServer", "bind_unix_socket", "limited_handlers", "refuse_if_served"]
+__all__ = [
+    "LISTEN_BACKLOG",
+    "UnixApiServer",
+    "bind_unix_socket",
+    "limited_handlers",
+    "refuse_if_served",
+]
 
 # Idle keep-alive connections stay open long enough for a client's renew interval; a client
 # that hangs up cancels its request, so a disconnected waiter leaves the queue at once.
@@ -37,6 +43,11 @@ _RUNNER_OPTIONS: dict[str, Any] = {**_HANDLER_OPTIONS, "handler_cancellation": T
 # A scraper asks again within a minute or so; a connection idle longer is closed.
 _TCP_HANDLER_OPTIONS: dict[str, Any] = {"access_log": None, "keepalive_timeout": 60.0}
 _TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
+# Connections that may wait to be accepted: a burst of a thousand clients (a job array that
+# starts at once, a sweep's workers) waits in the kernel instead of being refused. The
+# kernel caps it at net.core.somaxconn (4096 since Linux 5.4). asyncio listens again on a
+# socket it is given, the one systemd passes too, with its own 100 unless told this.
+LISTEN_BACKLOG = 4096
 
 
 def refuse_if_served(path: Path) -> None:
@@ -73,7 +84,7 @@ def bind_unix_socket(path: Path, *, mode: int, group: str | None = None) -> sock
         os.chmod(path, mode)
         if group is not None:
             os.chown(path, -1, _group_id(group))
-        sock.listen(512)
+        sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
         sock.close()
         raise StateUnusable(f"cannot serve on {path}: {exc.strerror}") from exc
@@ -224,7 +235,9 @@ class UnixApiServer:
     async def start(self) -> None:
         await self._runner.setup()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(self._protocol, sock=self._sock)
+        self._server = await loop.create_unix_server(
+            self._protocol, sock=self._sock, backlog=LISTEN_BACKLOG
+        )
 
     async def stop(self, grace_seconds: float = 1.0) -> None:
         """Stop accepting, let requests in flight finish (within the grace), close the rest."""

@@ -27,6 +27,7 @@ __all__ = [
     "decayed_gpu_hours",
     "fair_share_order",
     "horizon_seconds",
+    "priority_of",
 ]
 
 HOUR = 3600.0
@@ -108,17 +109,24 @@ def fair_share_order(
 ) -> list[Priority]:
     """The waiters in the order they are served, highest priority first; `waiters` are given
     in order of arrival, which breaks ties."""
-    priorities = [_priority(w, usage.get(w.account, 0.0), now, wait_weight) for w in waiters]
+    priorities = [
+        priority_of(w, usage.get(w.account, 0.0), now=now, wait_weight=wait_weight) for w in waiters
+    ]
     ranked = sorted(enumerate(priorities), key=lambda item: (-item[1].priority, item[0]))
     return [priority for _, priority in ranked]
 
 
-def _priority(waiter: FairShareWaiter, used: float, now: float, weight: float) -> Priority:
+def priority_of(
+    waiter: FairShareWaiter, used: float, *, now: float, wait_weight: float
+) -> Priority:
+    """One waiter's priority now, its account having used `used` decayed GPU-hours. Of two
+    waiters of one account, the one that came first is as high or higher (while the clock
+    has not gone back between their arrivals)."""
     waited = max(0.0, now - waiter.since) / HOUR
     return Priority(
         waiter_id=waiter.id,
         account=waiter.account,
-        priority=weight * waited - used,
+        priority=wait_weight * waited - used,
         usage_gpu_hours=used,
         waited_hours=waited,
     )

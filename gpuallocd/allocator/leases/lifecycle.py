@@ -19,7 +19,7 @@ from gpuallocd.allocator.leases.deadlines import Deadlines
 from gpuallocd.allocator.leases.events_log import Transition
 from gpuallocd.allocator.leases.node_view import GpuStatus, Hold, NodeView
 from gpuallocd.allocator.leases.request_ids import RequestIds
-from gpuallocd.allocator.leases.servable import check_servable, usable_gpus
+from gpuallocd.allocator.leases.servable import KeptFrom, check_servable
 from gpuallocd.allocator.leases.sharing import share_capacity
 from gpuallocd.allocator.leases.slices import leased_units, vanished_units
 from gpuallocd.allocator.leases.specs import AllocateSpec, AllocatorSettings
@@ -208,10 +208,20 @@ class LeaseLifecycle:
 
     def usable_gpus(self, spec: AllocateSpec, owner_uid: int | None = None) -> frozenset[str]:
         """The GPUs that could serve `spec`, less those its owner holds or may not take now."""
-        found = usable_gpus(self.node, self._active.values(), spec, owner_uid)
-        owner = None if owner_uid is None else caller_of_uid(owner_uid)
-        held = self.reservations.held_for_uid(owner_uid, self._clock(), self.ttl_of(spec, owner))
-        return found - held
+        found = self.node.usable_gpus(spec)
+        return found if owner_uid is None else found - self.kept_from()(owner_uid, spec)
+
+    def kept_from(self) -> KeptFrom:
+        """What `usable_gpus` takes off for an owner, for many waiters at one moment: the
+        GPUs the owner holds, and those advance reservations keep from it for the TTL its
+        request would get."""
+        now = self._clock()
+
+        def reserved(uid: int, spec: AllocateSpec) -> frozenset[str]:
+            ttl = self.ttl_of(spec, caller_of_uid(uid))
+            return self.reservations.held_for_uid(uid, now, ttl)
+
+        return KeptFrom(self._active.values(), reserved)
 
     def check_servable(self, caller: Caller, spec: AllocateSpec) -> None:
         """Refuse a wait that the caller's own leases would make endless."""

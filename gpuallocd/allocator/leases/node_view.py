@@ -169,6 +169,7 @@ class NodeView:
         """Take a (re)discovered topology, and the memory each shared GPU may share out."""
         self._topology = topology
         self._by_uuid = topology.by_uuid()
+        self._instances = topology.instances()
         self.share_capacity = dict(share_capacity or {})
         self._new_epoch()
 
@@ -300,7 +301,7 @@ class NodeView:
     def usable_gpus(self, spec: AllocateSpec) -> frozenset[str]:
         """Every unit that could serve this request: the named ones; else every GPU (or, for
         MIG instances, every instance of the profile; for shares, every shared GPU)."""
-        instances = self._topology.instances()
+        instances = self._instances
         named = frozenset(u for u in map(self._known_unit, spec.gpus) if u)
         if spec.count is None or spec.count <= len(named):
             return named
@@ -318,7 +319,7 @@ class NodeView:
         )
 
     def _known_unit(self, ref: str | int) -> str | None:
-        if str(ref) in self._topology.instances():
+        if str(ref) in self._instances:
             return str(ref)
         try:
             return self._topology.resolve(ref)

@@ -8,14 +8,14 @@ root may revoke any lease, so it may queue behind its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gpuallocd.allocator.leases.node_view import NodeView
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.errors import WouldWaitForever
 from gpuallocd.model import Caller, Lease
 
-__all__ = ["check_servable", "held_by", "usable_gpus"]
+__all__ = ["KeptFrom", "check_servable", "held_by", "usable_gpus"]
 
 
 def held_by(leases: Iterable[Lease], uid: int) -> frozenset[str]:
@@ -23,6 +23,35 @@ def held_by(leases: Iterable[Lease], uid: int) -> frozenset[str]:
     if uid == 0:
         return frozenset()
     return frozenset(uuid for lease in leases if lease.owner_uid == uid for uuid in lease.uuids)
+
+
+class KeptFrom:
+    """What `usable_gpus` takes off for the owner of a request, for many waiters at one
+    moment: the GPUs the owner holds (`held`), and those `reserved(uid, spec)` keeps from it
+    (advance reservations, for the TTL its request would get); each looked up once per owner
+    and TTL asked for."""
+
+    def __init__(
+        self,
+        leases: Iterable[Lease],
+        reserved: Callable[[int, AllocateSpec], frozenset[str]],
+    ) -> None:
+        self._leases = list(leases)
+        self._reserved = reserved
+        self._held: dict[int, frozenset[str]] = {}
+        self._kept: dict[tuple[int, float | None], frozenset[str]] = {}
+
+    def held(self, uid: int) -> frozenset[str]:
+        """The GPUs `uid` holds (none for root): kept from every request of its."""
+        if uid not in self._held:
+            self._held[uid] = held_by(self._leases, uid)
+        return self._held[uid]
+
+    def __call__(self, uid: int, spec: AllocateSpec) -> frozenset[str]:
+        key = (uid, spec.ttl_seconds)
+        if key not in self._kept:
+            self._kept[key] = self.held(uid) | self._reserved(uid, spec)
+        return self._kept[key]
 
 
 def usable_gpus(

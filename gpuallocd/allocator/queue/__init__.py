@@ -1,6 +1,8 @@
 """Waiting for GPUs and planning ahead: the queue, its order, its view, advance reservations.
 
     waiting.py    WaitQueue: first come, first served waiting that no large request starves in
+    index.py      the waiters by the units they could use, kept as they come and go
+    serve.py      serving the queue, and what a new request leaves to the waiters ahead
     order.py      the order the queue is served in: fifo or fair share
     view.py       the queue from outside: holds, reasons, estimated starts
     advance.py    admins' advance reservations: create, cancel, what each waits for

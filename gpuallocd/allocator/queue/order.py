@@ -24,6 +24,7 @@ from gpuallocd.policies.fair_share import (
     decayed_gpu_hours,
     fair_share_order,
     horizon_seconds,
+    priority_of,
 )
 
 __all__ = ["FAIR_SHARE", "FIFO", "QueueOrder", "primary_group_of"]
@@ -110,13 +111,27 @@ class QueueOrder:
         by_id = {w.id: w for w in waiters}
         return [(by_id[p.waiter_id], p) for p in order]
 
-    def ahead_of(self, caller: Caller, waiters: Sequence[W]) -> list[W]:
-        """The waiters a new request of `caller` must let go first: all of them under fifo;
-        under fair share those of a priority at least its own (it has waited 0 hours)."""
-        if not self.fair or not waiters:
-            return list(waiters)
-        own = -self._cached_usage(self._clock()).get(self.account(caller), 0.0)
-        return [w for w, p in self.arrange(waiters) if p is None or p.priority >= own]
+    def priorities(self) -> Callable[[_Queued], float] | None:
+        """Each waiter's fair-share priority at one reading of the clock, as `arrange` ranks
+        it (None under fifo): to look at a few waiters without ranking the whole queue."""
+        if not self.fair:
+            return None
+        now = self._clock()
+        usage = self._cached_usage(now)
+        weight = self._settings.fair_share_wait_weight
+
+        def priority(waiter: _Queued) -> float:
+            account = self.account(waiter.caller)
+            entry = FairShareWaiter(waiter.id, account, waiter.since)
+            used = usage.get(account, 0.0)
+            return priority_of(entry, used, now=now, wait_weight=weight).priority
+
+        return priority
+
+    def own_priority(self, caller: Caller) -> float:
+        """The priority of a new request of `caller` (it has waited 0 hours): under fair share
+        it lets go first the waiters of a priority at least this."""
+        return -self._cached_usage(self._clock()).get(self.account(caller), 0.0)
 
     def usage(
         self, now: float | None = None, lease_spans: LeaseSpans | None = None

@@ -13,14 +13,14 @@ promise (squeue --start gives the same kind).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from gpuallocd.allocator.leases.node_view import GpuStatus, Hold
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.model import Caller
-from gpuallocd.policies.serving import serve_in_order
+from gpuallocd.policies.serving import serve_where_free
 
 __all__ = ["QueuedRequest", "WaitInfo", "describe_waiters", "holds"]
 
@@ -43,6 +43,9 @@ class QueuedRequest(Protocol):
 
     @property
     def spec(self) -> AllocateSpec: ...
+
+
+W = TypeVar("W", bound=QueuedRequest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,18 +71,33 @@ class _Need:
         return self.named | frozenset(extra)
 
 
-def _need(spec: AllocateSpec, usable: Usable) -> _Need:
-    named = usable(replace(spec, count=None), None) if spec.gpus else frozenset()
-    return _Need(named, usable(spec, None), max(spec.count or 0, len(named)))
+def _needs(waiters: Sequence[QueuedRequest], usable: Usable) -> list[_Need]:
+    """What each waiter needs; the GPUs a request names looked up once per list of names."""
+    named: dict[tuple[str | int, ...], frozenset[str]] = {(): frozenset()}
+
+    def need(spec: AllocateSpec) -> _Need:
+        if spec.gpus not in named:
+            named[spec.gpus] = usable(replace(spec, count=None), None)
+        names = named[spec.gpus]
+        return _Need(names, usable(spec, None), max(spec.count or 0, len(names)))
+
+    return [need(w.spec) for w in waiters]
 
 
-def holds(waiters: Sequence[QueuedRequest], usable: Usable) -> dict[str, Hold]:
-    """The waiter each GPU is held for: the first in the queue that could use it."""
+def holds(
+    waiters: Iterable[W],
+    usable: Callable[[W], frozenset[str]],
+    wanted: Collection[str] = (),
+) -> dict[str, Hold]:
+    """The waiter each GPU is held for: the first in the queue that could use it (`usable`).
+    `wanted`: every GPU some waiter could use; once each is held, nobody later is read."""
     held: dict[str, Hold] = {}
     for position, waiter in enumerate(waiters, start=1):
+        if wanted and len(held) >= len(wanted):
+            break
         caller = waiter.caller
         reservation = Hold(waiter.id, position, caller.uid, caller.user)
-        for uuid in sorted(usable(waiter.spec, waiter.caller.uid)):
+        for uuid in sorted(usable(waiter)):
             held.setdefault(uuid, reservation)
     return held
 
@@ -147,7 +165,7 @@ def describe_waiters(
     """
     held = held_until or {}
     by_uuid = {s.gpu.uuid: s for s in statuses}
-    needs = [_need(w.spec, usable) for w in waiters]
+    needs = _needs(waiters, usable)
     free = {s.gpu.uuid for s in statuses if s.state == "free"}
     reasons = _reasons(needs, free, by_uuid, power_note)
     releases = _releases(statuses, held)
@@ -189,9 +207,12 @@ def _play_forward(
     now: float,
     ttls: Sequence[float],
 ) -> list[float | None]:
-    """Serve the queue as the daemon does, at now and at each release; when each would start."""
+    """Serve the queue as the daemon does, at now and at each release; when each would start.
+    Each serve looks only at the waiters of the GPUs free then (`serve_where_free`); a need
+    of no GPU (count 0) is served at once, which no estimate shows."""
     starts: list[float | None] = [None] * len(needs)
-    free, pending, at = set(free_now), list(range(len(needs))), now
+    free, at = set(free_now), now
+    lines = _Lines(needs)
 
     def grant(i: int, held: frozenset[str]) -> frozenset[str] | None:
         available = free - held
@@ -200,16 +221,49 @@ def _play_forward(
         taken = needs[i].take(available)
         free.difference_update(taken)
         starts[i] = at
+        lines.served(i)
         heapq.heappush(releases, (at + ttls[i], taken))
         return taken
 
-    while pending:
-        served = {i for i, _ in serve_in_order(pending, grant, lambda i: needs[i].pool)}
-        pending = [i for i in pending if i not in served]
-        if not pending or not releases:
+    while lines.waiting:
+        serve_where_free(
+            lines.of(list(free)), free.__contains__, grant, lambda i: needs[i].pool, lambda i: i
+        )
+        if not lines.waiting or not releases:
             break
         at, gpus = heapq.heappop(releases)
         free |= gpus
         while releases and releases[0][0] <= at:
             free |= heapq.heappop(releases)[1]
     return starts
+
+
+class _Lines:
+    """For each GPU, the positions of the needs that could use it, in queue order; served
+    ones are passed over, and dropped once they lead a line."""
+
+    def __init__(self, needs: Sequence[_Need]) -> None:
+        self._lines: dict[str, list[int]] = {}
+        for i, need in enumerate(needs):
+            for uuid in need.pool if need.count > 0 else ():
+                self._lines.setdefault(uuid, []).append(i)
+        self._fronts = dict.fromkeys(self._lines, 0)
+        self._served: set[int] = set()
+        self.waiting = sum(need.count > 0 for need in needs)
+
+    def served(self, i: int) -> None:
+        self._served.add(i)
+        self.waiting -= 1
+
+    def of(self, free: Iterable[str]) -> Iterator[tuple[str, Iterator[int]]]:
+        """The line of each free GPU that has one."""
+        for uuid in free:
+            if uuid in self._lines:
+                yield uuid, self._after_front(uuid)
+
+    def _after_front(self, uuid: str) -> Iterator[int]:
+        line, front = self._lines[uuid], self._fronts[uuid]
+        while front < len(line) and line[front] in self._served:
+            front += 1
+        self._fronts[uuid] = front
+        return (line[j] for j in range(front, len(line)) if line[j] not in self._served)

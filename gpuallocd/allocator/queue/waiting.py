@@ -13,92 +13,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.node_view import Hold
 from gpuallocd.allocator.leases.specs import AllocateSpec
+from gpuallocd.allocator.queue.index import WaiterIndex
 from gpuallocd.allocator.queue.order import QueueOrder
-from gpuallocd.allocator.queue.view import WaitInfo, describe_waiters, holds
+from gpuallocd.allocator.queue.serve import (
+    LookedAt,
+    Outcome,
+    Waiter,
+    claimed_units,
+    serve_every_waiter,
+    serve_free_units,
+)
+from gpuallocd.allocator.queue.view import describe_waiters, holds
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
 from gpuallocd.model import Caller, Lease
 from gpuallocd.model.durations import typed_duration
 from gpuallocd.policies.fair_share import Priority
-from gpuallocd.policies.serving import serve_in_order
 
 __all__ = ["WaitQueue", "Waiter"]
 
 log = logging.getLogger(__name__)
 
-Outcome = Lease | GpuallocError
 OnGrant = Callable[[Lease], None]
 
 
-def _ignore(lease: Lease) -> None:
-    """The default grant hook: nothing to do."""
-
-
-@dataclass(eq=False)
-class Waiter:
-    caller: Caller
-    spec: AllocateSpec
-    since: float
-    future: asyncio.Future[Lease]
-    id: str = field(default_factory=lambda: secrets.token_hex(4))
-    on_grant: OnGrant = _ignore
-
-    def to_json(self, position: int, info: WaitInfo, now: float) -> dict[str, Any]:
-        """As `queue` shows it: `position` from 1, why it waits and when it may start."""
-        return {
-            "id": self.id,
-            "position": position,
-            "waited_seconds": max(0.0, now - self.since),
-            "reason": info.reason,
-            "reason_detail": info.detail,
-            "estimated_start_at": info.estimated_start_at,
-            "owner": {"uid": self.caller.uid, "user": self.caller.user},
-            "pid": self.caller.pid,
-            "count": self.spec.count,
-            "gpus": list(self.spec.gpus),
-            "policy": self.spec.policy,
-            "label": self.spec.label,
-            "since": self.since,
-        }
-
-
-def _reserved(lifecycle: LeaseLifecycle, waiters: Sequence[Waiter]) -> frozenset[str]:
-    reserved: set[str] = set()
-    for waiter in waiters:
-        reserved |= lifecycle.usable_gpus(waiter.spec, waiter.caller.uid)
-    return frozenset(reserved)
-
-
-def _serve_in_order(
-    lifecycle: LeaseLifecycle, waiters: Sequence[Waiter]
-) -> list[tuple[Waiter, Outcome]]:
-    """Runs in the serial worker: grant every waiter that fits without jumping a blocked one
-    (`policies/serving.py`); a waiter refused for another reason than capacity gets its error."""
-
-    def grant(waiter: Waiter, held: frozenset[str]) -> Outcome | None:
-        try:
-            lease = lifecycle.allocate(
-                waiter.caller, waiter.spec, reserved=held, waited_since=waiter.since
-            )
-        except CapacityError:
-            return None
-        except GpuallocError as exc:
-            return exc
-        waiter.on_grant(lease)
-        return lease
-
-    def pool(waiter: Waiter) -> frozenset[str]:
-        return lifecycle.usable_gpus(waiter.spec, waiter.caller.uid)
-
-    return serve_in_order(waiters, grant, pool)
+def _ignore(_: object) -> None:
+    """The default hooks: nothing to do."""
 
 
 class WaitQueue:
@@ -110,19 +56,26 @@ class WaitQueue:
         worker: SerialWorker,
         clock: Callable[[], float],
         order: QueueOrder | None = None,
+        looked_at: LookedAt = _ignore,
     ) -> None:
-        """`order`: the order waiters are served in (first come, first served without)."""
+        """`order`: the order waiters are served in (first come, first served without);
+        `looked_at`: told of each waiter that a grant, a claim or a serve looks at."""
         self._order = order
         self._lifecycle = lifecycle
         self._worker = worker
         self._clock = clock
-        self._waiters: list[Waiter] = []
+        self._looked_at = looked_at
+        self._index: WaiterIndex[Waiter] = WaiterIndex(lifecycle.node.usable_gpus)
+        self._layout = self._layout_now()
+        self._rules = lifecycle.quota.rules
+        self._look_at_all = False  # the next serve looks at every waiter
+        self._arrivals = 0  # waiters ever queued: each one's `seq`
         self._serving: asyncio.Task[None] | None = None
         self._again = False
 
     def waiters(self) -> list[dict[str, Any]]:
         """The queue in order, with reasons and estimates (run it in the serial worker)."""
-        arranged = self._arranged(self._waiters)
+        arranged = self._arranged(list(self._index))
         waiters = [waiter for waiter, _ in arranged]
         now = self._clock()
         infos = describe_waiters(
@@ -143,8 +96,20 @@ class WaitQueue:
 
     def holds(self) -> dict[str, Hold]:
         """The free GPUs held for waiters, by UUID."""
-        ordered = [waiter for waiter, _ in self._arranged(self._waiters)]
-        return holds(ordered, self._lifecycle.usable_gpus)
+        self._follow_layout()
+        kept = self._lifecycle.kept_from()
+        index = self._index
+
+        def usable(waiter: Waiter) -> frozenset[str]:
+            return index.units_of(waiter) - kept(waiter.caller.uid, waiter.spec)
+
+        return holds(self._in_order(), usable, wanted=index.units())
+
+    def _in_order(self) -> Iterable[Waiter]:
+        """The waiters in the order they are served (under fifo, read as they are needed)."""
+        if self._order is None or not self._order.fair:
+            return iter(self._index)
+        return [waiter for waiter, _ in self._order.arrange(list(self._index))]
 
     def _arranged(self, waiters: Sequence[Waiter]) -> list[tuple[Waiter, Priority | None]]:
         """The waiters in the order they are served, each with its fair-share priority."""
@@ -152,17 +117,31 @@ class WaitQueue:
             return [(waiter, None) for waiter in waiters]
         return self._order.arrange(waiters)
 
-    def _serve_arranged(self, waiters: Sequence[Waiter]) -> list[tuple[Waiter, Outcome]]:
-        ordered = [waiter for waiter, _ in self._arranged(waiters)]
-        return _serve_in_order(self._lifecycle, ordered)
-
     def waiting_of(self, uid: int) -> int:
         """How many requests of the user `uid` wait now."""
-        return sum(w.caller.uid == uid for w in self._waiters)
+        return self._index.waiting_of(uid)
 
     def wanted_gpus(self) -> frozenset[str]:
         """Every GPU some waiter could use."""
-        return _reserved(self._lifecycle, self._waiters)
+        self._follow_layout()
+        kept = self._lifecycle.kept_from()
+        return claimed_units(
+            self._index, kept, lambda _: True, ahead_first=True, looked_at=self._looked_at
+        )
+
+    def _layout_now(self) -> tuple[object, object]:
+        """What a waiter's units depend on: the node's topology and its shared GPUs."""
+        node = self._lifecycle.node
+        return node.topology, node.share_capacity
+
+    def _follow_layout(self) -> None:
+        """Index the waiters again if the node's layout changed (a GPU came or went, MIG
+        instances were remade); the next serve then looks at every waiter."""
+        layout = self._layout_now()
+        if any(now is not before for now, before in zip(layout, self._layout, strict=True)):
+            self._layout = layout
+            self._index.relaid(self._lifecycle.node.usable_gpus)
+            self._look_at_all = True
 
     async def allocate(
         self,
@@ -179,9 +158,9 @@ class WaitQueue:
         (`quota_exceeded`), or blocked only by the caller's own leases (`would_wait_forever`),
         it is refused at once.
         """
-        ahead = list(self._waiters)
+        arrived = self._arrivals  # the waiters queued before this request came
         try:
-            return await self._worker.run(self._allocate_now, caller, spec, ahead, on_grant)
+            return await self._worker.run(self._allocate_now, caller, spec, arrived, on_grant)
         except CapacityError:
             if not wait:
                 raise
@@ -189,11 +168,23 @@ class WaitQueue:
         return await self._wait(caller, spec, timeout, on_grant)
 
     def _allocate_now(
-        self, caller: Caller, spec: AllocateSpec, ahead: Sequence[Waiter], on_grant: OnGrant
+        self, caller: Caller, spec: AllocateSpec, arrived: int, on_grant: OnGrant
     ) -> Lease:
-        if self._order is not None:
-            ahead = self._order.ahead_of(caller, ahead)
-        reserved = _reserved(self._lifecycle, ahead)
+        """Grant without the units that the waiters ahead of the request may use: those
+        queued before it came, and under fair share of a priority at least its own."""
+        self._follow_layout()
+        order = self._order
+        priority = order.priorities() if order is not None else None
+        ahead: Callable[[Waiter], bool] = lambda w: w.seq <= arrived  # noqa: E731
+        ahead_first = True  # a line is in order of arrival
+        if order is not None and priority is not None:
+            own = order.own_priority(caller)
+            ahead = lambda w: w.seq <= arrived and priority(w) >= own  # noqa: E731
+            ahead_first = self._index.in_order  # and then in order of priority too
+        kept = self._lifecycle.kept_from()
+        reserved = claimed_units(
+            self._index, kept, ahead, ahead_first=ahead_first, looked_at=self._looked_at
+        )
         lease = self._lifecycle.allocate(caller, spec, reserved=reserved)
         on_grant(lease)
         return lease
@@ -208,11 +199,14 @@ class WaitQueue:
             since=self._clock(),
             future=loop.create_future(),
             on_grant=on_grant,
+            seq=self._arrivals + 1,
         )
         # The waiting limit is checked and the waiter queued in one step (no await between):
         # parallel requests of one user cannot all pass the check before any of them queues.
         self._lifecycle.quota.check_waiting(caller, self.waiting_of(caller.uid))
-        self._waiters.append(waiter)
+        self._follow_layout()
+        self._arrivals = waiter.seq
+        self._index.add(waiter)
         log.info("%s (pid %d) waits for GPUs", caller.user, caller.pid)
         if self._order is not None and self._order.fair:
             self.kick()  # it may go ahead of waiters that hold free GPUs it can use
@@ -230,17 +224,16 @@ class WaitQueue:
         """The daemon stops: every waiting request ends now, unanswered (its connection
         closes), instead of holding the stop for the grace period. Its client sends it again,
         with the same request id, to the daemon that comes next (docs/client.md)."""
-        for waiter in list(self._waiters):
+        for waiter in list(self._index):
             waiter.future.cancel()
 
     def _leave(self, waiter: Waiter) -> None:
-        if waiter in self._waiters:
-            self._waiters.remove(waiter)
+        if self._index.remove(waiter):
             self.kick()  # its reservation is gone: those behind it may fit now
 
     def kick(self) -> None:
         """GPUs may have come free: serve the queue (soon, on the event loop)."""
-        if not self._waiters:
+        if not self._index:
             return
         if self._serving is not None and not self._serving.done():
             self._again = True
@@ -251,16 +244,34 @@ class WaitQueue:
         self._again = True
         while self._again:
             self._again = False
-            pending = [w for w in self._waiters if not w.future.done()]
-            if not pending:
+            if not any(not w.future.done() for w in self._index):
                 return
-            outcomes = await self._worker.run(self._serve_arranged, pending)
+            outcomes = await self._worker.run(self._serve_now)
             for waiter, outcome in outcomes:
                 await self._deliver(waiter, outcome)
 
+    def _serve_now(self) -> list[tuple[Waiter, Outcome]]:
+        """Runs in the serial worker: grant every waiter that fits without jumping a blocked
+        one (`policies/serving.py`), looking at the waiters of the free units. After the
+        node's layout or the site's rules changed, at every waiter: either may end a waiter
+        with an error whatever is free; so may a fair queue whose clock went back (its lines
+        are then out of its order)."""
+        self._lifecycle.expire_due()
+        self._follow_layout()
+        rules, self._rules = self._rules, self._lifecycle.quota.rules
+        every, self._look_at_all = self._look_at_all or rules is not self._rules, False
+        priority = self._order.priorities() if self._order is not None else None
+        if every or not (priority is None or self._index.in_order):
+            pending = [w for w in self._index if not w.future.done()]
+            ordered = [waiter for waiter, _ in self._arranged(pending)]
+            return serve_every_waiter(self._lifecycle, ordered, self._looked_at)
+        key: Callable[[Waiter], Any] = (
+            (lambda w: w.seq) if priority is None else (lambda w: (-priority(w), w.seq))
+        )
+        return serve_free_units(self._lifecycle, self._index, key, self._looked_at)
+
     async def _deliver(self, waiter: Waiter, outcome: Outcome) -> None:
-        if waiter in self._waiters:
-            self._waiters.remove(waiter)
+        self._index.remove(waiter)
         if not waiter.future.done():
             if isinstance(outcome, Lease):
                 waiter.future.set_result(outcome)
