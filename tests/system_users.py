@@ -18,6 +18,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,6 +101,30 @@ class SystemUsers:
         return self.run(
             short, ["-m", "gpuallocd.cli", "--socket", str(socket), *args], timeout=timeout
         )
+
+    @contextmanager
+    def renamed(self, short: str, new: str) -> Iterator[str]:
+        """The user `short` renamed to `new` by `usermod -l` (a real edit of /etc/passwd),
+        its name given back afterwards."""
+        old = self.name(short)
+        subprocess.run(["usermod", "-l", new, old], check=True, capture_output=True)
+        try:
+            yield new
+        finally:
+            subprocess.run(["usermod", "-l", old, new], check=True, capture_output=True)
+
+    @contextmanager
+    def primary_group(self, short: str, group: str) -> Iterator[str]:
+        """The user `short` moved to the primary group `group` by `usermod -g`, moved back
+        afterwards."""
+        before = pwd.getpwnam(self.name(short)).pw_gid
+        subprocess.run(["usermod", "-g", group, self.name(short)], check=True, capture_output=True)
+        try:
+            yield group
+        finally:
+            subprocess.run(
+                ["usermod", "-g", str(before), self.name(short)], check=True, capture_output=True
+            )
 
     def _as(self, short: str, more: Mapping[str, str] | None = None) -> dict[str, object]:
         entry = pwd.getpwnam(self.name(short))

@@ -30,7 +30,7 @@ ALLOWED = {
     "processes": {"model", "host"},
     "allocator": {"model", "policies", "ledger", "processes", "enforcement", "host"},
     "enforcement": {"model", "integrations", "processes", "host"},
-    "api": {"model", "allocator", "policies", "topology"},
+    "api": {"model", "allocator", "policies", "topology", "host"},
     "metrics": {"model", "allocator", "api", "inventory"},
     "charts": {"model"},
     "dashboard": {"model", "allocator", "api", "charts", "ledger"},
@@ -51,7 +51,7 @@ ALLOWED = {
     },
     "integrations": {"model"},
     "notify": {"model"},
-    "mcp": {"model", "planning", "policies", "topology"},
+    "mcp": {"model", "planning", "policies", "topology", "host"},
     "cli": {
         "model",
         "charts",
@@ -383,3 +383,34 @@ def test_every_detail_key_is_documented() -> None:
         if f"`{key}`" not in doc
     ]
     assert missing == []
+
+
+# Rules with one home, and the modules allowed to hold them: a second home is a test failure.
+USER_DATABASE_READERS = {
+    "gpuallocd.host.users",  # the one cache every reader of the daemon asks
+    "gpuallocd.cli.common",  # the CLI's lookups, once per process (no host/ at start-up)
+}
+
+
+def _names_used(path: Path) -> set[str]:
+    """The modules `path` imports and the attributes it reads, by name."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.add(node.module or "")
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+    return found
+
+
+def test_only_the_user_database_reads_the_user_database() -> None:
+    """pwd, grp and getgrouplist are read in host/users.py (and the CLI's own lookups), so
+    every reader sees one version of the database, dropped when its files change."""
+    readers = sorted(
+        name
+        for name, path in _modules().items()
+        if _names_used(path) & {"pwd", "grp", "getgrouplist"}
+    )
+    assert readers == sorted(USER_DATABASE_READERS)

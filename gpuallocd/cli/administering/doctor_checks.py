@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuallocd import __version__
-from gpuallocd.host import cgroup_version, clock_source, systemd_is_init
+from gpuallocd.host import cgroup_version, clock_source, systemd_is_init, users
 
 __all__ = ["FAIL", "OK", "WARN", "Check", "daemon_checks", "host_checks"]
 
@@ -310,12 +310,8 @@ def notify_channels(diag: Diagnostics) -> Check:
 
 
 def _user(uid: int) -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
+    found = users.account(uid)
+    return f"uid {uid}" if found is None else found.name
 
 
 def daemon_checks(diag: Diagnostics) -> list[Check]:
