@@ -414,3 +414,27 @@ def test_only_the_user_database_reads_the_user_database() -> None:
         if _names_used(path) & {"pwd", "grp", "getgrouplist"}
     )
     assert readers == sorted(USER_DATABASE_READERS)
+
+
+def _trees() -> Iterator[tuple[str, ast.AST]]:
+    for name, path in _modules().items():
+        yield name, ast.parse(path.read_text())
+
+
+def _literals(node: ast.AST) -> set[object]:
+    elements = node.elts if isinstance(node, (ast.Set, ast.Tuple, ast.List)) else []
+    return {e.value for e in elements if isinstance(e, ast.Constant)}
+
+
+def test_the_events_that_end_a_lease_have_one_home() -> None:
+    """Which events end a lease is `ENDING_EVENT` of model/lease.py (and `ENDINGS`, made of
+    it); no module lists them again, in Python or in SQL."""
+    ends = {"freed", "expired", "revoked"}
+    offenders = sorted(
+        name
+        for name, tree in _trees()
+        for node in ast.walk(tree)
+        if ends <= _literals(node)
+        or (isinstance(node, ast.Constant) and all(f"'{e}'" in str(node.value) for e in ends))
+    )
+    assert offenders == []

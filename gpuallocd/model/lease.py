@@ -48,6 +48,8 @@ ENDING_EVENT = {
     LeaseState.EXPIRED: LeaseEvent.EXPIRED,
     LeaseState.REVOKED: LeaseEvent.REVOKED,
 }
+# The history events that end a lease, by the name the ledger records.
+ENDINGS = frozenset(event.value for event in ENDING_EVENT.values())
 
 
 @dataclass(frozen=True, slots=True)

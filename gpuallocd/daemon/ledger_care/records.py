@@ -22,10 +22,11 @@ from pathlib import Path
 
 from gpuallocd.host import users
 from gpuallocd.ledger.salvage import SalvageReport
+from gpuallocd.model.lease import ENDINGS as ENDINGS_OF_LEASES
 
 __all__ = ["Held", "Recorded", "Records", "active_units", "read_records", "user_name"]
 
-ENDINGS = ("freed", "expired", "revoked")
+ENDINGS = tuple(sorted(ENDINGS_OF_LEASES))  # as an SQL list: ("expired", "freed", ...)
 CHUNK = 500  # lease ids looked up per query (SQLite bounds the parameters of one)
 
 
