@@ -438,3 +438,38 @@ def test_the_events_that_end_a_lease_have_one_home() -> None:
         or (isinstance(node, ast.Constant) and all(f"'{e}'" in str(node.value) for e in ends))
     )
     assert offenders == []
+
+
+CLIENT = Path(client_errors.__file__).parent
+LEASE_ID_HOME = CLIENT / "lease_id.py"
+
+
+def _spells_lease_id(node: ast.AST) -> bool:
+    """`"GPUALLOCD_LEASE_ID"`, `b"GPUALLOCD_LEASE_ID="` or an f-string's `...GPUALLOCD_LEASE_ID=`
+    as a value, a pattern of 12 hex digits, or `token_hex(6)`."""
+    name = "GPUALLOCD_LEASE_ID"
+    if isinstance(node, ast.Call):
+        six = any(isinstance(a, ast.Constant) and a.value == 6 for a in node.args)
+        return getattr(node.func, "attr", None) == "token_hex" and six
+    value = node.value if isinstance(node, ast.Constant) else None
+    text = value.decode(errors="replace") if isinstance(value, bytes) else value
+    if not isinstance(text, str):
+        return False
+    return text in (name, name + "=") or text.endswith(" " + name + "=") or "{12}" in text
+
+
+def _lease_id_spellings(path: Path) -> list[int]:
+    """Lines of `path` that spell the lease id's variable or format."""
+    tree = ast.parse(path.read_text())
+    return [getattr(node, "lineno", 0) for node in ast.walk(tree) if _spells_lease_id(node)]
+
+
+def test_the_lease_id_variable_and_format_have_one_home() -> None:
+    """GPUALLOCD_LEASE_ID and the id's format (12 hex digits) are spelled in gpulease's
+    `lease_id.py` only: the daemon imports them from the client, never the other way."""
+    paths = [*_modules().values(), *sorted(CLIENT.glob("*.py"))]
+    offenders = {
+        str(p): lines for p in paths if p != LEASE_ID_HOME and (lines := _lease_id_spellings(p))
+    }
+    assert offenders == {}
+    assert _lease_id_spellings(LEASE_ID_HOME) != []

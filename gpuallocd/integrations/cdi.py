@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpulease.lease_id import LEASE_ID_VARIABLE
+
 from gpuallocd.integrations.devices import NVIDIA_CONTROL_NODES, nvidia_device_nodes
 
 __all__ = ["CDI_KIND", "CDI_VERSION", "CdiError", "LeaseLike", "cdi_spec", "write_cdi_spec"]
@@ -64,7 +66,7 @@ def _device(lease: LeaseLike, nodes: Mapping[str, str]) -> dict[str, Any]:
             "env": [
                 f"NVIDIA_VISIBLE_DEVICES={visible}",
                 f"CUDA_VISIBLE_DEVICES={visible}",
-                f"GPUALLOCD_LEASE_ID={lease.id}",
+                f"{LEASE_ID_VARIABLE}={lease.id}",
             ],
             "deviceNodes": [{"path": nodes[u]} for u in uuids],
         },
