@@ -473,3 +473,19 @@ def test_the_lease_id_variable_and_format_have_one_home() -> None:
     }
     assert offenders == {}
     assert _lease_id_spellings(LEASE_ID_HOME) != []
+
+
+def test_one_judge_of_loopback() -> None:
+    """Whether an address is this machine only is model/addresses.py's `is_loopback` (an
+    IPv4-mapped address as its IPv4 self): no module asks `ipaddress` again or defines
+    another."""
+    home = "gpuallocd.model.addresses"
+    offenders = sorted(
+        (name, getattr(node, "lineno", 0))
+        for name, tree in _trees()
+        if name != home
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Attribute) and node.attr in {"is_loopback", "ipv4_mapped"})
+        or (isinstance(node, ast.FunctionDef) and node.name.strip("_") == "is_loopback")
+    )
+    assert offenders == []
