@@ -527,3 +527,21 @@ def test_files_are_replaced_one_way() -> None:
         )
     )
     assert offenders == []
+
+
+def test_a_waiter_and_a_held_gpu_are_worded_in_one_place() -> None:
+    """`held for bob (queue 1)` and `queued 1 of 2 (12s): ...` are built by
+    model/queue_text.py for the CLI, the MCP server and the dashboard; no other module puts
+    those lines together (an f-string's `held for `, ` (queue `, `queued ` pieces)."""
+    home = "gpuallocd.model.queue_text"
+    offenders = sorted(
+        (name, node.lineno)
+        for name, tree in _trees()
+        if name != home
+        for joined in ast.walk(tree)
+        if isinstance(joined, ast.JoinedStr)
+        for node in joined.values
+        if isinstance(node, ast.Constant)
+        and (node.value in ("held for ", " (queue ") or str(node.value).endswith("queued "))
+    )
+    assert offenders == []
