@@ -114,6 +114,16 @@ class SystemUsers:
             subprocess.run(["usermod", "-l", old, new], check=True, capture_output=True)
 
     @contextmanager
+    def renamed_group(self, short: str, new: str) -> Iterator[str]:
+        """The group `short` renamed to `new` by `groupmod -n`, its name given back afterwards."""
+        old = self.name(short)
+        subprocess.run(["groupmod", "-n", new, old], check=True, capture_output=True)
+        try:
+            yield new
+        finally:
+            subprocess.run(["groupmod", "-n", old, new], check=True, capture_output=True)
+
+    @contextmanager
     def primary_group(self, short: str, group: str) -> Iterator[str]:
         """The user `short` moved to the primary group `group` by `usermod -g`, moved back
         afterwards."""

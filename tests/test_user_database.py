@@ -200,3 +200,17 @@ def test_sources_are_read_from_the_users_and_groups_lines() -> None:
     text = "passwd: files systemd # local\ngroup: files [SUCCESS=merge] ldap\nhosts: dns\n"
     assert nss_sources(text) == {"files", "systemd", "ldap"}
     assert nss_sources("# nothing\n") == {"files"}
+
+
+def test_a_renamed_group_is_read_by_its_new_name(system_users: SystemUsers, tmp_path: Path) -> None:
+    """`groupmod -n` renames staff: bob's groups name the new one, and the old name is no
+    group (a rule written for it applies to nobody)."""
+    users = system_users
+    database, clock = _database(tmp_path, "files", real=True)
+    bob = database.account(users.uid("bob"))
+    assert bob is not None and users.name("staff") in database.groups_of(bob.name, bob.gid)
+    with users.renamed_group("staff", f"garenstaff{users.suffix}") as new:
+        clock.step(CHECK_SECONDS)
+        groups = database.groups_of(bob.name, bob.gid)
+        assert new in groups and users.name("staff") not in groups
+        assert database.group_id(users.name("staff")) is None
