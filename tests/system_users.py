@@ -17,7 +17,9 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,6 +103,43 @@ class SystemUsers:
             short, ["-m", "gpuallocd.cli", "--socket", str(socket), *args], timeout=timeout
         )
 
+    @contextmanager
+    def renamed(self, short: str, new: str) -> Iterator[str]:
+        """The user `short` renamed to `new` by `usermod -l` (a real edit of /etc/passwd),
+        its name given back afterwards. usermod renames no user with a process running: one
+        an earlier test signalled is given time to finish exiting first."""
+        old, uid = self.name(short), self.uid(short)
+        _until_no_process_of(uid)
+        subprocess.run(["usermod", "-l", new, old], check=True, capture_output=True)
+        try:
+            yield new
+        finally:
+            _until_no_process_of(uid)
+            subprocess.run(["usermod", "-l", old, new], check=True, capture_output=True)
+
+    @contextmanager
+    def renamed_group(self, short: str, new: str) -> Iterator[str]:
+        """The group `short` renamed to `new` by `groupmod -n`, its name given back afterwards."""
+        old = self.name(short)
+        subprocess.run(["groupmod", "-n", new, old], check=True, capture_output=True)
+        try:
+            yield new
+        finally:
+            subprocess.run(["groupmod", "-n", old, new], check=True, capture_output=True)
+
+    @contextmanager
+    def primary_group(self, short: str, group: str) -> Iterator[str]:
+        """The user `short` moved to the primary group `group` by `usermod -g`, moved back
+        afterwards."""
+        before = pwd.getpwnam(self.name(short)).pw_gid
+        subprocess.run(["usermod", "-g", group, self.name(short)], check=True, capture_output=True)
+        try:
+            yield group
+        finally:
+            subprocess.run(
+                ["usermod", "-g", str(before), self.name(short)], check=True, capture_output=True
+            )
+
     def _as(self, short: str, more: Mapping[str, str] | None = None) -> dict[str, object]:
         entry = pwd.getpwnam(self.name(short))
         groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
@@ -112,6 +151,37 @@ class SystemUsers:
             "env": env,
             "cwd": "/",
         }
+
+
+def _until_no_process_of(uid: int, timeout: float = 30.0) -> None:
+    """Return once no process runs as `uid` (zombies aside); fail after `timeout` seconds
+    (an upper bound only), naming them."""
+    deadline = time.monotonic() + timeout
+    while running := _processes_of(uid):
+        if time.monotonic() > deadline:
+            named = {pid: _command(pid) for pid in running}
+            raise AssertionError(f"uid {uid} still runs {named} after {timeout:g} s")
+        time.sleep(0.05)
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "(gone)"
+
+
+def _processes_of(uid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("Uid", "").split()[:1] == [str(uid)] and "Z" not in fields.get("State", ""):
+            found.append(int(entry.name))
+    return found
 
 
 def _unused_suffix() -> str:

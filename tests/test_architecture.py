@@ -30,8 +30,8 @@ ALLOWED = {
     "processes": {"model", "host"},
     "allocator": {"model", "policies", "ledger", "processes", "enforcement", "host"},
     "enforcement": {"model", "integrations", "processes", "host"},
-    "api": {"model", "allocator", "policies", "topology"},
-    "metrics": {"model", "allocator", "api", "inventory"},
+    "api": {"model", "allocator", "policies", "topology", "host"},
+    "metrics": {"model", "allocator", "api", "inventory", "host"},
     "charts": {"model"},
     "dashboard": {"model", "allocator", "api", "charts", "ledger"},
     "host": set(),
@@ -49,9 +49,9 @@ ALLOWED = {
         "dashboard",
         "notify",
     },
-    "integrations": {"model"},
-    "notify": {"model"},
-    "mcp": {"model", "planning", "policies", "topology"},
+    "integrations": {"model", "host"},
+    "notify": {"model", "host"},
+    "mcp": {"model", "planning", "policies", "topology", "host"},
     "cli": {
         "model",
         "charts",
@@ -383,3 +383,165 @@ def test_every_detail_key_is_documented() -> None:
         if f"`{key}`" not in doc
     ]
     assert missing == []
+
+
+# Rules with one home, and the modules allowed to hold them: a second home is a test failure.
+USER_DATABASE_READERS = {
+    "gpuallocd.host.users",  # the one cache every reader of the daemon asks
+    "gpuallocd.cli.common",  # the CLI's lookups, once per process (no host/ at start-up)
+}
+
+
+def _names_used(path: Path) -> set[str]:
+    """The modules `path` imports and the attributes it reads, by name."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.add(node.module or "")
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+    return found
+
+
+def test_only_the_user_database_reads_the_user_database() -> None:
+    """pwd, grp and getgrouplist are read in host/users.py (and the CLI's own lookups), so
+    every reader sees one version of the database, dropped when its files change."""
+    readers = sorted(
+        name
+        for name, path in _modules().items()
+        if _names_used(path) & {"pwd", "grp", "getgrouplist"}
+    )
+    assert readers == sorted(USER_DATABASE_READERS)
+
+
+def _trees() -> Iterator[tuple[str, ast.AST]]:
+    for name, path in _modules().items():
+        yield name, ast.parse(path.read_text())
+
+
+def _literals(node: ast.AST) -> set[object]:
+    elements = node.elts if isinstance(node, (ast.Set, ast.Tuple, ast.List)) else []
+    return {e.value for e in elements if isinstance(e, ast.Constant)}
+
+
+def test_the_events_that_end_a_lease_have_one_home() -> None:
+    """Which events end a lease is `ENDING_EVENT` of model/lease.py (and `ENDINGS`, made of
+    it); no module lists them again, in Python or in SQL."""
+    ends = {"freed", "expired", "revoked"}
+    offenders = sorted(
+        name
+        for name, tree in _trees()
+        for node in ast.walk(tree)
+        if ends <= _literals(node)
+        or (isinstance(node, ast.Constant) and all(f"'{e}'" in str(node.value) for e in ends))
+    )
+    assert offenders == []
+
+
+CLIENT = Path(client_errors.__file__).parent
+LEASE_ID_HOME = CLIENT / "lease_id.py"
+
+
+def _spells_lease_id(node: ast.AST) -> bool:
+    """`"GPUALLOCD_LEASE_ID"`, `b"GPUALLOCD_LEASE_ID="` or an f-string's `...GPUALLOCD_LEASE_ID=`
+    as a value, a pattern of 12 hex digits, or `token_hex(6)`."""
+    name = "GPUALLOCD_LEASE_ID"
+    if isinstance(node, ast.Call):
+        six = any(isinstance(a, ast.Constant) and a.value == 6 for a in node.args)
+        return getattr(node.func, "attr", None) == "token_hex" and six
+    value = node.value if isinstance(node, ast.Constant) else None
+    text = value.decode(errors="replace") if isinstance(value, bytes) else value
+    if not isinstance(text, str):
+        return False
+    return text in (name, name + "=") or text.endswith(" " + name + "=") or "{12}" in text
+
+
+def _lease_id_spellings(path: Path) -> list[int]:
+    """Lines of `path` that spell the lease id's variable or format."""
+    tree = ast.parse(path.read_text())
+    return [getattr(node, "lineno", 0) for node in ast.walk(tree) if _spells_lease_id(node)]
+
+
+def test_the_lease_id_variable_and_format_have_one_home() -> None:
+    """GPUALLOCD_LEASE_ID and the id's format (12 hex digits) are spelled in gpulease's
+    `lease_id.py` only: the daemon imports them from the client, never the other way."""
+    paths = [*_modules().values(), *sorted(CLIENT.glob("*.py"))]
+    offenders = {
+        str(p): lines for p in paths if p != LEASE_ID_HOME and (lines := _lease_id_spellings(p))
+    }
+    assert offenders == {}
+    assert _lease_id_spellings(LEASE_ID_HOME) != []
+
+
+def test_one_judge_of_loopback() -> None:
+    """Whether an address is this machine only is model/addresses.py's `is_loopback` (an
+    IPv4-mapped address as its IPv4 self): no module asks `ipaddress` again or defines
+    another."""
+    home = "gpuallocd.model.addresses"
+    offenders = sorted(
+        (name, getattr(node, "lineno", 0))
+        for name, tree in _trees()
+        if name != home
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Attribute) and node.attr in {"is_loopback", "ipv4_mapped"})
+        or (isinstance(node, ast.FunctionDef) and node.name.strip("_") == "is_loopback")
+    )
+    assert offenders == []
+
+
+# Modules that write files by name besides the one writer, and why they may.
+OWN_FILE_WRITERS = {
+    "gpuallocd.host.files": "the one writer of a file another user may reach",
+    "gpuallocd.ledger.backups": "SQLite writes the backup itself, in the private state dir",
+    "gpuallocd.daemon.ledger_care.recovery": "moves the ledger's files in the private state dir",
+    "gpuallocd.daemon.startup.integrity": "its marker and what it sets aside: private state dir",
+    "gpuallocd.daemon.startup.statelock": "the lock's holder file, opened O_NOFOLLOW, in place",
+}
+
+
+def test_files_are_replaced_one_way() -> None:
+    """A file is written by temporary name and rename (O_EXCL, O_TRUNC, mkstemp, os.replace,
+    os.rename) only in host/files.py's `write_file`, and in the modules above, each for the
+    reason given; `open(..., "w")` on a path is nowhere."""
+    writes = {"O_EXCL", "O_TRUNC", "mkstemp", "NamedTemporaryFile", "replace", "rename"}
+    offenders = sorted(
+        (name, node.lineno)
+        for name, tree in _trees()
+        if name not in OWN_FILE_WRITERS and not name.startswith("gpuallocd.testing")
+        for node in ast.walk(tree)
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in writes
+            and isinstance(node.value, ast.Name)
+            and node.value.id in {"os", "tempfile"}
+        )
+        or (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "open"
+            and any(
+                isinstance(a, ast.Constant) and str(a.value)[:1] in ("w", "a", "x")
+                for a in node.args[1:]
+            )
+        )
+    )
+    assert offenders == []
+
+
+def test_a_waiter_and_a_held_gpu_are_worded_in_one_place() -> None:
+    """`held for bob (queue 1)` and `queued 1 of 2 (12s): ...` are built by
+    model/queue_text.py for the CLI, the MCP server and the dashboard; no other module puts
+    those lines together (an f-string's `held for `, ` (queue `, `queued ` pieces)."""
+    home = "gpuallocd.model.queue_text"
+    offenders = sorted(
+        (name, node.lineno)
+        for name, tree in _trees()
+        if name != home
+        for joined in ast.walk(tree)
+        if isinstance(joined, ast.JoinedStr)
+        for node in joined.values
+        if isinstance(node, ast.Constant)
+        and (node.value in ("held for ", " (queue ") or str(node.value).endswith("queued "))
+    )
+    assert offenders == []

@@ -8,6 +8,7 @@ import pwd
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from gpuallocd.cli import cli
+from gpuallocd.cli.leasing.waiting import waiting_text
 from gpuallocd.cli.style import render_table, short_uuid
+from gpuallocd.dashboard.sections import gpus_html, queue_html
+from gpuallocd.dashboard.source import NodeNow
+from gpuallocd.mcp.foreign import OthersText
+from gpuallocd.mcp.shapes import gpu_line, gpu_view
+from gpuallocd.model.queue_text import why_waiting
 from tests.harness import ThreadDaemon, ctl_argv
 
 A100 = "nvml-recording:dgx-a100-mig"
@@ -101,6 +108,38 @@ def test_gpus_held_for_a_waiter_show_as_reserved(daemon: ThreadDaemon) -> None:
         assert "held for root (queue 1)" in reserved
         free = ctl(daemon, "allocate", "-n", "1")
         assert free.exit_code == 4 and "gpus_unavailable" in free.output
+    finally:
+        waiter.send_signal(signal.SIGINT)
+        waiter.wait(30)
+
+
+def test_a_held_gpu_and_its_waiter_read_alike_in_the_cli_mcp_and_dashboard(
+    daemon: ThreadDaemon,
+) -> None:
+    """The GPU held for a waiter reads `held for root (queue 1)` in `status`, the MCP
+    server's `gpus` and the dashboard alike, and the waiter's why (`Resources: ...`) is the
+    same words in the CLI's waiting line, the MCP queue and the dashboard's queue."""
+    ctl(daemon, "allocate", "-n", "3")
+    waiter = subprocess.Popen(
+        ctl_argv(daemon.paths.socket, "allocate", "-n", "2", "--wait"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with daemon.client() as client:
+            wait_until_queued(client, 1)
+            gpus = client.request("GET", "/v1/gpus")["gpus"]
+            (queued,) = client.queue()
+        now = time.time()
+        (held,) = [g for g in gpus if g["state"] == "reserved"]
+        node = NodeNow(now, "node", gpus, {}, [queued], [])
+        said = "held for root (queue 1)"
+        assert said in ctl(daemon, "status").output
+        assert said in gpu_line(gpu_view(held, now, OthersText()), now)
+        assert said in gpus_html(node, str)
+        why = why_waiting(queued)
+        assert why.startswith("Resources: ") and why in waiting_text(queued, 1, now)
+        assert why in queue_html(node)
     finally:
         waiter.send_signal(signal.SIGINT)
         waiter.wait(30)

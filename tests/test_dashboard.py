@@ -17,7 +17,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from gpuallocd.api.tcp_address import is_loopback, parse_host_port
+from gpuallocd.api.tcp_address import parse_host_port
 from gpuallocd.charts import (
     BarGroup,
     Interval,
@@ -32,6 +32,8 @@ from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.dashboard.admission import BUSY, TOO_FAST, FairAdmission, TokenBucket
 from gpuallocd.errors import ConfigError
 from gpuallocd.model import LeaseSpan
+from gpuallocd.model.addresses import is_loopback
+from gpuallocd.notify.http_send import Forbidden
 from tests.dashboard_scene import free_port
 from tests.harness import DaemonPaths, HandClock, ThreadDaemon, ctl_argv, wait_for
 from tests.test_daemon_lifecycle import run_daemon_once
@@ -87,6 +89,16 @@ def test_dashboard_address_refuses_every_interface_and_nonsense(text: str) -> No
 def test_loopback_is_this_machine_only() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("10.1.2.3") and not is_loopback("example.org")
+
+
+def test_an_ipv4_mapped_loopback_is_loopback_to_every_judge() -> None:
+    """`::ffff:127.0.0.1` is 127.0.0.1: a port set to it draws no warning (it did, while the
+    peers of that port counted as loopback), and a webhook to it is refused like one to
+    127.0.0.1; `::ffff:10.1.2.3` is no loopback anywhere."""
+    assert is_loopback("::ffff:127.0.0.1") and not is_loopback("::ffff:10.1.2.3")
+    assert config_warnings(DaemonConfig(dashboard_listen="[::ffff:127.0.0.1]:8423")) == []
+    assert config_warnings(DaemonConfig(metrics_listen="[::ffff:10.1.2.3]:9423")) != []
+    assert Forbidden(frozenset({("127.0.0.1", 8423)})).refuses("::ffff:127.0.0.2", 8423)
 
 
 def test_daemon_with_a_wildcard_dashboard_does_not_start(short_dir: Path) -> None:

@@ -173,3 +173,24 @@ def test_the_power_budget_warning_names_each_table_that_only_reports() -> None:
     )
     quiet = DaemonConfig(unleased_use="report", unleased_modes=modes)
     assert not [w for w in config_warnings(quiet) if "power_budget_watts" in w]
+
+
+def test_doctor_writes_durations_as_every_command_does(daemon: ThreadDaemon) -> None:
+    """The driver's deadline, a hung call's time and the newest backup's age read `10s`,
+    `1h10m`, `2h05m`, as `status`, `queue` and `leases` write durations (not `10.0 s`,
+    `4230.0 s`, `2.1 h`)."""
+    from gpuallocd.cli.administering.doctor_checks import driver, ledger
+
+    done = doctor(daemon.paths.socket)
+    (line,) = [line for line in done.stdout.splitlines() if line[6:23].strip() == "driver"]
+    assert line.endswith("answers within 10s"), line
+    hung = {"hung_calls": [{"call": "nvmlDeviceGetMemoryInfo", "seconds": 4230.5}]}
+    assert "nvmlDeviceGetMemoryInfo for 1h10m;" in driver({"driver": hung}).message
+    backups = {
+        "integrity_at_start": "ok",
+        "backups_kept": 8,
+        "backups": 3,
+        "newest_backup_age_seconds": 7500.0,
+        "backup_interval_seconds": 3600.0,
+    }
+    assert ledger({"ledger": backups}).message.endswith("3 backup(s) is 2h05m old")

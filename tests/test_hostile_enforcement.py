@@ -480,7 +480,7 @@ child = libc.syscall(%d, %d, 0, 0, 0, 0)  # a sibling, not a child: its parent i
 if child == 0:
     time.sleep(600)
     os._exit(0)
-print('clone', child, flush=True)
+print('clone', child, 'worker', os.getpid(), flush=True)
 time.sleep(600)
 ''' % (SYS_CLONE, CLONE_PARENT | SIGCHLD)
 
@@ -507,7 +507,7 @@ def test_a_clone_parent_child_of_an_orphan_stays_under_the_lease(
         wait_for(lambda: "clone" in log.read_text(), timeout=30, what="the clone")
         words = log.read_text().split()
         lease_id, clone = words[words.index("lease") + 1], int(words[words.index("clone") + 1])
-        commands.append(clone)
+        commands += [clone, int(words[words.index("worker") + 1])]  # the orphan too
         with Client(paths.socket) as client:
             wait_for(
                 lambda: clone in client.lease(lease_id).raw["processes"],

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuallocd.host.files import write_file
 from tests.harness import ThreadDaemon, ctl_argv
 from tests.system_users import SystemUsers, open_to_everyone
 
@@ -108,3 +109,29 @@ def test_a_plot_replaces_a_file_with_one_of_roots(
     assert done.stdout.strip() == f"wrote {target}"
     assert target.read_text().startswith("<svg")
     assert other.read_text() == "old\n"
+
+
+def test_roots_writer_replaces_a_link_and_leaves_nothing_behind(
+    system_users: SystemUsers, short_dir: Path
+) -> None:
+    """The one writer of files others may reach (`host/files.py`, as the CDI spec, the
+    metrics textfile and the notifier use it): alice's link at the name is replaced, never
+    followed, the file has its mode whatever root's umask; where the name cannot be replaced
+    (alice put a directory there) it fails and leaves no temporary file."""
+    directory, secret = _alices_directory(system_users, short_dir)
+    target = directory / "gpuallocd.json"
+    planted = system_users.run("alice", ["-c", PLANT, str(secret), str(target)])
+    assert planted.returncode == 0, planted.stderr
+    before = os.umask(0o077)
+    try:
+        write_file(target, b"{}\n", 0o644, durable=True)
+    finally:
+        os.umask(before)
+    assert secret.read_text() == "root only\n" and not target.is_symlink()
+    assert target.read_bytes() == b"{}\n" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    taken = directory / "taken.json"
+    made = system_users.run("alice", ["-c", f"import os; os.mkdir({str(taken)!r})"])
+    assert made.returncode == 0, made.stderr
+    with pytest.raises(OSError):
+        write_file(taken, b"{}\n", 0o644)
+    assert sorted(p.name for p in directory.iterdir()) == ["gpuallocd.json", "taken.json"]

@@ -184,7 +184,8 @@ def test_a_waiting_allocate_reports_progress_and_leaves_the_queue_when_cancelled
 
     anyio.run(main)
     shown = [message for _, message in progress if message and message.startswith("queued")]
-    assert shown[0].startswith("queued 1 of 1: Resources: wants 1 GPU(s); 0 free")
+    assert shown[0].startswith("queued 1 of 1 (")  # the waiting line's words, as the CLI's
+    assert "): Resources: wants 1 GPU(s); 0 free" in shown[0]
     assert [value for value, _ in progress] == sorted(value for value, _ in progress)
     assert [lease["id"] for lease in active_leases(node)] == [held.id]
 

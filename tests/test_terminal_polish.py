@@ -18,6 +18,7 @@ from gpuallocd.allocator.leases.events_log import Transition, format_transition
 from gpuallocd.cli.administering.doctor import _line
 from gpuallocd.cli.administering.doctor_checks import Check
 from gpuallocd.cli.looking.reservation_text import with_priorities
+from gpuallocd.host.users import user_name
 from gpuallocd.model import LeaseEvent
 from gpuallocd.model.actors import IDLE_RECLAIM, actor_name
 from tests.harness import ThreadDaemon
@@ -145,8 +146,8 @@ def test_log_and_history_name_users_and_the_idle_reclaim_rule() -> None:
     assert "by=nobody" in revoked and "uid:" not in revoked
     reclaimed = Transition(LeaseEvent.REVOKED, lease, 0, "idle reclaim: no process for 30 min")
     assert f"by={IDLE_RECLAIM}" in format_transition(reclaimed)
-    assert actor_name(0, "idle reclaim: no process") == IDLE_RECLAIM
-    assert actor_name(0, "maintenance") == "root"
+    assert actor_name(0, "idle reclaim: no process", user_name) == IDLE_RECLAIM
+    assert actor_name(0, "maintenance", user_name) == "root"
 
 
 def test_doctor_fixes_line_up_under_their_message() -> None:

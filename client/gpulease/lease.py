@@ -14,6 +14,7 @@ from typing import Any
 
 from gpulease.client import Client, GpuRef
 from gpulease.errors import DaemonUnavailable, GpuallocError, LeaseNotActive, UnknownLease
+from gpulease.lease_id import LEASE_ID_VARIABLE
 from gpulease.models import Lease
 from gpulease.nesting import check_nested, enclosing_lease, note, part_of
 from gpulease.renewer import OnIdle, OnRevoke, OnUnhealthy, Renewer
@@ -24,7 +25,7 @@ __all__ = ["gpu_lease", "visible_devices_env"]
 ENV_KEYS = (
     "CUDA_VISIBLE_DEVICES",
     "CUDA_DEVICE_ORDER",
-    "GPUALLOCD_LEASE_ID",
+    LEASE_ID_VARIABLE,
     "GPUALLOCD_MEMORY_BYTES",
     "GPUALLOCD_ON_REVOKE",
 )
@@ -45,7 +46,7 @@ def visible_devices_env(lease: Lease, visible: str = "uuid") -> dict[str, str]:
     if visible == "uuid":
         return {
             "CUDA_VISIBLE_DEVICES": ",".join(lease.uuids),
-            "GPUALLOCD_LEASE_ID": lease.id,
+            LEASE_ID_VARIABLE: lease.id,
             **share,
         }
     if visible == "index":
@@ -54,7 +55,7 @@ def visible_devices_env(lease: Lease, visible: str = "uuid") -> dict[str, str]:
         return {
             "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in lease.indices),
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-            "GPUALLOCD_LEASE_ID": lease.id,
+            LEASE_ID_VARIABLE: lease.id,
             **share,
         }
     raise ValueError(f"visible must be 'uuid' or 'index', not {visible!r}")

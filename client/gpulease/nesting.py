@@ -20,12 +20,13 @@ from dataclasses import replace
 from typing import Any
 
 from gpulease.errors import InvalidRequest, LeaseNotActive, UnknownLease
+from gpulease.lease_id import LEASE_ID_VARIABLE
 from gpulease.models import Lease, LeasedGpu
 
 __all__ = ["NESTED_CHOICES", "check_nested", "enclosing_lease", "note", "part_of"]
 
 NESTED_CHOICES = ("reuse", "new")
-VARIABLE = "GPUALLOCD_LEASE_ID"
+VARIABLE = LEASE_ID_VARIABLE
 
 
 def check_nested(nested: str) -> str:

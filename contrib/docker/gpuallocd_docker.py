@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulease import GpuallocError, gpu_lease
+from gpulease.lease_id import LEASE_ID_VARIABLE
 
 CONTAINER_LABEL = "io.gpuallocd.lease"
 DEVICE_MODES = ("gpus", "cdi", "cdi-lease")
@@ -79,7 +80,7 @@ def run_command(
     if user_cidfile(run_args) is None:
         command += ["--cidfile", cidfile]
     command += ["--label", f"{CONTAINER_LABEL}={lease['id']}"]
-    command += ["--env", f"GPUALLOCD_LEASE_ID={lease['id']}"]
+    command += ["--env", f"{LEASE_ID_VARIABLE}={lease['id']}"]
     command += device_args(mode, lease["id"], uuids)
     return command + list(run_args)
 

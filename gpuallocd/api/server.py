@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import grp
 import os
 import socket
 import stat
@@ -26,6 +25,7 @@ from gpuallocd.errors import (
     MalformedHttp,
     StateUnusable,
 )
+from gpuallocd.host import users
 from gpuallocd.model import Caller
 
 __all__ = [
@@ -63,10 +63,10 @@ def refuse_if_served(path: Path) -> None:
 
 
 def _group_id(name: str) -> int:
-    try:
-        return grp.getgrnam(name).gr_gid
-    except KeyError:
-        raise ConfigError(f"socket_group {name!r} is not a group on this machine") from None
+    gid = users.group_id(name)
+    if gid is None:
+        raise ConfigError(f"socket_group {name!r} is not a group on this machine")
+    return gid
 
 
 def bind_unix_socket(path: Path, *, mode: int, group: str | None = None) -> socket.socket:

@@ -4,11 +4,10 @@ whether a host is this machine only. One parser, used by the daemon and by `doct
 
 from __future__ import annotations
 
-import ipaddress
-
 from gpuallocd.errors import ConfigError
+from gpuallocd.model.addresses import is_loopback
 
-__all__ = ["WILDCARDS", "is_loopback", "is_loopback_address", "parse_host_port"]
+__all__ = ["WILDCARDS", "is_loopback_address", "parse_host_port"]
 
 # Hosts that mean "every interface".
 WILDCARDS = frozenset({"", "0.0.0.0", "::", "*"})
@@ -37,18 +36,9 @@ def parse_host_port(text: str, setting: str, *, allow_wildcard: bool) -> tuple[s
     return host, int(port_text)
 
 
-def is_loopback(host: str) -> bool:
-    """Whether `host` is this machine only (`localhost` or a loopback address)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def is_loopback_address(text: str) -> bool:
-    """Whether a `HOST:PORT` setting names this machine only (False when it does not parse)."""
+    """Whether a `HOST:PORT` setting names this machine only (False when it does not parse;
+    `model/addresses.py` judges the host)."""
     try:
         host, _ = parse_host_port(text, "address", allow_wildcard=True)
     except ConfigError:

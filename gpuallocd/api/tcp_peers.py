@@ -13,11 +13,12 @@ key, and a remote peer under its address.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import socket
 import struct
 from typing import Any
+
+from gpuallocd.model.addresses import is_loopback, plain_address
 
 __all__ = ["GONE", "LOOPBACK", "local_owner", "tcp_peer_key"]
 
@@ -82,10 +83,8 @@ def _lookup(family: int, source: tuple[str, int], destination: tuple[str, int]) 
 def _unmapped(host: str) -> tuple[int, str]:
     """The family and address the peer's socket has (an IPv4 peer of an IPv6 listener shows
     as ::ffff:a.b.c.d, but its own socket is IPv4)."""
-    address = ipaddress.ip_address(host.split("%", 1)[0])
+    address = plain_address(host)
     if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return socket.AF_INET, str(address.ipv4_mapped)
         return socket.AF_INET6, str(address)
     return socket.AF_INET, str(address)
 
@@ -114,14 +113,6 @@ def local_owner(peer: tuple[str, int], local: tuple[str, int]) -> int | str | No
         return None
 
 
-def _is_loopback(host: str) -> bool:
-    with contextlib.suppress(ValueError):
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-        mapped = getattr(address, "ipv4_mapped", None)
-        return bool((mapped or address).is_loopback)
-    return False
-
-
 def tcp_peer_key(transport: Any) -> int | str:
     """What a TCP connection is counted under: the owner's uid where the kernel names one,
     GONE for a loopback peer whose end is closed, else LOOPBACK for a loopback peer, else
@@ -131,7 +122,7 @@ def tcp_peer_key(transport: Any) -> int | str:
     if not peer or not local:
         return "tcp unknown"
     owner = local_owner((str(peer[0]), int(peer[1])), (str(local[0]), int(local[1])))
-    loopback = _is_loopback(str(peer[0]))
+    loopback = is_loopback(str(peer[0]))
     if isinstance(owner, int) or (owner == GONE and loopback):
         return owner
     return LOOPBACK if loopback else f"tcp {peer[0]}"

@@ -23,6 +23,7 @@ __all__ = [
     "daemon_client",
     "format_expiry",
     "lease_request_options",
+    "user_known",
     "user_of",
 ]
 
@@ -40,6 +41,16 @@ def user_of(uid: int | None) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
+
+
+def user_known(name: str) -> bool:
+    """Whether this node's user database has a user named `name` (the CLI's own lookups,
+    once per process: the daemon's go through host/users.py)."""
+    try:
+        pwd.getpwnam(name)
+    except (KeyError, ValueError):  # ValueError: a NUL byte in the name
+        return False
+    return True
 
 
 def lease_request_options(ttl_help: str, label_help: str) -> Callable[[F], F]:

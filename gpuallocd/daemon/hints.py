@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import errno
 import os
-import pwd
 from pathlib import Path
 
 from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.errors import GpuallocError, HardwareUnavailable, StateUnusable
+from gpuallocd.host import users
 from gpuallocd.inventory.file import bundled_examples
 
 __all__ = ["hint_for", "user_paths"]
@@ -23,9 +23,10 @@ _HARDWARE_INVENTORIES = ("nvml", "amdsmi")
 
 def user_paths() -> tuple[str, str]:
     """A socket and a state directory a normal user may write: the XDG places, else /tmp."""
-    account = pwd.getpwuid(os.geteuid())
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/gpuallocd-{account.pw_name}"
-    state_home = os.environ.get("XDG_STATE_HOME") or str(Path(account.pw_dir, ".local", "state"))
+    account = users.account(os.geteuid())
+    name, home = (account.name, account.home) if account else (str(os.geteuid()), "/")
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/gpuallocd-{name}"
+    state_home = os.environ.get("XDG_STATE_HOME") or str(Path(home, ".local", "state"))
     return f"{runtime}/gpuallocd.sock", f"{state_home}/gpuallocd"
 
 

@@ -32,10 +32,8 @@ from gpuallocd.allocator import (
 from gpuallocd.allocator.crash_points import arm
 from gpuallocd.allocator.leases.deadlines import boottime
 from gpuallocd.allocator.observer import LeaseObserver, Observers
-from gpuallocd.allocator.site.reservation_board import forget_members
 from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.limits import ConnectionLimiter, connection_limiters, quiet_accept_errors
-from gpuallocd.api.peercred import forget_identities
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handlers
 from gpuallocd.api.tcp_site import Handlers, port_report
 from gpuallocd.daemon.cleanup_setup import cleanup_runner, device_access
@@ -70,6 +68,7 @@ from gpuallocd.errors import (
     NvmlError,
     StateUnusable,
 )
+from gpuallocd.host import users
 from gpuallocd.integrations.cdi_writer import CdiSpecWriter
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.ledger import Ledger
@@ -132,10 +131,9 @@ class Daemon:
             self._config_state.refuse(exc.message, self._clock())
             return
         self._rules = site_rules(config)
+        users.forget()  # names and groups, read afresh (host/users.py)
         for warning in self._config_state.adopt(config):
             log.warning("%s", warning)
-        forget_identities()
-        forget_members()  # reservations' members, by the user database
         if self._facade_in_service is not None:
             self._facade_in_service.reload_rules(self._rules, unleased_rules(config))
         log.info("reloaded the limits and admin groups")

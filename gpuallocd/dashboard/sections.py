@@ -11,6 +11,7 @@ from gpuallocd.dashboard.text import clock_time, duration, esc, gib, user_of
 from gpuallocd.model import HistoryEvent
 from gpuallocd.model.actors import rule_of
 from gpuallocd.model.power import power_text
+from gpuallocd.model.queue_text import held_for, why_waiting
 
 __all__ = ["gpus_html", "history_html", "queue_html", "reservations_html"]
 
@@ -55,20 +56,12 @@ def _load(gpu: dict[str, Any]) -> str:
     return f'<meter min="0" max="100" value="{load:.0f}"></meter> {load:.0f} %'
 
 
-def _held_for(reserved: dict[str, Any]) -> str:
-    """`for reservation r5f0c1a2b (ben)`, or for a waiter `for ben (queue 1)`."""
-    waiter = str(reserved.get("waiter") or "")
-    if waiter.startswith("reservation "):
-        return f"for {waiter} ({reserved['user']})"
-    return f"for {reserved['user']} (queue {reserved['position']})"
-
-
 def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]) -> str:
     state = gpu["state"]
     if gpu["drain"]:
         state += f" ({gpu['drain']['reason']})"
     elif gpu["reserved_for"] and state == "reserved":
-        state += " " + _held_for(gpu["reserved_for"])
+        state += ", " + held_for(gpu["reserved_for"])
     model = "" if node.one_model else f" <small>{esc(gpu['name'])}</small>"
     cells = [
         f"{gpu['index']}{model}",
@@ -134,7 +127,7 @@ def queue_html(node: NodeNow) -> str:
             f'<span class="label">{esc(waiter["label"])}</span>',
             esc(wants),
             duration(waiter["waited_seconds"]),
-            f"{esc(waiter['reason'])}: {esc(waiter['reason_detail'])}",
+            esc(why_waiting(waiter)),
             "unknown" if start is None else f"in {duration(start - node.now)}",
         ]
         rows.append(_row(cells, f'class="waiter" data-waiter="{esc(waiter["id"])}"'))

@@ -1,27 +1,23 @@
 """What /proc and the user database say about a process found on a GPU: its program, start
 time and owner, and the names it goes by (its owner's to choose: shown, never decisive,
-`Decision.NAMING` in host/trust.py). Reads only; a process gone meanwhile gives None. Owners
-are cached until the user database changes (an edit of /etc/passwd or /etc/group, as the
-API's identities are) or a reload."""
+`Decision.NAMING` in host/trust.py). Reads only; a process gone meanwhile gives None. Owners'
+names and groups are the user database's of the moment (host/users.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import grp
 import os
-import pwd
 import signal
 from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuallocd.enforcement.programs import runs_foreign_code, trusted_program
+from gpuallocd.host import users
 from gpuallocd.host.proc import process_owner, process_start_time
 from gpuallocd.host.trust import Decision, names
 
-__all__ = ["Owner", "OwnerCache", "ProcFacts", "owner_and_start", "owner_of", "proc_facts"]
-
-USER_DATABASE_FILES = ("/etc/passwd", "/etc/group")
+__all__ = ["Owner", "ProcFacts", "owner_and_start", "owner_of", "proc_facts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,47 +89,7 @@ def owner_of(uid: int | None) -> Owner | None:
     its number as its name)."""
     if uid is None:
         return None
-    try:
-        entry = pwd.getpwuid(uid)
-    except KeyError:
+    entry = users.account(uid)
+    if entry is None:
         return Owner(uid, uid, str(uid), frozenset())
-    groups: set[str] = set()
-    for gid in os.getgrouplist(entry.pw_name, entry.pw_gid):
-        try:
-            groups.add(grp.getgrgid(gid).gr_name)
-        except KeyError:
-            continue
-    return Owner(uid, entry.pw_gid, entry.pw_name, frozenset(groups))
-
-
-def _stamp(files: tuple[str, ...]) -> tuple[int | None, ...]:
-    found: list[int | None] = []
-    for path in files:
-        try:
-            found.append(os.stat(path).st_mtime_ns)
-        except OSError:
-            found.append(None)
-    return tuple(found)
-
-
-class OwnerCache:
-    """`owner_of`, remembered per uid while the user database stays as it was: a user taken
-    out of a group loses what the group's rules gave at the next sample, not the next reload."""
-
-    def __init__(self, files: tuple[str, ...] = USER_DATABASE_FILES) -> None:
-        self._files = files
-        self._stamp = _stamp(files)
-        self._owners: dict[int, Owner | None] = {}
-
-    def get(self, uid: int | None) -> Owner | None:
-        if uid is None:
-            return None
-        stamp = _stamp(self._files)
-        if stamp != self._stamp:
-            self._stamp, self._owners = stamp, {}
-        if uid not in self._owners:
-            self._owners[uid] = owner_of(uid)
-        return self._owners[uid]
-
-    def clear(self) -> None:
-        self._owners.clear()
+    return Owner(uid, entry.gid, entry.name, users.groups_of(entry.name, entry.gid))

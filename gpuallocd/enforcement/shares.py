@@ -19,6 +19,8 @@ import signal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from gpulease import lease_id
+
 from gpuallocd.host.proc import process_owner, process_start_time
 from gpuallocd.host.trust import Decision, Written, choose, environment
 from gpuallocd.model import Lease, LeaseEvent, LiveState, UnitKind
@@ -28,7 +30,7 @@ __all__ = ["Overrun", "ShareEnforcer", "lease_claims"]
 
 log = logging.getLogger(__name__)
 
-LEASE_ID_VARIABLE = b"GPUALLOCD_LEASE_ID"
+LEASE_ID_VARIABLE = lease_id.LEASE_ID_VARIABLE.encode()
 
 Note = Callable[[str, LeaseEvent, str], None]
 Claims = Callable[[int], Iterable[Written]]

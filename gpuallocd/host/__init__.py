@@ -10,6 +10,10 @@ the clock source. The daemon checks its features' needs with it (`daemon/startup
     trust.py          how far each of those facts can be trusted: the kernel's, the
                       ledger's, or written by the process's user; the table of decisions
                       that give a user something, and the only readers of user-written facts
+    files.py          writing a file another user may reach: a random name, O_EXCL and
+                      O_NOFOLLOW, the mode on the open file, one rename
+    users.py          the user database (passwd, group) through one cache for every reader,
+                      read afresh when its files change
     probes.py         /proc visibility, writable directories, cgroups, systemd, clock source,
                       namespaces of its own (a container)
 """

@@ -20,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpulease.lease_id import LEASE_ID_VARIABLE
+
+from gpuallocd.host.files import write_file
 from gpuallocd.integrations.devices import NVIDIA_CONTROL_NODES, nvidia_device_nodes
 
 __all__ = ["CDI_KIND", "CDI_VERSION", "CdiError", "LeaseLike", "cdi_spec", "write_cdi_spec"]
@@ -64,7 +66,7 @@ def _device(lease: LeaseLike, nodes: Mapping[str, str]) -> dict[str, Any]:
             "env": [
                 f"NVIDIA_VISIBLE_DEVICES={visible}",
                 f"CUDA_VISIBLE_DEVICES={visible}",
-                f"GPUALLOCD_LEASE_ID={lease.id}",
+                f"{LEASE_ID_VARIABLE}={lease.id}",
             ],
             "deviceNodes": [{"path": nodes[u]} for u in uuids],
         },
@@ -90,21 +92,6 @@ def cdi_spec(
     return spec
 
 
-def _replace_atomically(path: Path, text: str) -> None:
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fchmod(handle.fileno(), 0o644)  # the file opened, never a name swapped in
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-
-
 def write_cdi_spec(
     path: str | os.PathLike[str],
     leases: Iterable[LeaseLike],
@@ -126,5 +113,6 @@ def write_cdi_spec(
             target.unlink()
         return False
     spec = cdi_spec(leases, nvidia_device_nodes() if nodes is None else nodes, control_nodes)
-    _replace_atomically(target, json.dumps(spec, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(spec, indent=2, sort_keys=True) + "\n"
+    write_file(target, text.encode(), 0o644, durable=True)  # the runtime reads it as itself
     return True

@@ -194,14 +194,6 @@ class NoticeRecords(LedgerAccess):
         with self._read() as conn:
             return [dict(row) for row in conn.execute(query).mappings().all()]
 
-    def channels_reported(self, uid: int) -> int:
-        table = schema.notify_reports
-        with self._read() as conn:
-            found = conn.execute(
-                select(func.count()).select_from(table).where(table.c.uid == uid)
-            ).scalar()
-        return int(found or 0)
-
     def forget_channel(self, uid: int, channel: str) -> None:
         table = schema.notify_reports
         with self._write() as conn:

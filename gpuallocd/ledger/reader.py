@@ -26,13 +26,14 @@ from gpuallocd.errors import LedgerError
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.rows import event_from_row
 from gpuallocd.ledger.usage_records import GPU_COUNT, UsageRecords
-from gpuallocd.model import HistoryEvent, LeaseEvent, UserUsage
+from gpuallocd.model import HistoryEvent, UserUsage
 from gpuallocd.model.energy import LeaseEnergy
+from gpuallocd.model.lease import ENDINGS
 
 __all__ = ["GpuSpan", "LedgerReader"]
 
+_ENDINGS_IN = str(tuple(sorted(ENDINGS)))  # as an SQL list: ('expired', 'freed', ...)
 _L = schema.leases
-ENDINGS = frozenset({LeaseEvent.FREED.value, LeaseEvent.REVOKED.value, LeaseEvent.EXPIRED.value})
 _H = schema.history
 _G = schema.lease_gpus
 
@@ -56,7 +57,7 @@ SELECT coalesce(json_group_array(json(event)), '[]') FROM (
                          'user', coalesce(names.name, CAST(actor_uid AS TEXT))),
     'actor_uid', actor_uid,
     'at', json(printf('%!.17g', at)), 'detail', detail,
-    'energy', CASE WHEN event IN ('freed', 'revoked', 'expired') THEN (
+    'energy', CASE WHEN event IN {endings} THEN (
       SELECT CASE WHEN count(*) THEN json_object(
         'joules', json(printf('%!.17g', total(joules))),
         'kwh', json(printf('%!.17g', total(joules) / 3600000.0)),
@@ -141,7 +142,7 @@ class LedgerReader(UsageRecords):
             names = [(uid, user_name(uid)) for uid in uids]
             rows = " UNION ALL ".join("SELECT ?, ?" for _ in names) or "SELECT NULL, NULL WHERE 0"
             values = tuple(v for pair in names for v in pair)
-            query = _HISTORY_JSON.format(names=rows, where=where)
+            query = _HISTORY_JSON.format(names=rows, where=where, endings=_ENDINGS_IN)
             text = conn.exec_driver_sql(query, values + params).scalar_one()
         return str(text)
 

@@ -46,7 +46,7 @@ from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.ledger.notice_records import NoticeRecords, notice_steps
 from gpuallocd.ledger.power_records import PowerRecords
-from gpuallocd.ledger.reader import ENDINGS, LedgerReader
+from gpuallocd.ledger.reader import LedgerReader
 from gpuallocd.ledger.reservation_records import ReservationRecords
 from gpuallocd.ledger.rows import (
     event_from_row,
@@ -58,6 +58,7 @@ from gpuallocd.ledger.unleased_records import UnleasedRecords
 from gpuallocd.ledger.usage_records import UsageRecords
 from gpuallocd.model import Gpu
 from gpuallocd.model.lease import (
+    ENDINGS,
     HistoryEvent,
     Lease,
     LeasedGpu,

@@ -27,6 +27,7 @@ from gpuallocd.mcp.calls import Daemon
 from gpuallocd.mcp.foreign import OthersText
 from gpuallocd.mcp.readable import span, when
 from gpuallocd.mcp.shapes import lease_line, lease_view
+from gpuallocd.model.queue_text import queued_line
 
 __all__ = ["Progress", "allocate", "allocate_options"]
 
@@ -148,10 +149,7 @@ def _queue_text(waiters: list[dict[str, Any]], label: str | None) -> str:
     if not mine:
         return "waiting"
     waiter = mine[0]
-    text = f"queued {waiter['position']} of {len(waiters)}: {waiter.get('reason')}"
-    if waiter.get("reason_detail"):
-        text += f": {waiter['reason_detail']}"
     start = waiter.get("estimated_start_at")
-    if start is not None:
-        text += f"; estimated start {when(start, time.time())}"
-    return text
+    waited = span(waiter.get("waited_seconds") or 0.0)
+    ahead = None if start is None else when(start, time.time())
+    return queued_line(waiter, len(waiters), waited, ahead)

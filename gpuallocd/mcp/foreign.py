@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuallocd.host import users
 from gpuallocd.text import escape_unprintable
 
 __all__ = ["MAX_CHARS", "PREFACE", "WITHHELD", "OthersText", "name", "quote"]
@@ -50,10 +50,8 @@ def name(user: object) -> str:
 
 
 def _my_name(uid: int) -> str | None:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return None
+    found = users.account(uid)
+    return None if found is None else found.name
 
 
 @dataclass

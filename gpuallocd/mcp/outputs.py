@@ -72,6 +72,7 @@ _GPU = _object(
         "expires_at": _MOMENT,
         "seconds_left": _NUMBER,
         "reserved_for": _STRING,
+        "held_for": _STRING,
         "drain_reason": OTHERS_TEXT,
         "drained_by": _STRING,
     },

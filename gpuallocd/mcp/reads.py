@@ -19,6 +19,7 @@ from gpuallocd.mcp.answers import Answer
 from gpuallocd.mcp.foreign import OthersText, name
 from gpuallocd.mcp.readable import iso, span, when
 from gpuallocd.mcp.shapes import gpu_line, gpu_view, lease_line, lease_view
+from gpuallocd.model.queue_text import why_waiting
 
 __all__ = ["READS", "others_of"]
 
@@ -90,9 +91,7 @@ def _waiter_view(waiter: dict[str, Any], now: float, others: OthersText) -> dict
 
 def _waiter_line(view: dict[str, Any], now: float) -> str:
     whose = "yours" if view["mine"] else view["owner"]
-    text = f"{view['position']}. {whose}: {view['reason']}"
-    if view["reason_detail"]:
-        text += f" ({view['reason_detail']})"
+    text = f"{view['position']}. {whose}: {why_waiting(view)}"
     text += f"; waiting {span(view['waited_seconds'])}"
     if view["estimated_start_in_seconds"] is not None:
         text += f"; estimated start {when(now + view['estimated_start_in_seconds'], now)}"

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuallocd.mcp.foreign import OthersText, name
 from gpuallocd.mcp.readable import iso, when
+from gpuallocd.model.queue_text import held_for
 
 __all__ = ["gpu_line", "gpu_view", "lease_line", "lease_view"]
 
@@ -38,9 +39,15 @@ def gpu_view(status: dict[str, Any], now: float, others: OthersText) -> dict[str
         "expires_at": iso(status.get("expires_at")),
         "seconds_left": _left(status.get("expires_at"), now),
         "reserved_for": (status.get("reserved_for") or {}).get("user"),
+        "held_for": _held(status.get("reserved_for")),
         "drain_reason": others.value(drain.get("reason"), drain.get("by"), None),
         "drained_by": name(drain["by"]) if drain.get("by") else None,
     }
+
+
+def _held(reserved: dict[str, Any] | None) -> str | None:
+    """What a free GPU is held for, in the CLI's and the dashboard's words."""
+    return None if not reserved else held_for({**reserved, "user": name(reserved["user"])})
 
 
 def gpu_line(view: dict[str, Any], now: float) -> str:
@@ -54,8 +61,8 @@ def gpu_line(view: dict[str, Any], now: float) -> str:
             text += f" until {when(now + view['seconds_left'], now)}"
         if view["label"] is not None:
             text += f"; label {OthersText.words(view['label'])}"
-    if view["reserved_for"]:
-        text += f"; held for {view['reserved_for']}, who waits"
+    if view["held_for"]:
+        text += f"; {view['held_for']}"
     if view["drain_reason"] is not None:
         text += f"; drained by {view['drained_by']}: {OthersText.words(view['drain_reason'])}"
     if view["memory_total_bytes"]:

@@ -3,23 +3,13 @@ the daemon made by one of its rules under that rule's name (`idle-reclaim`), not
 
 from __future__ import annotations
 
-import functools
-import pwd
+from collections.abc import Callable
 
-__all__ = ["IDLE_RECLAIM", "actor_name", "rule_of", "user_name"]
+__all__ = ["IDLE_RECLAIM", "actor_name", "rule_of"]
 
 IDLE_RECLAIM = "idle-reclaim"
 # The detail each daemon rule writes (allocator/queue/reclaim.py), and the name it is shown by.
 RULES = (("idle reclaim:", IDLE_RECLAIM),)
-
-
-@functools.lru_cache(maxsize=256)
-def user_name(uid: int) -> str:
-    """The user's name on this node; the uid as text where it has none."""
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 def rule_of(actor_uid: int, detail: str | None) -> str | None:
@@ -29,6 +19,7 @@ def rule_of(actor_uid: int, detail: str | None) -> str | None:
     return next((rule for prefix, rule in RULES if detail.startswith(prefix)), None)
 
 
-def actor_name(actor_uid: int, detail: str | None) -> str:
-    """`alice`, or `idle-reclaim` for a revoke the daemon's idle reclaim made (as root)."""
+def actor_name(actor_uid: int, detail: str | None, user_name: Callable[[int], str]) -> str:
+    """`alice` (`user_name` of the uid), or `idle-reclaim` for a revoke the daemon's idle
+    reclaim made (as root)."""
     return rule_of(actor_uid, detail) or user_name(actor_uid)

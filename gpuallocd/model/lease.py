@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import enum
+import secrets
 from dataclasses import dataclass
 from typing import Any
+
+from gpulease.lease_id import LEASE_ID_BYTES
 
 from gpuallocd.model.energy import LeaseEnergy
 
@@ -17,6 +20,7 @@ __all__ = [
     "LeasedGpu",
     "UnitKind",
     "lease_gpu_weight",
+    "new_lease_id",
 ]
 
 
@@ -48,6 +52,13 @@ ENDING_EVENT = {
     LeaseState.EXPIRED: LeaseEvent.EXPIRED,
     LeaseState.REVOKED: LeaseEvent.REVOKED,
 }
+# The history events that end a lease, by the name the ledger records.
+ENDINGS = frozenset(event.value for event in ENDING_EVENT.values())
+
+
+def new_lease_id() -> str:
+    """A fresh lease id, in the one format of gpulease/lease_id.py (12 hex digits)."""
+    return secrets.token_hex(LEASE_ID_BYTES)
 
 
 @dataclass(frozen=True, slots=True)

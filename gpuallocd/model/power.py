@@ -24,12 +24,6 @@ class PowerReading:
     min_limit_mw: int | None = None
     max_limit_mw: int | None = None
 
-    def accepts_limit(self, limit_mw: int) -> bool:
-        """Whether the card takes this power limit (within its constraints)."""
-        if self.min_limit_mw is None or self.max_limit_mw is None:
-            return False
-        return self.min_limit_mw <= limit_mw <= self.max_limit_mw
-
 
 @dataclass(frozen=True, slots=True)
 class PowerCap:

@@ -11,13 +11,14 @@ points at it.
 from __future__ import annotations
 
 import http.client
-import ipaddress
 import socket
 import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+
+from gpuallocd.model.addresses import is_loopback, plain_address
 
 __all__ = ["DeliveryError", "Forbidden", "Retry", "forbidden_by", "post"]
 
@@ -52,20 +53,12 @@ class Forbidden:
         for listen_ip, listen_port in self.addresses:
             if port != listen_port:
                 continue
-            address, listen = _plain(ip), _plain(listen_ip)
+            address, listen = plain_address(ip), plain_address(listen_ip)
             if address == listen or (listen.is_unspecified and _is_local(str(address))):
                 return True
-            if listen.is_loopback and address.is_loopback:
+            if is_loopback(listen_ip) and is_loopback(ip):
                 return True
         return False
-
-
-def _plain(ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    """The address, an IPv4-mapped IPv6 one (`::ffff:127.0.0.1`) as its IPv4 self."""
-    address = ipaddress.ip_address(ip.partition("%")[0])
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
 
 
 def forbidden_by(listens: Iterable[str]) -> Forbidden:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuallocd.host.files import write_file
+
 __all__ = ["AlreadyRunning", "NotifyState", "state_path"]
 
 
@@ -56,23 +58,12 @@ class NotifyState:
 
     def save(self) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(f".{os.getpid()}.tmp")
         data = {
             "cursors": self.cursors,
             "delivered_at": self.delivered_at,
             "channels": self.channels,
         }
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_file(self.path, json.dumps(data, sort_keys=True).encode(), 0o600, durable=True)
 
     def note(self, channel_id: str, at: float, error: str | None) -> None:
         self.channels[channel_id] = {"at": at, "ok": error is None, "error": error}

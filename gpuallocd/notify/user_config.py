@@ -7,7 +7,6 @@ refuses a key file). Nobody else, root's daemon included, keeps a copy.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpuallocd.host.files import write_file
 from gpuallocd.notify.channels import Channel, ChannelError
 
 if sys.version_info >= (3, 11):
@@ -92,16 +92,7 @@ class NotifyConfig:
     def save(self) -> None:
         """Write the file whole, 0600, in a 0700 directory (a crash leaves the old one)."""
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{FILE_NAME}.{os.getpid()}")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
-        fd = os.open(temporary, flags, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(self.render())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
+        write_file(self.path, self.render().encode(), 0o600, durable=True)
 
     def render(self) -> str:
         lines = [

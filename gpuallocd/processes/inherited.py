@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpulease.lease_id import LEASE_ID_VARIABLE
+
 from gpuallocd.host.proc import ProcessTable, own_uid, process_owner
 from gpuallocd.host.trust import Decision, Written, choose, environment, takes_away
 from gpuallocd.model import Lease
@@ -26,7 +28,7 @@ from gpuallocd.processes.families import Member
 
 __all__ = ["Inherited", "belongs", "inherited", "inheritors"]
 
-LEASE_KEY = b"GPUALLOCD_LEASE_ID"
+LEASE_KEY = LEASE_ID_VARIABLE.encode()
 ON_REVOKE_KEY = b"GPUALLOCD_ON_REVOKE"
 
 

@@ -11,10 +11,11 @@ environment needs root (or CAP_SYS_PTRACE); an unreadable one is skipped.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpulease.lease_id import LEASE_ID, LEASE_ID_VARIABLE
 
 from gpuallocd.host.proc import (
     CLOCK_TICKS,
@@ -26,9 +27,8 @@ from gpuallocd.host.proc import (
 
 __all__ = ["LeaseCarrier", "lease_carriers"]
 
-_LEASE = b"GPUALLOCD_LEASE_ID="
+_LEASE = LEASE_ID_VARIABLE.encode() + b"="
 _VISIBLE = b"CUDA_VISIBLE_DEVICES="
-LEASE_ID = re.compile(r"[0-9a-f]{12}")  # as the daemon makes them (secrets.token_hex(6))
 
 
 @dataclass(frozen=True, slots=True)

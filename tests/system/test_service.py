@@ -320,7 +320,7 @@ def test_doctor_finds_nothing_wrong_with_the_service(box: Box) -> None:
     assert as_root.returncode == 0, as_root.stdout
     FINDINGS["gpuallocctl doctor (root)"] = "\n" + as_root.stdout
     lines = {line[6:23].strip(): line for line in as_root.stdout.splitlines() if line[:1] != " "}
-    assert lines["service"].startswith("ok") and "watchdog pinged every 15 s" in lines["service"]
+    assert lines["service"].startswith("ok") and "watchdog pinged every 15s" in lines["service"]
     assert lines["capabilities"].startswith("ok")
     assert lines["cgroups"].startswith("ok  ") and "systemd is PID 1" in lines["cgroups"]
     tracking = lines["process tracking"]

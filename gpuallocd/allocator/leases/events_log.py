@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpuallocd.host.users import user_name
 from gpuallocd.model import Lease, LeaseEvent
 from gpuallocd.model.actors import actor_name
 
@@ -54,7 +55,7 @@ def _actor(transition: Transition) -> str:
     lease, uid = transition.lease, transition.actor_uid
     if uid == lease.owner_uid:
         return lease.owner_name
-    return actor_name(uid, transition.detail)
+    return actor_name(uid, transition.detail, user_name)
 
 
 def _fields(transition: Transition) -> dict[str, object]:

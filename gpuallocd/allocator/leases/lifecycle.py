@@ -10,7 +10,6 @@ record the lease in one ledger transaction, and only then update the in-memory v
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
@@ -40,7 +39,7 @@ from gpuallocd.errors import (
 from gpuallocd.host.proc import process_start_time
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller, Lease, LeasedGpu, LeaseEvent, LeaseState, LiveState, Topology
-from gpuallocd.model.lease import ENDING_EVENT
+from gpuallocd.model.lease import ENDING_EVENT, new_lease_id
 from gpuallocd.policies.rules import request_for
 
 log = logging.getLogger(__name__)
@@ -49,10 +48,6 @@ __all__ = ["LeaseLifecycle"]
 
 Clock = Callable[[], float]
 DEFAULT_SETTINGS = AllocatorSettings()
-
-
-def _new_lease_id() -> str:
-    return secrets.token_hex(6)
 
 
 def unmoved_seconds(ttl: float) -> float:
@@ -386,7 +381,7 @@ class LeaseLifecycle:
             raise InvalidRequest("the requesting process is gone; nothing to bind the lease to")
         now = self._clock()
         return Lease(
-            id=_new_lease_id(),
+            id=new_lease_id(),
             gpus=units,
             owner_uid=caller.uid,
             owner_name=caller.user,

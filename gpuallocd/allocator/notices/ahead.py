@@ -115,10 +115,6 @@ class EndingAhead:
         for each in reasons:
             self._armed.pop((lease_id, each), None)
 
-    def next_at(self) -> float | None:
-        """When the next entry comes up (monotonic), if any."""
-        return self._heap[0].at if self._heap else None
-
     def due(self) -> list[Warning]:
         """The warnings whose time has come, each with its deadline as it stands now; of
         several thresholds of one deadline due at once, the tightest alone."""

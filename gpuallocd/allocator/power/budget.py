@@ -18,8 +18,8 @@ from dataclasses import replace
 from typing import Any
 
 from gpuallocd.errors import GpuallocError, GpusUnavailable
+from gpuallocd.host.users import user_name
 from gpuallocd.model import Lease, PowerReading, UnitKind
-from gpuallocd.model.actors import user_name
 from gpuallocd.model.power import PowerCap
 from gpuallocd.text import escape_unprintable
 

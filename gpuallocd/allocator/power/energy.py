@@ -20,9 +20,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from gpuallocd.allocator.power.presence import Presence
 from gpuallocd.allocator.power.split import Parts, holders_by_gpu
 from gpuallocd.errors import GpuallocError
+from gpuallocd.host.users import user_name
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Lease, LiveState, PowerReading
-from gpuallocd.model.actors import user_name
 from gpuallocd.model.energy import EnergyUse
 
 __all__ = ["EnergyMeter", "PowerRead", "charges"]

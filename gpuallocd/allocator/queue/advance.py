@@ -3,9 +3,7 @@ and what each one waits for. Each runs in the serial worker, like any lifecycle 
 
 from __future__ import annotations
 
-import grp
 import math
-import pwd
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,6 +14,7 @@ from gpuallocd.allocator.leases.node_view import Hold
 from gpuallocd.allocator.queue.window import as_in_window
 from gpuallocd.allocator.site.reservation_board import caller_of_uid
 from gpuallocd.errors import CapacityError, InvalidRequest, ReservationConflict
+from gpuallocd.host import users
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import AdvanceReservation, Caller, Lease
 from gpuallocd.model.durations import typed_duration
@@ -79,14 +78,10 @@ def _check(spec: ReserveSpec, start: float, now: float) -> None:
 
 
 def _check_names(spec: ReserveSpec) -> None:
-    try:
-        if spec.user is not None:
-            pwd.getpwnam(spec.user)
-        if spec.group is not None:
-            grp.getgrnam(spec.group)
-    except KeyError:
-        field = "user" if spec.user is not None else "group"
-        raise InvalidRequest(f"no such {field}", field=field) from None
+    if spec.user is not None and users.account_named(spec.user) is None:
+        raise InvalidRequest("no such user", field="user")
+    if spec.group is not None and users.group_id(spec.group) is None:
+        raise InvalidRequest("no such group", field="group")
 
 
 def _choose(

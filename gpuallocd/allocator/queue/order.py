@@ -8,14 +8,12 @@ most once a minute of the daemon's clock while the queue is served.
 
 from __future__ import annotations
 
-import grp
-import pwd
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from typing import Protocol, TypeVar
 
 from gpuallocd.allocator.leases.specs import AllocatorSettings
 from gpuallocd.allocator.long_reads import LeaseSpans
+from gpuallocd.host.users import primary_group_name
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller
 from gpuallocd.policies.fair_share import (
@@ -48,25 +46,9 @@ class _Queued(Protocol):
 W = TypeVar("W", bound=_Queued)
 
 
-@lru_cache(maxsize=1024)
-def _group_name(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
-
-
-@lru_cache(maxsize=1024)
-def _primary_group_of(uid: int) -> str:
-    try:
-        return _group_name(pwd.getpwuid(uid).pw_gid)
-    except KeyError:
-        return str(uid)
-
-
 def primary_group_of(uid: int) -> str:
     """A uid's primary group's name, as fair share's `group` accounts name it."""
-    return _primary_group_of(uid)
+    return primary_group_name(uid)
 
 
 class QueueOrder:
@@ -93,7 +75,7 @@ class QueueOrder:
         """Whose use sets the caller's priority: the user, or the primary group of the user's
         passwd entry (the account `usage` charges), never the process's gid (`sg`)."""
         if self._settings.fair_share_by == "group":
-            return _primary_group_of(caller.uid)
+            return primary_group_name(caller.uid)
         return caller.user
 
     def arrange(self, waiters: Sequence[W]) -> list[tuple[W, Priority | None]]:
@@ -145,7 +127,7 @@ class QueueOrder:
         spans = read(at - horizon_seconds(half_life), at, with_unleased=unleased)
         account_of = None
         if self._settings.fair_share_by == "group":
-            account_of = {s.owner_uid: _primary_group_of(s.owner_uid) for s in spans}
+            account_of = {s.owner_uid: primary_group_name(s.owner_uid) for s in spans}
         return decayed_gpu_hours(spans, at, half_life, account_of)
 
     def due(self, now: float) -> bool:

@@ -12,21 +12,18 @@ happened, once the daemon's clock has passed them.
 from __future__ import annotations
 
 import contextlib
-import grp
-import os
-import pwd
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from functools import lru_cache
 
 from gpuallocd.errors import CapacityError, ReservationConflict, UnknownReservation
+from gpuallocd.host import users
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import AdvanceReservation, Caller, Lease, ReservationEvent
 from gpuallocd.model.durations import typed_duration
 from gpuallocd.policies import Choice
 
-__all__ = ["MIN_BACKFILL_SECONDS", "ReservationBoard", "caller_of_uid", "forget_members"]
+__all__ = ["MIN_BACKFILL_SECONDS", "ReservationBoard", "caller_of_uid"]
 
 # A defaulted TTL is never cut below this: the shortest TTL `gpuallocctl --ttl` takes (a
 # lease this short expires before it is used); a reservation sooner than that refuses.
@@ -36,25 +33,12 @@ MIN_BACKFILL_SECONDS = 10.0
 Choose = Callable[[frozenset[str]], tuple[str, Choice]]
 
 
-@lru_cache(maxsize=1024)
 def caller_of_uid(uid: int) -> Caller:
-    """The user `uid` as the user database has it (for membership), pid 0."""
-    try:
-        entry = pwd.getpwuid(uid)
-    except KeyError:
+    """The user `uid` as the user database has it now (for membership), pid 0."""
+    entry = users.account(uid)
+    if entry is None:
         return Caller(uid=uid, gid=-1, pid=0, user=str(uid))
-    names: set[str] = set()
-    for gid in os.getgrouplist(entry.pw_name, entry.pw_gid):
-        try:
-            names.add(grp.getgrgid(gid).gr_name)
-        except KeyError:
-            continue
-    return Caller(entry.pw_uid, entry.pw_gid, 0, entry.pw_name, frozenset(names))
-
-
-def forget_members() -> None:
-    """Read users' groups again at the next check (after a change of the user database)."""
-    caller_of_uid.cache_clear()
+    return Caller(uid, entry.gid, 0, entry.name, users.groups_of(entry.name, entry.gid))
 
 
 class ReservationBoard:

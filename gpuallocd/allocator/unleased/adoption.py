@@ -10,8 +10,6 @@ lease lives as long as the process (and what it starts), up to the owner's longe
 
 from __future__ import annotations
 
-import secrets
-
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.sharing import UnitHolders
 from gpuallocd.allocator.leases.slices import leased_units
@@ -19,6 +17,7 @@ from gpuallocd.allocator.site.ttl import longest_ttl
 from gpuallocd.enforcement.proc_facts import owner_and_start, owner_of, proc_facts
 from gpuallocd.errors import CallerError, CapacityError, GpuBusy, InvalidRequest, PermissionDenied
 from gpuallocd.model import Caller, Gpu, GpuProcess, Lease, LeasedGpu, LeaseEvent, Topology
+from gpuallocd.model.lease import new_lease_id
 from gpuallocd.policies.rules import request_for
 
 __all__ = ["ADOPTED_POLICY", "adopt", "adopt_own", "unit_lease", "unit_of"]
@@ -90,7 +89,7 @@ def adopt(
     ttl = _beside_reservations(lifecycle, owner, unit_uuid, now, ttl)
     lifecycle.quota.check_grant(owner, lifecycle.leases(), gpus=unit.fraction)
     lease = Lease(
-        id=secrets.token_hex(6),
+        id=new_lease_id(),
         gpus=(unit,),
         owner_uid=owner.uid,
         owner_name=owner.user,

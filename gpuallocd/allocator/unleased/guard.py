@@ -19,7 +19,7 @@ from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.sharing import UnitHolders
 from gpuallocd.allocator.unleased.adoption import ADOPTED_POLICY, adopt, unit_of
 from gpuallocd.enforcement import Action, Seen, Step, Track, UnitUse, UnleasedRules, decide
-from gpuallocd.enforcement.proc_facts import Owner, OwnerCache, owner_and_start, proc_facts
+from gpuallocd.enforcement.proc_facts import Owner, owner_and_start, owner_of, proc_facts
 from gpuallocd.errors import CallerError, CapacityError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller, Gpu, GpuProcess, Lease, LeaseEvent
@@ -86,7 +86,6 @@ class UnleasedGuard:
         self._send = send
         self._tracks: dict[tuple[int, int | None, str], Track] = {}  # (pid, start, unit)
         self._seen: dict[tuple[int, int | None, str], Seen] = {}
-        self._owners = OwnerCache()
         self._revoked: dict[tuple[int, int | None], None] = {}  # adopted, then revoked
         self._odd: set[tuple[int, str]] = set()  # (pid, what went wrong), logged once
         self.counts: collections.Counter[str] = collections.Counter()
@@ -159,7 +158,7 @@ class UnleasedGuard:
         )
 
     def _owner(self, uid: int | None) -> Owner | None:
-        return self._owners.get(uid)
+        return owner_of(uid)
 
     def covered(self, leases: list[Lease]) -> list[Lease]:
         """Leases were just adopted: their owners' processes on them offend no more."""
@@ -180,9 +179,8 @@ class UnleasedGuard:
         return lease
 
     def reload(self, rules: UnleasedRules) -> None:
-        """Adopt reloaded rules, and read users and groups afresh (SIGHUP)."""
+        """Adopt reloaded rules (SIGHUP)."""
         self.rules = rules
-        self._owners.clear()
 
     # Acting ----------------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuallocd import __version__
-from gpuallocd.host import cgroup_version, clock_source, systemd_is_init
+from gpuallocd.cli.quantities import format_duration
+from gpuallocd.host import cgroup_version, clock_source, systemd_is_init, users
 
 __all__ = ["FAIL", "OK", "WARN", "Check", "daemon_checks", "host_checks"]
 
@@ -124,7 +125,7 @@ def service(diag: Diagnostics) -> Check:
     ping = systemd.get("watchdog_ping_seconds")
     if ping is None:
         return Check("service", WARN, "under systemd without a watchdog", "keep WatchdogSec=30")
-    return Check("service", OK, f"under systemd, watchdog pinged every {ping:g} s")
+    return Check("service", OK, f"under systemd, watchdog pinged every {format_duration(ping)}")
 
 
 def socket_file(path: str) -> Check:
@@ -236,10 +237,6 @@ def clock(diag: Diagnostics | None) -> Check:
     return Check("clock", OK, message)
 
 
-def _age(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
-
-
 def ledger(diag: Diagnostics) -> Check:
     """The ledger's check at start, and how old its newest backup is (docs/recovery.md)."""
     found = diag.get("ledger")
@@ -253,7 +250,7 @@ def ledger(diag: Diagnostics) -> Check:
     if age is None:
         fix = "take one now: gpuallocctl ledger backup"
         return Check("ledger", WARN, f"{message}; no backup yet", fix)
-    message += f"; newest of {found['backups']} backup(s) is {_age(age)} old"
+    message += f"; newest of {found['backups']} backup(s) is {format_duration(age)} old"
     if age > 2 * found["backup_interval_seconds"] + 60:
         fix = "backups are late: see the daemon's log; gpuallocctl ledger verify"
         return Check("ledger", WARN, message, fix)
@@ -268,8 +265,9 @@ def driver(diag: Diagnostics) -> Check:
     hung = found.get("hung_calls") or []
     if not hung:
         deadline = found.get("deadline_seconds")
-        return Check("driver", OK, f"every GPU driver call answers within {deadline} s")
-    calls = ", ".join(f"{c['call']} for {c['seconds']:.1f} s" for c in hung)
+        within = f"within {format_duration(deadline)}" if deadline is not None else "in time"
+        return Check("driver", OK, f"every GPU driver call answers {within}")
+    calls = ", ".join(f"{c['call']} for {format_duration(c['seconds'])}" for c in hung)
     paused = ", ".join(found.get("paused") or []) or "nothing"
     message = f"GPU driver call hung: {calls}; paused: {paused}; the API answers from the ledger"
     fix = "look for Xid errors in `dmesg` and a stuck nvidia process; a GPU reset or reboot ends it"
@@ -310,12 +308,8 @@ def notify_channels(diag: Diagnostics) -> Check:
 
 
 def _user(uid: int) -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
+    found = users.account(uid)
+    return f"uid {uid}" if found is None else found.name
 
 
 def daemon_checks(diag: Diagnostics) -> list[Check]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import shlex
 import time
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from gpuallocd.cli.common import (
     daemon_client,
     format_expiry,
     lease_request_options,
+    user_known,
 )
 from gpuallocd.cli.errors import EXIT_USAGE, CliError
 from gpuallocd.cli.leasing.waiting import queued
@@ -160,12 +160,8 @@ def allocate(
 def _require_user(user: str) -> None:
     """A name this machine does not know is a mistake, as `limits --user` says (a uid is
     taken as it is: its user may be gone and its leases not)."""
-    if user.isdigit():
-        return
-    try:
-        pwd.getpwnam(user)
-    except KeyError:
-        raise CliError(f"no user {user!r} on this machine [invalid_request]", EXIT_USAGE) from None
+    if not user.isdigit() and not user_known(user):
+        raise CliError(f"no user {user!r} on this machine [invalid_request]", EXIT_USAGE)
 
 
 @click.command(name="leases", short_help="Active leases: id, GPUs, user, time left, label")

@@ -32,16 +32,12 @@ LEAVE_TIMEOUT_SECONDS = 5.0
 
 def waiting_text(waiter: dict[str, Any], total: int, now: float) -> str:
     """`queued 1 of 2 (12s): Resources: wants 2 GPU(s); 0 free; start in ~47m`."""
-    text = (
-        f"gpuallocctl: queued {waiter['position']} of {total} "
-        f"({format_duration(waiter.get('waited_seconds', 0))}): {waiter.get('reason', 'waiting')}"
-    )
-    if waiter.get("reason_detail"):
-        text += f": {waiter['reason_detail']}"
+    from gpuallocd.model.queue_text import queued_line  # only once queued: `allocate` starts light
+
     start = waiter.get("estimated_start_at")
-    if start is not None:
-        text += f"; start in ~{format_duration(start - now)}"
-    return text
+    waited = format_duration(waiter.get("waited_seconds", 0))
+    ahead = None if start is None else f"in ~{format_duration(start - now)}"
+    return "gpuallocctl: " + queued_line(waiter, total, waited, ahead)
 
 
 class _WaitingLine(threading.Thread):

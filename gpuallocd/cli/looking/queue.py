@@ -123,7 +123,7 @@ def _actor(event: dict[str, Any]) -> str:
     from gpuallocd.model.actors import actor_name
 
     uid = event["actor_uid"]
-    return user_of(uid) if uid is None else actor_name(uid, event.get("detail"))
+    return user_of(uid) if uid is None else actor_name(uid, event.get("detail"), user_of)
 
 
 def _energy(energy: dict[str, Any] | None) -> str:

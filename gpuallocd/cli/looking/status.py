@@ -17,8 +17,9 @@ from gpuallocd.cli.quantities import Duration, format_left
 from gpuallocd.cli.style import colour_enabled, render_table, short_uuid, state_cell
 from gpuallocd.cli.table_fit import fit_columns, terminal_width
 from gpuallocd.model.power import power_text
+from gpuallocd.model.queue_text import held_for
 
-__all__ = ["COMMANDS", "held_for", "render_status"]
+__all__ = ["COMMANDS", "render_status"]
 
 NAME_WIDTH = 20
 VENDOR_PREFIXES = ("NVIDIA ", "AMD ")
@@ -66,14 +67,6 @@ def _process(process: dict[str, Any], unleased: dict[str, Any] | None) -> str:
     signalled = f", {unleased['signalled']} sent" if unleased.get("signalled") else ""
     command = escape_unprintable(str(unleased["command"]))
     return f"{unleased['user']}({process['pid']} {command}) without a lease{signalled}"
-
-
-def held_for(reserved: dict[str, Any]) -> str:
-    """`held for reservation r5f0c1a2b (alice)`, or for a waiter `held for bob (queue 1)`."""
-    waiter = str(reserved.get("waiter") or "")
-    if waiter.startswith("reservation "):
-        return f"held for {waiter} ({reserved['user']})"
-    return f"held for {reserved['user']} (queue {reserved['position']})"
 
 
 def _holder(gpu: dict[str, Any], now: float) -> str | None:

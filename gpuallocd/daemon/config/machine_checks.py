@@ -10,33 +10,24 @@ way until a reload succeeds.
 
 from __future__ import annotations
 
-import grp
 import os
-import pwd
 import stat
 from pathlib import Path
 from typing import Any
 
 from gpuallocd.api.tcp_address import is_loopback_address
 from gpuallocd.daemon.config.settings import DaemonConfig
+from gpuallocd.host import users
 
 __all__ = ["ConfigState", "config_warnings", "machine_warnings"]
 
 
 def _group_exists(name: str) -> bool:
-    try:
-        grp.getgrnam(name)
-    except KeyError:
-        return False
-    return True
+    return users.group_id(name) is not None
 
 
 def _user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
+    return users.account_named(name) is not None
 
 
 def machine_warnings(config: DaemonConfig) -> list[str]:

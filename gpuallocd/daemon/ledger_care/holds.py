@@ -14,7 +14,6 @@ had one). The unit is not given out until someone looks:
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -25,6 +24,7 @@ from gpuallocd.daemon.ledger_care.machine import Machine, OnUnit
 from gpuallocd.daemon.ledger_care.records import user_name
 from gpuallocd.errors import CallerError, CapacityError
 from gpuallocd.model import Lease, LeaseEvent
+from gpuallocd.model.lease import new_lease_id
 
 __all__ = ["hold_unexplained"]
 
@@ -57,7 +57,7 @@ def _for_admins(
     assert leased is not None  # the unit was found on this topology
     hold = lifecycle.settings.max_ttl_seconds
     lease = Lease(
-        id=secrets.token_hex(6),
+        id=new_lease_id(),
         gpus=(leased,),
         owner_uid=0,
         owner_name=user_name(0),

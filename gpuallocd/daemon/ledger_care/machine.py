@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpulease.lease_id import LEASE_ID_VARIABLE
+
 from gpuallocd.allocator.unleased.adoption import unit_of
 from gpuallocd.daemon.ledger_care.records import Recorded, Records, user_name
 from gpuallocd.enforcement.proc_facts import owner_and_start
@@ -114,7 +116,7 @@ def _judge_carriers(
         why = "no record knows that lease" if lease is None else f"that lease is {lease.owner}'s"
         aside.setdefault((carrier.uid, carrier.lease_id), (carrier, why))
     lines = [
-        f"set aside: {user_name(c.uid)}'s pid {c.pid} carries GPUALLOCD_LEASE_ID={c.lease_id}, "
+        f"set aside: {user_name(c.uid)}'s pid {c.pid} carries {LEASE_ID_VARIABLE}={c.lease_id}, "
         f"but {why}: it gives nothing"
         for c, why in sorted(aside.values(), key=lambda v: (v[0].uid, v[0].lease_id))
     ]

@@ -15,17 +15,18 @@ it was still held, the units any record names for it (the backup's rows, the ind
 from __future__ import annotations
 
 import enum
-import pwd
 import sqlite3
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuallocd.host import users
 from gpuallocd.ledger.salvage import SalvageReport
+from gpuallocd.model.lease import ENDINGS as ENDINGS_OF_LEASES
 
 __all__ = ["Held", "Recorded", "Records", "active_units", "read_records", "user_name"]
 
-ENDINGS = ("freed", "expired", "revoked")
+ENDINGS = tuple(sorted(ENDINGS_OF_LEASES))  # as an SQL list: ("expired", "freed", ...)
 CHUNK = 500  # lease ids looked up per query (SQLite bounds the parameters of one)
 
 
@@ -67,12 +68,7 @@ class Records:
 
 def user_name(uid: int | None) -> str:
     """The user database's name for `uid` (its number where it has none)."""
-    if uid is None:
-        return "an unknown user"
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
+    return "an unknown user" if uid is None else users.user_name(uid)
 
 
 def active_units(conn: sqlite3.Connection) -> dict[str, tuple[str, str]]:
