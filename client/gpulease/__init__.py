@@ -29,6 +29,7 @@ from gpulease.errors import (
     MalformedHttp,
     MalformedJson,
     MethodNotAllowed,
+    NotPreemptible,
     NvmlError,
     PermissionDenied,
     PolicyNotApplicable,
@@ -40,6 +41,7 @@ from gpulease.errors import (
     UnknownPolicy,
     UnknownReservation,
     UnknownRoute,
+    WithinMinimumRuntime,
     WouldWaitForever,
 )
 from gpulease.lease import gpu_lease, visible_devices_env
@@ -75,6 +77,7 @@ __all__ = [
     "MalformedHttp",
     "MalformedJson",
     "MethodNotAllowed",
+    "NotPreemptible",
     "NvmlError",
     "PermissionDenied",
     "PolicyNotApplicable",
@@ -87,6 +90,7 @@ __all__ = [
     "UnknownReservation",
     "UnknownRoute",
     "UntrustedServer",
+    "WithinMinimumRuntime",
     "WouldWaitForever",
     "__version__",
     "gpu_lease",

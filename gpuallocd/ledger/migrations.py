@@ -41,6 +41,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS leases_by_end ON leases (ended_at)",
         "CREATE INDEX IF NOT EXISTS leases_by_owner ON leases (owner_uid, ended_at)",
     ),
+    # 5: preemptible leases (docs/preemption.md): their terms (`preemptible_leases`) and each
+    # preemption's deadline and state (`preemptions`), new tables created after the migrations
+    # run; no existing row changes, and every lease granted before stays non-preemptible.
+    5: (),
 }
 
 

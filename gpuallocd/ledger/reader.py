@@ -32,7 +32,15 @@ from gpuallocd.model.energy import LeaseEnergy
 __all__ = ["GpuSpan", "LedgerReader"]
 
 _L = schema.leases
-ENDINGS = frozenset({LeaseEvent.FREED.value, LeaseEvent.REVOKED.value, LeaseEvent.EXPIRED.value})
+_T = schema.preemptible_leases
+ENDINGS = frozenset(
+    {
+        LeaseEvent.FREED.value,
+        LeaseEvent.REVOKED.value,
+        LeaseEvent.EXPIRED.value,
+        LeaseEvent.PREEMPTED.value,
+    }
+)
 _H = schema.history
 _G = schema.lease_gpus
 
@@ -56,7 +64,7 @@ SELECT coalesce(json_group_array(json(event)), '[]') FROM (
                          'user', coalesce(names.name, CAST(actor_uid AS TEXT))),
     'actor_uid', actor_uid,
     'at', json(printf('%!.17g', at)), 'detail', detail,
-    'energy', CASE WHEN event IN ('freed', 'revoked', 'expired') THEN (
+    'energy', CASE WHEN event IN ('freed', 'revoked', 'expired', 'preempted') THEN (
       SELECT CASE WHEN count(*) THEN json_object(
         'joules', json(printf('%!.17g', total(joules))),
         'kwh', json(printf('%!.17g', total(joules) / 3600000.0)),
@@ -155,11 +163,13 @@ class LedgerReader(UsageRecords):
         end = func.min(func.coalesce(_L.c.ended_at, until), until)
         held = func.max(end - func.max(_L.c.created_at, since), 0.0)
         created_inside = (_L.c.created_at >= since) & (_L.c.created_at < until)
+        preemptible = select(_T.c.lease_id).where(_T.c.lease_id == _L.c.id).exists()
         query = (
             select(
                 _L.c.owner_uid,
                 func.max(_L.c.owner_name).label("name"),
                 func.total(GPU_COUNT * held).label("seconds"),
+                func.total(case((preemptible, GPU_COUNT * held), else_=0.0)).label("preemptible"),
                 func.total(case((created_inside, 1), else_=0)).label("leases"),
                 func.total(case((created_inside, _L.c.waited_seconds), else_=0.0)).label("waited"),
             )
@@ -171,7 +181,12 @@ class LedgerReader(UsageRecords):
             energy = conn.exec_driver_sql(_ENERGY_BY_USER, (since, until)).mappings().all()
         found = {
             r["owner_uid"]: UserUsage(
-                r["owner_uid"], r["name"], r["seconds"] / 3600.0, int(r["leases"]), r["waited"]
+                r["owner_uid"],
+                r["name"],
+                r["seconds"] / 3600.0,
+                int(r["leases"]),
+                r["waited"],
+                preemptible_gpu_hours=r["preemptible"] / 3600.0,
             )
             for r in rows
         }

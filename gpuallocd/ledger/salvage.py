@@ -29,13 +29,17 @@ TABLES = (
     "lease_gpus",
     "lease_requests",
     "history",
+    "preemptible_leases",
+    "preemptions",
     "drains",
     "admin_actions",
     "advance_reservations",
     "reservation_events",
     "unleased_use",
 )
-NEWER_WINS = frozenset({"leases", "lease_gpus", "lease_requests"})
+NEWER_WINS = frozenset(
+    {"leases", "lease_gpus", "lease_requests", "preemptible_leases", "preemptions"}
+)
 MISSES_BEFORE_GIVING_UP = 10_000  # rowids tried past the last one read, when max() fails
 Rows = list[tuple[Any, ...]]
 

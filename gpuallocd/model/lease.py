@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuallocd.model.energy import LeaseEnergy
+from gpuallocd.model.preemption import PreemptTerms
 
 __all__ = [
     "Caller",
@@ -25,6 +26,7 @@ class LeaseState(str, enum.Enum):
     FREED = "freed"
     EXPIRED = "expired"
     REVOKED = "revoked"
+    PREEMPTED = "preempted"  # ended by a preemption: at its checkpoint, or at the deadline
 
 
 class LeaseEvent(str, enum.Enum):
@@ -41,12 +43,17 @@ class LeaseEvent(str, enum.Enum):
     ADOPTED = "adopted"  # the lease was made for a process already running on its GPU
     UNHEALTHY = "unhealthy"  # a health failure (Xid) on the lease's GPU
     ENDING = "ending"  # the lease ends soon: a reason, a deadline (model/notice.py)
+    PREEMPT_WARNING = "preempt_warning"  # it is preempted: the deadline (model/preemption.py)
+    PREEMPT_SIGNAL = "preempt_signal"  # ... the chosen signal went to its processes
+    CHECKPOINT_DONE = "checkpoint_done"  # its job acknowledged a checkpoint (the path given)
+    PREEMPTED = "preempted"  # ... and it ended for the preemption
 
 
 ENDING_EVENT = {
     LeaseState.FREED: LeaseEvent.FREED,
     LeaseState.EXPIRED: LeaseEvent.EXPIRED,
     LeaseState.REVOKED: LeaseEvent.REVOKED,
+    LeaseState.PREEMPTED: LeaseEvent.PREEMPTED,
 }
 
 
@@ -125,6 +132,7 @@ class Lease:
     pid_start_time: int | None = None
     waited_seconds: float = 0.0  # how long the request waited in the queue before its grant
     power_limit_watts: float | None = None  # the GPUs' power cap asked for (docs/accounting.md)
+    preemptible: PreemptTerms | None = None  # may be preempted, on these terms (preemption.md)
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -154,6 +162,7 @@ class Lease:
             self.pid_start_time,
             self.waited_seconds,
             self.power_limit_watts,
+            self.preemptible,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -171,6 +180,7 @@ class Lease:
             "bound_to_process": self.bound,
             "waited_seconds": self.waited_seconds,
             "power_limit_watts": self.power_limit_watts,
+            "preemptible": None if self.preemptible is None else self.preemptible.to_json(),
         }
 
 
