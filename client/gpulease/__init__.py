@@ -46,6 +46,7 @@ from gpulease.errors import (
 )
 from gpulease.lease import gpu_lease, visible_devices_env
 from gpulease.models import GpuStatus, Lease, LeasedGpu
+from gpulease.preemption import HeldLease
 from gpulease.sizes import parse_size, parse_watts
 from gpulease.transport import DEFAULT_SOCKET, UntrustedServer
 
@@ -66,6 +67,7 @@ __all__ = [
     "GpuUnhealthy",
     "GpuallocError",
     "GpusUnavailable",
+    "HeldLease",
     "InternalError",
     "InvalidRequest",
     "InventoryError",

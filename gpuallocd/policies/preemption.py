@@ -93,6 +93,11 @@ class Plan:
     later_in: float | None = None
     why: tuple[str, ...] = field(default=())
 
+    @property
+    def reasons(self) -> tuple[tuple[Candidate, str], ...]:
+        """Each victim with the line that explains it (they follow the counted ones')."""
+        return tuple(zip(self.victims, self.why[len(self.counted) :], strict=True))
+
 
 def _ran(candidate: Candidate) -> str:
     since = "its last checkpoint" if candidate.checkpointed else "its grant"

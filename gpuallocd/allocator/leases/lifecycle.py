@@ -285,6 +285,10 @@ class LeaseLifecycle:
         detail = "granted, but the answer could not be delivered"
         return self._end([lease], LeaseState.FREED, actor_uid=0, detail=detail)
 
+    def retried(self, caller: Caller, spec: AllocateSpec) -> Lease | None:
+        """The active lease an earlier request with the same id got, if any."""
+        return self._retried(caller, spec)
+
     def _retried(self, caller: Caller, spec: AllocateSpec) -> Lease | None:
         """The active lease an earlier request with the same id got, if any."""
         lease_id = self._request_ids.lease_of(caller.uid, spec.request_id)

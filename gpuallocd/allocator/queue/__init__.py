@@ -2,6 +2,7 @@
 
     waiting.py    WaitQueue: first come, first served waiting that no large request starves in
     order.py      the order the queue is served in: fifo or fair share
+    tiers.py      preemptible requests behind the others; a requeue keeps its place (pure)
     view.py       the queue from outside: holds, reasons, estimated starts
     advance.py    admins' advance reservations: create, cancel, what each waits for
     reclaim.py    IdleReclaimer: takes back an idle lease that someone waits for

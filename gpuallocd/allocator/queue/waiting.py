@@ -22,6 +22,7 @@ from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.node_view import Hold
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.queue.order import QueueOrder
+from gpuallocd.allocator.queue.tiers import ahead_of_new, tiered
 from gpuallocd.allocator.queue.view import WaitInfo, describe_waiters, holds
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
@@ -67,6 +68,8 @@ class Waiter:
             "policy": self.spec.policy,
             "label": self.spec.label,
             "since": self.since,
+            "preemptible": self.spec.preemptible,
+            "requeue_of": self.spec.requeue_of,
         }
 
 
@@ -110,9 +113,12 @@ class WaitQueue:
         worker: SerialWorker,
         clock: Callable[[], float],
         order: QueueOrder | None = None,
+        on_served: Callable[[], None] = lambda: None,
     ) -> None:
-        """`order`: the order waiters are served in (first come, first served without)."""
+        """`order`: the order waiters are served in (first come, first served without);
+        `on_served`: told each time the queue was served and some still wait (preemption)."""
         self._order = order
+        self._on_served = on_served
         self._lifecycle = lifecycle
         self._worker = worker
         self._clock = clock
@@ -146,11 +152,16 @@ class WaitQueue:
         ordered = [waiter for waiter, _ in self._arranged(self._waiters)]
         return holds(ordered, self._lifecycle.usable_gpus)
 
+    def arranged(self) -> list[Waiter]:
+        """The waiters in the order they are served."""
+        return [waiter for waiter, _ in self._arranged(self._waiters)]
+
     def _arranged(self, waiters: Sequence[Waiter]) -> list[tuple[Waiter, Priority | None]]:
-        """The waiters in the order they are served, each with its fair-share priority."""
+        """The waiters in the order they are served, each with its fair-share priority
+        (preemptible ones behind the others: tiers.py)."""
         if self._order is None:
-            return [(waiter, None) for waiter in waiters]
-        return self._order.arrange(waiters)
+            return tiered([(waiter, None) for waiter in waiters], fair=False)
+        return tiered(self._order.arrange(waiters), fair=self._order.fair)
 
     def _serve_arranged(self, waiters: Sequence[Waiter]) -> list[tuple[Waiter, Outcome]]:
         ordered = [waiter for waiter, _ in self._arranged(waiters)]
@@ -191,6 +202,7 @@ class WaitQueue:
     def _allocate_now(
         self, caller: Caller, spec: AllocateSpec, ahead: Sequence[Waiter], on_grant: OnGrant
     ) -> Lease:
+        ahead = ahead_of_new(spec, ahead, self._clock())
         if self._order is not None:
             ahead = self._order.ahead_of(caller, ahead)
         reserved = _reserved(self._lifecycle, ahead)
@@ -214,6 +226,7 @@ class WaitQueue:
         self._lifecycle.quota.check_waiting(caller, self.waiting_of(caller.uid))
         self._waiters.append(waiter)
         log.info("%s (pid %d) waits for GPUs", caller.user, caller.pid)
+        self._on_served()  # it may make room by preemption
         if self._order is not None and self._order.fair:
             self.kick()  # it may go ahead of waiters that hold free GPUs it can use
         try:
@@ -257,6 +270,8 @@ class WaitQueue:
             outcomes = await self._worker.run(self._serve_arranged, pending)
             for waiter, outcome in outcomes:
                 await self._deliver(waiter, outcome)
+        if self._waiters:
+            self._on_served()  # those still waiting may make room by preemption
 
     async def _deliver(self, waiter: Waiter, outcome: Outcome) -> None:
         if waiter in self._waiters:

@@ -1,0 +1,83 @@
+"""What preemption adds to the queue's view: for each waiter, the preemptions it waits for
+and those it will make once a minimum runtime has passed ("will preempt lease 3f2a of alice
+at 14:02"), as the last plan left them. Pure bookkeeping; nothing here decides.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuallocd.allocator.preemption.book import PreemptionBook
+from gpuallocd.policies.preemption import Plan
+
+__all__ = ["PlanNotes", "WaiterNote"]
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M", time.localtime(at))
+
+
+@dataclass(frozen=True, slots=True)
+class WaiterNote:
+    """One waiter's preemptions: (lease, owner, wall time) each; `why` in the rule's words."""
+
+    preempting: tuple[tuple[str, str, float], ...]
+    later: tuple[tuple[str, str, float], ...]
+    why: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "preempting": [
+                {"lease_id": i, "user": u, "deadline_at": at} for i, u, at in self.preempting
+            ],
+            "will_preempt": [{"lease_id": i, "user": u, "at": at} for i, u, at in self.later],
+            "preemption_why": list(self.why),
+        }
+
+    def start_by(self) -> float | None:
+        """When the room it waits for is made at the latest: the last deadline of the
+        preemptions under way, or of those it will make (each ends by its notice)."""
+        if self.preempting and not self.later:
+            return max(at for _, _, at in self.preempting)
+        return None
+
+    def text(self) -> str:
+        """In the queue's reason: `preempting lease 3f2a of alice (ends by 14:07)`."""
+        parts = [
+            f"preempting lease {i} of {u} (ends by {_clock(at)})" for i, u, at in self.preempting
+        ]
+        parts += [f"will preempt lease {i} of {u} at {_clock(at)}" for i, u, at in self.later]
+        return "; ".join(parts)
+
+
+class PlanNotes:
+    """The notes of the last plan, by waiter id."""
+
+    def __init__(self) -> None:
+        self._notes: dict[str, WaiterNote] = {}
+
+    def clear(self) -> None:
+        self._notes = {}
+
+    def planned(self, plans: Sequence[Plan], now: float, book: PreemptionBook) -> None:
+        notes: dict[str, WaiterNote] = {}
+        for plan in plans:
+            preempting = []
+            for candidate in plan.counted:
+                entry = book.get(candidate.lease_id)
+                if entry is not None:
+                    preempting.append(
+                        (candidate.lease_id, candidate.owner, entry.record.deadline_at)
+                    )
+            preempting += [(c.lease_id, c.owner, now + c.notice_seconds) for c in plan.victims]
+            at = now + (plan.later_in or 0.0)
+            later = tuple((c.lease_id, c.owner, at) for c in plan.later)
+            if preempting or later:
+                notes[plan.request_id] = WaiterNote(tuple(preempting), later, plan.why)
+        self._notes = notes
+
+    def of(self, waiter_id: str) -> WaiterNote | None:
+        return self._notes.get(waiter_id)
