@@ -86,6 +86,8 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     seconds later `preempt_signal` (SIGTERM) is raised in this process; the job saves and calls
     `lease.checkpoint_done(path)`, which ends the lease; else it is killed `preempt_grace`
     seconds after the signal. `lease.checkpoint_done(path)` at other times records progress.
+    `raise_preempt_signal=False`: the signal is not raised here (a wrapper whose command gets
+    it from the daemon, as `gpuallocctl run`).
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         preempt_signal: str | None = None,
         on_preempt: OnPreempt | None = None,
         requeue_of: str | None = None,
+        raise_preempt_signal: bool = True,
     ) -> None:
         self._nested_choice = check_nested(nested)
         if on_unhealthy not in ("warn", "raise") and not callable(on_unhealthy):
@@ -145,6 +148,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         self._on_idle = on_idle
         self._on_unhealthy = on_unhealthy
         self._on_preempt = on_preempt
+        self._raise_preempt_signal = raise_preempt_signal
         self._client: Client | None = None
         self._renewer: Renewer | None = None
         self._watch: PreemptWatch | None = None
@@ -176,7 +180,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
             client.close()
             raise
         self._entered_in = os.getpid()
-        lease = self._watched(client, lease, relay=outer is None)
+        lease = self._watched(client, lease, relay=outer is None and self._raise_preempt_signal)
         self._client, self.lease = client, lease
         env = visible_devices_env(lease, self._visible)
         if self._on_revoke == "terminate":  # the daemon finds the work again after a restart

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from gpuallocd import __version__
-from gpuallocd.allocator import AllocateSpec
+from gpuallocd.allocator import AllocateSpec, GpuStatus
 from gpuallocd.allocator.crash_points import crash_point
 from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
@@ -67,6 +67,13 @@ def _lease_json(request: web.Request, lease: Lease) -> dict[str, Any]:
     return data
 
 
+def _gpu_json(request: web.Request, status: GpuStatus) -> dict[str, Any]:
+    """A GPU as `status` shows it; a preemptible holder's lease says so, and its preemption
+    under way (docs/preemption.md)."""
+    data = status.to_json() | {"unleased": unleased_on(request, {status.gpu.uuid})}
+    return data | facade_of(request).preemption.marks(status.lease)
+
+
 def _event_json(event: HistoryEvent) -> dict[str, Any]:
     return event.to_json(user_name(event.actor_uid))
 
@@ -105,7 +112,7 @@ async def get_diagnostics(request: web.Request) -> web.Response:
 async def list_gpus(request: web.Request) -> web.Response:
     caller_of(request)
     statuses = await facade_of(request).gpus.gpu_status()
-    gpus = [s.to_json() | {"unleased": unleased_on(request, {s.gpu.uuid})} for s in statuses]
+    gpus = [_gpu_json(request, s) for s in statuses]
     power = await facade_of(request).power.status()
     tracking = facade_of(request).process_tracking()
     return _json({"gpus": gpus, "process_tracking": tracking, "power": power})

@@ -56,6 +56,7 @@ def allocate_options(args: dict[str, Any]) -> dict[str, Any]:
         "wait": bool(args.get("wait", False)),
         "timeout": args.get("wait_timeout_seconds"),
         "bind_to_process": not args.get("keep", False),
+        "preemptible": bool(args.get("preemptible", False)),
     }
 
 

@@ -548,6 +548,17 @@ class PreemptionDesk:
             found["last_checkpoint"] = {"at": checkpoint[0], "path": checkpoint[1]}
         return found or None
 
+    def marks(self, lease: Lease | None) -> dict[str, Any]:
+        """What `status` and the dashboard add to a GPU held by `lease`: `preemptible`, and
+        its `preemption` under way (None: none)."""
+        if lease is None or lease.preemptible is None:
+            return {}
+        entry = self.book.get(lease.id)
+        return {
+            "preemptible": True,
+            "preemption": None if entry is None else entry.record.to_json(),
+        }
+
     async def detail(self, lease: Lease) -> dict[str, Any]:
         """The same for any lease: from memory while it is active, else from the ledger."""
         if lease.active or lease.preemptible is None:

@@ -89,6 +89,7 @@ def _usage_rows(users: list[dict[str, Any]], priced: bool) -> list[tuple[Any, ..
             _decayed(u),
             energy_text(u.get("energy_kwh", 0.0), u.get("energy_estimate", False)),
             f"{u.get('unleased_gpu_hours', 0.0):.2f} / {u.get('unleased_energy_kwh', 0.0):.3f}",
+            f"{u.get('preemptible_gpu_hours', 0.0):.2f}",
             *((f"{u.get('energy_cost', 0.0):.2f}",) if priced else ()),
         )
         for u in users
@@ -102,7 +103,17 @@ def _usage_rows(users: list[dict[str, Any]], priced: bool) -> list[tuple[Any, ..
             any(u.get("energy_estimate") for u in users),
         )
         cost = sum(u.get("energy_cost", 0.0) for u in users)
-        total = ("TOTAL", f"{hours:.2f}", leases, f"{waited:.2f}", "", kwh, "")
+        preemptible = sum(u.get("preemptible_gpu_hours", 0.0) for u in users)
+        total = (
+            "TOTAL",
+            f"{hours:.2f}",
+            leases,
+            f"{waited:.2f}",
+            "",
+            kwh,
+            "",
+            f"{preemptible:.2f}",
+        )
         rows.append(total + ((f"{cost:.2f}",) if priced else ()))
     return rows
 
@@ -110,6 +121,7 @@ def _usage_rows(users: list[dict[str, Any]], priced: bool) -> list[tuple[Any, ..
 def _usage_headers(price: dict[str, Any] | None) -> tuple[str, ...]:
     headers = ["USER", "GPU-HOURS", "LEASES", "HOURS-WAITED", "DECAYED", "KWH"]
     headers.append("UNLEASED GPU-H / KWH")
+    headers.append("PREEMPTIBLE GPU-H")  # of GPU-HOURS, held in preemptible leases
     if price is not None:
         headers.append(f"COST {price['currency']}".strip())
     return tuple(headers)
