@@ -217,10 +217,13 @@ class AllocatorFacade(CleanupDesk):
         owner's warning where its processes are stopped after the grace."""
         try:
             with self._ledger.unit_of_work():
-                lease = self.unleased.revoked(self._lifecycle.revoke(caller, lease_id, reason))
+                self._lifecycle.quota.rules.require_admin(caller, "revoke leases", lease=lease_id)
+                active = self._lifecycle.active(lease_id)
                 told: list[int] = []
-                if self._processes.terminates(lease.id) and self.revoke_grace_seconds > 0:
-                    told = self.notices.warn_revoke(lease, self.revoke_grace_seconds)
+                if active is not None and self._processes.terminates(active.id):
+                    if self.revoke_grace_seconds > 0:  # the warning first, on its stream too
+                        told = self.notices.warn_revoke(active, self.revoke_grace_seconds)
+                lease = self.unleased.revoked(self._lifecycle.revoke(caller, lease_id, reason))
         except LedgerError:
             self._lifecycle.reload()
             raise
