@@ -17,6 +17,7 @@ from typing import Any
 
 from gpulease import Client
 
+from gpuallocd.daemon.config.loading import load_config
 from tests.harness import DaemonPaths, HandClock, ThreadDaemon, wait_for
 from tests.lease_work import alive
 from tests.system_users import SystemUsers, open_to_everyone
@@ -35,9 +36,10 @@ TERMS = {
 class Node:
     """A daemon on hand clocks and the processes started as its users."""
 
-    def __init__(self, root: Path, users: SystemUsers, **settings: Any) -> None:
+    def __init__(self, root: Path, users: SystemUsers, config: str = "", **settings: Any) -> None:
+        """`config`: the text of a config file (its `[limits]`), the settings beside it."""
         open_to_everyone(root)
-        self.root, self.users = root, users
+        self.root, self.users, self.config = root, users, config
         self.paths = DaemonPaths(root)
         self.wall, self.boot = HandClock(START), HandClock(9000.0)
         self.settings = {"default_policy": "simple", **TERMS, **settings}
@@ -48,9 +50,19 @@ class Node:
         self.started: list[subprocess.Popen[str]] = []
 
     def _start(self) -> ThreadDaemon:
-        return ThreadDaemon(
-            self.paths, clock=self.wall, monotonic=self.boot, **self.settings
-        ).start()
+        daemon = ThreadDaemon(self.paths, clock=self.wall, monotonic=self.boot, **self.settings)
+        if self.config:
+            path = self.root / "gpuallocd.toml"
+            path.write_text(self.config)
+            daemon.config = load_config(
+                path,
+                environ={},
+                socket=str(self.paths.socket),
+                state_dir=str(self.paths.state_dir),
+                inventory=daemon.config.inventory,
+                **self.settings,
+            )
+        return daemon.start()
 
     def restart(self) -> None:
         self.daemon.stop()
@@ -75,6 +87,10 @@ class Node:
         """`gpuallocctl ARGS` as the user in the background, its output in `work/NAME.log`."""
         argv = ["-m", "gpuallocd.cli", "--socket", self.socket, *args]
         return self._keep(self.users.start(short, argv, self.work / f"{name}.log"))
+
+    def start_python(self, short: str, name: str, *argv: str) -> subprocess.Popen[str]:
+        """`python ARGV` as the user in the background, its output in `work/NAME.log`."""
+        return self._keep(self.users.start(short, list(argv), self.work / f"{name}.log"))
 
     def start_holder(self, short: str, mode: str, name: str, count: int = 1) -> Path:
         """A `gpu_lease(preemptible=True)` holder as the user (tests/preempt_job.py `hold`)."""

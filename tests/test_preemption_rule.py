@@ -306,3 +306,20 @@ def test_a_storm_of_small_requests_never_makes_jobs_thrash(
     assert bool(preempted) == (asked > 0)  # the storm did preempt
     for times in preempted.values():
         assert all(later - earlier >= minimum for earlier, later in itertools.pairwise(times))
+
+
+@settings(max_examples=200, deadline=None)
+@given(snapshots(), st.lists(st.integers(1, 4), min_size=1, max_size=4))
+def test_each_victim_has_its_own_line(
+    snapshot: tuple[frozenset[str], list[Candidate]], counts: list[int]
+) -> None:
+    """Every plan pairs each victim with the line that names it, whatever else it says."""
+    free, candidates = snapshot
+    waiters = [
+        PreemptRequest(f"w{n}", f"u{n}", 2000 + n, count, frozenset(UNITS))
+        for n, count in enumerate(counts)
+    ]
+    for plan in plan_queue(waiters, free, candidates):
+        for victim, line in plan.reasons:
+            assert line.startswith(f"preempting lease {victim.lease_id} of {victim.owner} for ")
+        assert len(plan.reasons) == len(plan.victims)

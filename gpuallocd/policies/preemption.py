@@ -95,8 +95,10 @@ class Plan:
 
     @property
     def reasons(self) -> tuple[tuple[Candidate, str], ...]:
-        """Each victim with the line that explains it (they follow the counted ones')."""
-        return tuple(zip(self.victims, self.why[len(self.counted) :], strict=True))
+        """Each victim with the line that explains it (the last lines, one per victim)."""
+        if not self.victims:
+            return ()
+        return tuple(zip(self.victims, self.why[-len(self.victims) :], strict=True))
 
 
 def _ran(candidate: Candidate) -> str:
@@ -198,8 +200,10 @@ def _plan_one(
             continue
         victims = tuple(sorted((*forced, *rest), key=lambda c: c.lease_id))
         requester = f"{request.owner}'s request"
+        chosen.update(c.lease_id for c in victims)  # for this request, now or later
+        order = [free & pool, _units(coming, pool), _units(victims, pool)]
+        claimed |= _claim(request, order)
         if wait > 0:
-            claimed |= request.pool
             lines = [
                 f"will preempt lease {c.lease_id} of {c.owner} in {typed_duration(wait)}, when its "
                 f"minimum runtime of {typed_duration(c.min_runtime_seconds)} has passed"
@@ -208,9 +212,6 @@ def _plan_one(
             return Plan(
                 request.id, counted=tuple(coming), later=victims, later_in=wait, why=tuple(lines)
             )
-        chosen.update(c.lease_id for c in victims)
-        order = [free & pool, _units(coming, pool), _units(victims, pool)]
-        claimed |= _claim(request, order)
         lines = [f"counting on lease {c.lease_id} of {c.owner}, already preempted" for c in coming]
         lines += [_victim_line(c, requester) for c in victims]
         return Plan(request.id, victims=victims, counted=tuple(coming), why=tuple(lines))

@@ -27,6 +27,7 @@ class WaiterNote:
     preempting: tuple[tuple[str, str, float], ...]
     later: tuple[tuple[str, str, float], ...]
     why: tuple[str, ...]
+    later_ends_by: float | None = None  # the later preemptions' deadlines, the latest
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,9 +41,10 @@ class WaiterNote:
     def start_by(self) -> float | None:
         """When the room it waits for is made at the latest: the last deadline of the
         preemptions under way, or of those it will make (each ends by its notice)."""
-        if self.preempting and not self.later:
-            return max(at for _, _, at in self.preempting)
-        return None
+        ends = [at for _, _, at in self.preempting]
+        if self.later_ends_by is not None:
+            ends.append(self.later_ends_by)
+        return max(ends) if ends else None
 
     def text(self) -> str:
         """In the queue's reason: `preempting lease 3f2a of alice (ends by 14:07)`."""
@@ -75,8 +77,9 @@ class PlanNotes:
             preempting += [(c.lease_id, c.owner, now + c.notice_seconds) for c in plan.victims]
             at = now + (plan.later_in or 0.0)
             later = tuple((c.lease_id, c.owner, at) for c in plan.later)
+            ends = max((at + c.notice_seconds for c in plan.later), default=None)
             if preempting or later:
-                notes[plan.request_id] = WaiterNote(tuple(preempting), later, plan.why)
+                notes[plan.request_id] = WaiterNote(tuple(preempting), later, plan.why, ends)
         self._notes = notes
 
     def of(self, waiter_id: str) -> WaiterNote | None:
