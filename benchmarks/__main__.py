@@ -27,6 +27,7 @@ from benchmarks.http_floor import capture_answers, serving_http_floor
 from benchmarks.load import BenchResult, run_bench
 from benchmarks.notices import notice_rows
 from benchmarks.policies import policy_rows
+from benchmarks.preemption import preemption_rows
 from benchmarks.process_tracking import process_tracking_rows
 from benchmarks.reads import read_rows
 from benchmarks.soak import soak_rows
@@ -222,6 +223,7 @@ def main() -> None:
         rows += energy_rows(root)
     rows += process_tracking_rows()
     rows += notice_rows()
+    rows += preemption_rows()
     _print(rows)
 
 
