@@ -107,6 +107,8 @@ class PreemptionDesk:
 
     def lease_granted(self, lease: Lease) -> None:
         self.book.track(lease)
+        if lease.preemptible is not None and self._queue.waiting():
+            self.wanted()  # a candidate for those who wait, once its minimum runtime passes
 
     def lease_ended(self, lease: Lease) -> None:
         self._progress_noted.pop(lease.id, None)
@@ -157,7 +159,7 @@ class PreemptionDesk:
                 await self._step(lease_id, self._deadline(entry))
             elif self.book.signal_due(entry):
                 await self._step(lease_id, self._signal(entry))
-        if self.book.tracked():
+        if self.book.tracked() and self._lifecycle.reservations.live(self._clock()):
             begun = await self._worker.run(self._plan_reservations)
             await self._after_begin(begun)
         due = self._replan_at
@@ -188,7 +190,11 @@ class PreemptionDesk:
     # Decisions: waiters, reservations, admins ---------------------------------------------------
 
     def wanted(self) -> None:
-        """The queue was served and some still wait: plan (soon, one plan at a time)."""
+        """The queue was served and some still wait: plan (soon, one plan at a time). With
+        no preemptible lease there is nothing to plan: nothing is done at all."""
+        if not self.book.tracked():
+            self.notes.clear()
+            return
         if self._planning is not None and not self._planning.done():
             self._plan_again = True
             return

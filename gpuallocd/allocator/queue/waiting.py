@@ -167,6 +167,10 @@ class WaitQueue:
         ordered = [waiter for waiter, _ in self._arranged(waiters)]
         return _serve_in_order(self._lifecycle, ordered)
 
+    def waiting(self) -> int:
+        """How many requests wait now."""
+        return len(self._waiters)
+
     def waiting_of(self, uid: int) -> int:
         """How many requests of the user `uid` wait now."""
         return sum(w.caller.uid == uid for w in self._waiters)
