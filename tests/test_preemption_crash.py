@@ -83,4 +83,3 @@ def test_a_crash_between_the_warning_and_the_kill_resumes_with_the_same_deadline
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait(10)
-

@@ -220,9 +220,9 @@ class AllocatorFacade(CleanupDesk):
                 self._lifecycle.quota.rules.require_admin(caller, "revoke leases", lease=lease_id)
                 active = self._lifecycle.active(lease_id)
                 told: list[int] = []
-                if active is not None and self._processes.terminates(active.id):
-                    if self.revoke_grace_seconds > 0:  # the warning first, on its stream too
-                        told = self.notices.warn_revoke(active, self.revoke_grace_seconds)
+                grace = self.revoke_grace_seconds
+                if active is not None and self._processes.terminates(active.id) and grace > 0:
+                    told = self.notices.warn_revoke(active, grace)  # first, on its stream too
                 lease = self.unleased.revoked(self._lifecycle.revoke(caller, lease_id, reason))
         except LedgerError:
             self._lifecycle.reload()
