@@ -7,7 +7,8 @@
     book.py       PreemptionBook: preemptible leases' clocks and the open preemptions, in memory
     snapshot.py   the rule's snapshot (policies/preemption.py) made from the allocator's view
     contract.py   the words of each step: warning, signal, checkpoint, end (pure)
-    views.py      what the queue's view shows of it: "will preempt lease 3f2a of alice at 14:02"
+    requeue.py    a requeue's place in the queue, checked against the ledger
+    views.py      what the queue, `status` and a lease show of it: "will preempt ... at 14:02"
 
 Imports `leases/`, `queue/`, `site/` and `notices/`; no room imports it.
 """

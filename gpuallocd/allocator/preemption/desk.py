@@ -30,23 +30,22 @@ from gpuallocd.allocator.notices.ahead import Deadline
 from gpuallocd.allocator.notices.desk import NoticeDesk
 from gpuallocd.allocator.preemption import contract
 from gpuallocd.allocator.preemption.book import OpenPreemption, PreemptionBook
+from gpuallocd.allocator.preemption.requeue import requeue_spec
 from gpuallocd.allocator.preemption.snapshot import (
     candidate_of,
     candidates,
     free_units,
     requests,
 )
-from gpuallocd.allocator.preemption.views import PlanNotes
+from gpuallocd.allocator.preemption.views import PlanNotes, gpu_marks, lease_extra
 from gpuallocd.allocator.queue.waiting import WaitQueue
 from gpuallocd.allocator.site.reservation_board import caller_of_uid
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import (
-    InvalidRequest,
     LeaseNotActive,
     LedgerError,
     NotPreemptible,
     PermissionDenied,
-    UnknownLease,
     WithinMinimumRuntime,
 )
 from gpuallocd.ledger import Ledger
@@ -517,53 +516,18 @@ class PreemptionDesk:
     # Requeue ------------------------------------------------------------------------------------
 
     def requeue_spec(self, caller: Caller, spec: AllocateSpec) -> AllocateSpec:
-        """In the worker: a request that requeues a preempted lease of the caller's keeps that
-        lease's place in the queue, and is preemptible (it can never preempt back); once
-        granted, no other request may requeue the same lease (`invalid_request`)."""
-        old_id = spec.requeue_of
-        if old_id is None:
-            return spec
-        old = self._ledger.lease(old_id)
-        if old is None:
-            raise UnknownLease(f"no lease {old_id!r}", lease=old_id)
-        if old.owner_uid != caller.uid:
-            raise PermissionDenied(f"lease {old_id} belongs to {old.owner_name}", lease=old_id)
-        if self._ledger.preemption(old_id) is None:
-            raise InvalidRequest(f"lease {old_id} was not preempted", field="requeue_of")
-        again = self._ledger.requeued_as(old_id)
-        retried = self._lifecycle.retried(caller, spec)
-        if again is not None and (retried is None or retried.id != again):
-            raise InvalidRequest(
-                f"lease {old_id} was requeued already, as lease {again}", field="requeue_of"
-            )
-        terms = old.preemptible
-        since = terms.queued_since if terms is not None else old.created_at - old.waited_seconds
-        return replace(spec, preemptible=True, queued_since=since)
+        """In the worker: a requeue's place and terms (requeue.py)."""
+        return requeue_spec(self._lifecycle, self._ledger, caller, spec)
 
     # Views and helpers --------------------------------------------------------------------------
 
     def of(self, lease_id: str) -> dict[str, Any] | None:
-        """An active lease's preemption under way and its last checkpoint, for `leases`,
-        `status` and the lease's own answers (from memory)."""
-        entry = self.book.get(lease_id)
-        checkpoint = self.book.last_checkpoint(lease_id)
-        found: dict[str, Any] = {}
-        if entry is not None:
-            found["preemption"] = {**entry.record.to_json(), "left_seconds": self.book.left(entry)}
-        if checkpoint is not None:
-            found["last_checkpoint"] = {"at": checkpoint[0], "path": checkpoint[1]}
-        return found or None
+        """An active lease's preemption under way and its last checkpoint (views.py)."""
+        return lease_extra(self.book, lease_id)
 
     def marks(self, lease: Lease | None) -> dict[str, Any]:
-        """What `status` and the dashboard add to a GPU held by `lease`: `preemptible`, and
-        its `preemption` under way (None: none)."""
-        if lease is None or lease.preemptible is None:
-            return {}
-        entry = self.book.get(lease.id)
-        return {
-            "preemptible": True,
-            "preemption": None if entry is None else entry.record.to_json(),
-        }
+        """What `status` and the dashboard add to a GPU held by `lease` (views.py)."""
+        return gpu_marks(self.book, lease)
 
     async def detail(self, lease: Lease) -> dict[str, Any]:
         """The same for any lease: from memory while it is active, else from the ledger."""

@@ -1,6 +1,7 @@
-"""What preemption adds to the queue's view: for each waiter, the preemptions it waits for
+"""What preemption adds to what people see: for each waiter, the preemptions it waits for
 and those it will make once a minimum runtime has passed ("will preempt lease 3f2a of alice
-at 14:02"), as the last plan left them. Pure bookkeeping; nothing here decides.
+at 14:02"), as the last plan left them; a lease's and a GPU's preemption. Pure bookkeeping;
+nothing here decides.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuallocd.allocator.preemption.book import PreemptionBook
+from gpuallocd.model import Lease
 from gpuallocd.policies.preemption import Plan
 
-__all__ = ["PlanNotes", "WaiterNote"]
+__all__ = ["PlanNotes", "WaiterNote", "gpu_marks", "lease_extra"]
 
 
 def _clock(at: float) -> str:
@@ -84,3 +86,25 @@ class PlanNotes:
 
     def of(self, waiter_id: str) -> WaiterNote | None:
         return self._notes.get(waiter_id)
+
+
+def lease_extra(book: PreemptionBook, lease_id: str) -> dict[str, Any] | None:
+    """An active lease's preemption under way and its last checkpoint, for `leases`,
+    `status` and the lease's own answers (from memory)."""
+    entry = book.get(lease_id)
+    checkpoint = book.last_checkpoint(lease_id)
+    found: dict[str, Any] = {}
+    if entry is not None:
+        found["preemption"] = {**entry.record.to_json(), "left_seconds": book.left(entry)}
+    if checkpoint is not None:
+        found["last_checkpoint"] = {"at": checkpoint[0], "path": checkpoint[1]}
+    return found or None
+
+
+def gpu_marks(book: PreemptionBook, lease: Lease | None) -> dict[str, Any]:
+    """What `status` and the dashboard add to a GPU held by `lease`: `preemptible`, and its
+    `preemption` under way (None: none)."""
+    if lease is None or lease.preemptible is None:
+        return {}
+    entry = book.get(lease.id)
+    return {"preemptible": True, "preemption": None if entry is None else entry.record.to_json()}
