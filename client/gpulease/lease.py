@@ -87,7 +87,8 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     `lease.checkpoint_done(path)`, which ends the lease; else it is killed `preempt_grace`
     seconds after the signal. `lease.checkpoint_done(path)` at other times records progress.
     `raise_preempt_signal=False`: the signal is not raised here (a wrapper whose command gets
-    it from the daemon, as `gpuallocctl run`).
+    it from the daemon, as `gpuallocctl run`, which follows its lease's stream itself);
+    without `on_preempt` too, the block's lease does not follow its stream at all.
     """
 
     def __init__(
@@ -208,8 +209,9 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         enclosing lease that is): `relay` raises its signal here (this process holds it)."""
         state = PreemptState()
         held = HeldLease.of(lease, state, lambda path: client.checkpoint_done(lease.id, path))
-        if lease.raw.get("preemptible") is None:
-            return held
+        quiet = not relay and self._on_preempt is None and not self._raise_preempt_signal
+        if lease.raw.get("preemptible") is None or quiet:
+            return held  # not preemptible, or a wrapper that follows its lease itself
         socket = client.socket_path
 
         def told(preemption: dict[str, object]) -> None:

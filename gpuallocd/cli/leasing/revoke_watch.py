@@ -94,6 +94,8 @@ class RevokeWatch(threading.Thread):
                     continue
                 for event in events:
                     after = max(after, int(event["seq"]))
+                    if event["event"] == "freed" and self.command_ended.is_set():
+                        continue  # run's own free, once its command ended: nothing to tell
                     if event["event"] == "preempt_warning":
                         self._on_preempt(lease.raw.get("preemption") or {})
                     if event["event"] not in ("granted", "renewed", "revoked"):
