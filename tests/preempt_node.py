@@ -99,7 +99,11 @@ class Node:
         log.chmod(0o666)
         argv = [JOB, "hold", mode, str(log), self.socket, str(count)]
         self._keep(self.users.start(short, argv, self.work / f"{name}.log"))
-        wait_for(lambda: "holder" in log.read_text(), 30, what=f"{name}'s lease")
+        wait_for(
+            lambda: "holder" in log.read_text() and "worker" in log.read_text(),
+            30,
+            what=f"{name}'s lease and its worker",
+        )
         return log
 
     def _keep(self, process: subprocess.Popen[str]) -> subprocess.Popen[str]:

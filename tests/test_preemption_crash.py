@@ -53,7 +53,7 @@ def test_a_crash_between_the_warning_and_the_kill_resumes_with_the_same_deadline
     )
     bob = None
     try:
-        wait_for(lambda: "holder" in log.read_text(), 30, what="alice's lease")
+        wait_for(lambda: "worker" in log.read_text(), 30, what="alice's lease and its worker")
         lease_id, holder, worker = holder_pids(log)
         argv = ["-m", "gpuallocd.cli", "--socket", socket, "--json", "allocate", "-n", "1"]
         bob = users.start("bob", [*argv, "--wait", "--label", "bob"], work / "bob.log")
