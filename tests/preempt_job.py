@@ -13,6 +13,7 @@ asks for SIGUSR1, logs it and never acknowledges (the kill at the deadline is it
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import sys
 import time
 
 STEP_SECONDS = 0.05
+PR_SET_PDEATHSIG = 1
 
 
 def _log(path: str, line: str) -> None:
@@ -71,6 +73,7 @@ def hold(mode: str, log: str, socket: str, count: int) -> int:
         _log(log, f"lease {lease.id} holder {holder}")
         worker = os.fork()
         if worker == 0:
+            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # never outlives the test
             _log(log, f"worker {os.getpid()}")
             while True:
                 time.sleep(0.05)

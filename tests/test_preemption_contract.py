@@ -197,12 +197,14 @@ def test_the_owner_is_warned_at_its_thresholds_once_across_a_restart(node: Node)
 def test_a_revoke_with_a_grace_warns_its_owner_of_the_kill(node: Node) -> None:
     """A `run` lease revoked: its owner's `ending` notice (reason revoke) and the event on its
     stream, in the revoke's transaction, once."""
-    node.start_ctl("alice", "run", "run", "-n", "1", "--", "sleep", "600")
+    run = node.start_ctl("alice", "run", "run", "-n", "1", "--", "sleep", "600")
     wait_for(lambda: _held(node), 30, what="alice's run")
     with node.client() as client:
         (lease,) = client.leases()
+        wait_for(lambda: len(client.lease(lease.id).raw["processes"]) == 2, 30, what="sleep")
         client.revoke(lease.id, "maintenance")
         notices = client.notifications(everyone=True)["notices"]
+    assert run.wait(60) == 7, node.log("run")  # its command stopped, nothing left behind
     ending = [n for n in notices if n["kind"] == "ending"]
     assert [n["data"]["reason"] for n in ending] == ["revoke"]
     assert (
