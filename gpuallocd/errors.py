@@ -17,7 +17,9 @@
     │   ├── LeaseNotActive        409   lease_not_active: freed, expired or revoked already
     │   ├── QuotaExceeded         403   quota_exceeded: over a limit of the site (docs/limits.md)
     │   ├── PolicyNotApplicable   422   policy_not_applicable: the policy cannot serve this node
-    │   └── WouldWaitForever      409   would_wait_forever: the caller's own leases block the wait
+    │   ├── WouldWaitForever      409   would_wait_forever: the caller's own leases block the wait
+    │   ├── NotPreemptible        409   not_preemptible: the lease was not granted preemptible
+    │   └── WithinMinimumRuntime  409   within_minimum_runtime: its minimum runtime has not passed
     ├── CapacityError            409    nothing fits right now; may succeed later
     │   ├── GpusUnavailable       409   gpus_unavailable: not enough free GPUs
     │   ├── GpuBusy               409   gpu_busy: a GPU asked for by name is leased or unhealthy
@@ -77,6 +79,7 @@ __all__ = [
     "MalformedJson",
     "MethodNotAllowed",
     "MissingPrivilege",
+    "NotPreemptible",
     "NvmlError",
     "PermissionDenied",
     "PolicyNotApplicable",
@@ -90,6 +93,7 @@ __all__ = [
     "UnknownPolicy",
     "UnknownReservation",
     "UnknownRoute",
+    "WithinMinimumRuntime",
     "WouldWaitForever",
     "error_classes",
 ]
@@ -217,6 +221,24 @@ class WouldWaitForever(CallerError):
     code = "would_wait_forever"
     http_status = 409
     detail_keys = frozenset({"count", "held"})
+
+
+class NotPreemptible(CallerError):
+    """A preemption or a checkpoint of a lease that was not granted preemptible (a revoke ends
+    any lease)."""
+
+    code = "not_preemptible"
+    http_status = 409
+    detail_keys = frozenset({"lease"})
+
+
+class WithinMinimumRuntime(CallerError):
+    """An admin's preemption of a lease before its minimum runtime has passed: it may be
+    preempted from `preemptible_at` (Unix time)."""
+
+    code = "within_minimum_runtime"
+    http_status = 409
+    detail_keys = frozenset({"lease", "preemptible_at"})
 
 
 class CapacityError(GpuallocError):

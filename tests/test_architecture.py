@@ -231,6 +231,7 @@ ROOMS = {
         "queue": {"leases", "site", "power"},
         "unleased": {"leases", "site", "power"},
         "notices": {"leases", "site"},
+        "preemption": {"leases", "site", "queue", "notices"},
     },
     "gpuallocd.daemon": {
         "config": set(),
@@ -247,7 +248,7 @@ ROOMS = {
 }
 # Door modules a room may import: they import nothing of their own package.
 DOOR_LEAVES = {
-    "gpuallocd.allocator": {"worker", "long_reads", "bells"},
+    "gpuallocd.allocator": {"worker", "long_reads", "bells", "crash_points"},
     "gpuallocd.daemon": {"logformat"},
     "gpuallocd.cli": {
         "app",
@@ -335,6 +336,7 @@ def _mapped(package_dir: Path) -> list[str]:
         PACKAGE / "allocator" / "queue",
         PACKAGE / "allocator" / "unleased",
         PACKAGE / "allocator" / "power",
+        PACKAGE / "allocator" / "preemption",
         PACKAGE / "cli" / "leasing",
         PACKAGE / "cli" / "looking",
         PACKAGE / "cli" / "administering",

@@ -124,17 +124,21 @@ def test_kill_9_of_run_leaves_the_command_its_lease(daemon: ThreadDaemon, reap: 
 
 
 def test_revoking_a_run_lease_stops_the_command_and_says_why(daemon: ThreadDaemon) -> None:
-    """Revoke: the command gets SIGTERM; run prints one line with the reason and exits 7."""
+    """Revoke: the command gets SIGTERM; run prints the warning of the kill to come (the
+    revoke's `ending` event), then one line with the reason, and exits 7."""
     with daemon.client() as client:
         wrapper, lease, _ = _started(daemon, client, SLEEPER)
         client.revoke(lease.id, reason="maintenance at noon")
     _, err = wrapper.communicate(timeout=30)
     assert wrapper.returncode == EXIT_REVOKED
     lines = err.strip().splitlines()
-    assert len(lines) == 2 and "Warning" not in err, err
-    assert lines[1] == (
+    assert len(lines) == 3 and "Warning" not in err, err
+    said = (
         f"gpuallocctl: lease {lease.id} was revoked (maintenance at noon); the command was stopped"
     )
+    (warned,) = [line for line in lines[1:] if line != said]  # from the watch's own thread
+    assert warned.startswith(f"gpuallocctl: lease {lease.id}: ending: lease {lease.id} ")
+    assert "was revoked: its processes are stopped in 30s" in warned
 
 
 def test_a_command_that_ignores_sigterm_is_killed_after_the_grace(

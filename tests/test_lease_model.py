@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpuallocd.model import Lease, LeasedGpu, LeaseState, UnitKind
+from gpuallocd.model.preemption import PreemptTerms
 
 
 def test_an_ended_lease_keeps_every_other_field() -> None:
@@ -25,6 +26,7 @@ def test_an_ended_lease_keeps_every_other_field() -> None:
         waited_seconds=2.5,
         power_limit_watts=250.0,
         on_revoke="terminate",
+        preemptible=PreemptTerms(1800.0, 60.0, 300.0),
     )
     unset = [
         f.name

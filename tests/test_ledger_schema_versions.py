@@ -34,7 +34,7 @@ FINGERPRINTS = {
     2: "0121d30b86e6ebc0",
     3: "1405c15956a0bbe0",
     4: "c71f1faa9bae7efb",
-    5: "13e5c438848fc6c2",
+    5: "040bfdb86c6c23cb",
 }
 
 # The first schema, as its daemon made it (its metadata's SQL).

@@ -29,6 +29,7 @@ from gpulease.errors import (
     MalformedHttp,
     MalformedJson,
     MethodNotAllowed,
+    NotPreemptible,
     NvmlError,
     PermissionDenied,
     PolicyNotApplicable,
@@ -40,10 +41,12 @@ from gpulease.errors import (
     UnknownPolicy,
     UnknownReservation,
     UnknownRoute,
+    WithinMinimumRuntime,
     WouldWaitForever,
 )
 from gpulease.lease import gpu_lease, visible_devices_env
 from gpulease.models import GpuStatus, Lease, LeasedGpu
+from gpulease.preemption import HeldLease
 from gpulease.sizes import parse_size, parse_watts
 from gpulease.transport import DEFAULT_SOCKET, UntrustedServer
 
@@ -64,6 +67,7 @@ __all__ = [
     "GpuUnhealthy",
     "GpuallocError",
     "GpusUnavailable",
+    "HeldLease",
     "InternalError",
     "InvalidRequest",
     "InventoryError",
@@ -75,6 +79,7 @@ __all__ = [
     "MalformedHttp",
     "MalformedJson",
     "MethodNotAllowed",
+    "NotPreemptible",
     "NvmlError",
     "PermissionDenied",
     "PolicyNotApplicable",
@@ -87,6 +92,7 @@ __all__ = [
     "UnknownReservation",
     "UnknownRoute",
     "UntrustedServer",
+    "WithinMinimumRuntime",
     "WouldWaitForever",
     "__version__",
     "gpu_lease",

@@ -92,6 +92,12 @@ class Client:
         request_id: str | None = None,
         on_revoke: str | None = None,
         power_limit_watts: int | None = None,
+        preemptible: bool = False,
+        min_runtime: float | None = None,
+        preempt_lead: float | None = None,
+        preempt_grace: float | None = None,
+        preempt_signal: str | None = None,
+        requeue_of: str | None = None,
     ) -> Lease:
         """Lease `count` GPUs (chosen by the policy), including `gpus` where given.
 
@@ -108,6 +114,11 @@ class Client:
         `on_revoke="terminate"`: a revoke stops the lease's processes (SIGTERM, then SIGKILL).
         `power_limit_watts`: cap the leased GPUs' power for the lease (within each card's
         limits; the previous limit is put back at its end).
+        `preemptible`: the lease may be preempted for others (docs/preemption.md), not
+        before `min_runtime` seconds, warned `preempt_lead` seconds before `preempt_signal`
+        (SIGTERM), killed `preempt_grace` seconds after it unless `checkpoint_done` came
+        first (each at most the site's bound; None: the bound). `requeue_of`: a preempted
+        lease of yours whose place in the queue this request keeps (it is preemptible).
 
         A wait outlives a restart of the daemon: the request is sent again (same id) while
         the daemon comes back, for up to `RESTART_SECONDS` of it not answering.
@@ -129,6 +140,12 @@ class Client:
             request_id=request_id,
             on_revoke=on_revoke,
             power_limit_watts=power_limit_watts,
+            preemptible=True if preemptible else None,
+            preempt_min_runtime_seconds=min_runtime,
+            preempt_lead_seconds=preempt_lead,
+            preempt_grace_seconds=preempt_grace,
+            preempt_signal=preempt_signal,
+            requeue_of=requeue_of,
         )
         if not wait:
             return Lease.from_json(self.request("POST", "/v1/leases", body))
@@ -168,6 +185,21 @@ class Client:
     def revoke(self, lease_id: str, reason: str | None = None) -> Lease:
         body = _drop_none(reason=reason)
         return Lease.from_json(self.request("POST", _lease_path(lease_id, "/revoke"), body))
+
+    def preempt(self, lease_id: str, reason: str | None = None) -> dict[str, Any]:
+        """Preempt a preemptible lease (admins): its warning now, its signal after its lead,
+        its end at its checkpoint or its deadline. `lease` and `preemption` in the answer."""
+        body = _drop_none(reason=reason)
+        data: dict[str, Any] = self.request("POST", _lease_path(lease_id, "/preempt"), body)
+        return data
+
+    def checkpoint_done(self, lease_id: str, path: str | None = None) -> dict[str, Any]:
+        """Your job of `lease_id` saved a checkpoint (at `path`, recorded, never opened by the
+        daemon). During a preemption the lease ends now (`ended`); after its deadline the
+        acknowledgement is recorded `late`; otherwise it records the job's progress."""
+        body = _drop_none(path=None if path is None else os.fspath(path))
+        data: dict[str, Any] = self.request("POST", _lease_path(lease_id, "/checkpoint"), body)
+        return data
 
     def lease_events(
         self, lease_id: str, after: int = 0, wait: float = 0.0

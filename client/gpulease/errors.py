@@ -37,6 +37,7 @@ __all__ = [
     "MalformedHttp",
     "MalformedJson",
     "MethodNotAllowed",
+    "NotPreemptible",
     "NvmlError",
     "PermissionDenied",
     "PolicyNotApplicable",
@@ -48,6 +49,7 @@ __all__ = [
     "UnknownPolicy",
     "UnknownReservation",
     "UnknownRoute",
+    "WithinMinimumRuntime",
     "WouldWaitForever",
     "error_from_envelope",
 ]
@@ -192,6 +194,17 @@ class QuotaExceeded(CallerError):
 
 class WouldWaitForever(CallerError):
     code = "would_wait_forever"
+
+
+class NotPreemptible(CallerError):
+    code = "not_preemptible"
+
+
+class WithinMinimumRuntime(CallerError):
+    """An admin's preemption before the lease's minimum runtime: `details` has
+    `preemptible_at` (Unix time)."""
+
+    code = "within_minimum_runtime"
 
 
 class GpusUnavailable(CapacityError):

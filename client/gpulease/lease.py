@@ -17,6 +17,7 @@ from gpulease.errors import DaemonUnavailable, GpuallocError, LeaseNotActive, Un
 from gpulease.lease_id import LEASE_ID_VARIABLE
 from gpulease.models import Lease
 from gpulease.nesting import check_nested, enclosing_lease, note, part_of
+from gpulease.preemption import HeldLease, OnPreempt, PreemptState, PreemptWatch
 from gpulease.renewer import OnIdle, OnRevoke, OnUnhealthy, Renewer
 from gpulease.sizes import parse_size, parse_watts
 
@@ -80,6 +81,15 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     stderr, sets `nested` True, and neither renews nor frees it; it refuses a request the
     lease cannot cover (InvalidRequest). `nested="new"` takes a lease of its own instead.
     `power_limit="250W"` caps the leased GPUs' power while the lease lasts.
+    `preemptible=True` lets the daemon preempt the lease for others (docs/preemption.md): not
+    before `min_runtime` seconds; at the warning `lease.preempt_requested` turns True (with
+    `lease.preempt_deadline`) and `on_preempt(lease, preemption)` is called; `preempt_lead`
+    seconds later `preempt_signal` (SIGTERM) is raised in this process; the job saves and calls
+    `lease.checkpoint_done(path)`, which ends the lease; else it is killed `preempt_grace`
+    seconds after the signal. `lease.checkpoint_done(path)` at other times records progress.
+    `raise_preempt_signal=False`: the signal is not raised here (a wrapper whose command gets
+    it from the daemon, as `gpuallocctl run`, which follows its lease's stream itself);
+    without `on_preempt` too, the block's lease does not follow its stream at all.
     """
 
     def __init__(
@@ -102,6 +112,14 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         on_unhealthy: OnUnhealthy = "warn",
         nested: str = "reuse",
         power_limit: str | int | None = None,
+        preemptible: bool = False,
+        min_runtime: float | None = None,
+        preempt_lead: float | None = None,
+        preempt_grace: float | None = None,
+        preempt_signal: str | None = None,
+        on_preempt: OnPreempt | None = None,
+        requeue_of: str | None = None,
+        raise_preempt_signal: bool = True,
     ) -> None:
         self._nested_choice = check_nested(nested)
         if on_unhealthy not in ("warn", "raise") and not callable(on_unhealthy):
@@ -120,13 +138,22 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
             "mig_profile": mig,
             "min_free_memory_bytes": min_free_memory_bytes,
             "power_limit_watts": None if power_limit is None else parse_watts(power_limit),
+            "preemptible": preemptible,
+            "min_runtime": min_runtime,
+            "preempt_lead": preempt_lead,
+            "preempt_grace": preempt_grace,
+            "preempt_signal": preempt_signal,
+            "requeue_of": requeue_of,
         }
         self._wait, self._timeout = wait, timeout
         self._socket, self._visible, self._on_revoke = socket, visible, on_revoke
         self._on_idle = on_idle
         self._on_unhealthy = on_unhealthy
+        self._on_preempt = on_preempt
+        self._raise_preempt_signal = raise_preempt_signal
         self._client: Client | None = None
         self._renewer: Renewer | None = None
+        self._watch: PreemptWatch | None = None
         self._saved_env: dict[str, str | None] = {}
         self._entered_in: int | None = None  # the pid that entered the block
         self.lease: Lease | None = None
@@ -142,6 +169,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         # Each call of a decorated function takes a lease of its own.
         fresh = copy.copy(self)
         fresh._client, fresh._renewer, fresh._saved_env, fresh.lease = None, None, {}, None
+        fresh._watch = None
         fresh.nested = False
         return fresh
 
@@ -153,8 +181,9 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         except BaseException:
             client.close()
             raise
-        self._client, self.lease = client, lease
         self._entered_in = os.getpid()
+        lease = self._watched(client, lease, relay=outer is None and self._raise_preempt_signal)
+        self._client, self.lease = client, lease
         env = visible_devices_env(lease, self._visible)
         if self._on_revoke == "terminate":  # the daemon finds the work again after a restart
             env["GPUALLOCD_ON_REVOKE"] = "terminate"
@@ -175,6 +204,30 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         )
         self._renewer.start()
         return lease
+
+    def _watched(self, client: Client, lease: Lease, *, relay: bool) -> HeldLease:
+        """The lease, hearing of its preemption where it may have one (preemptible, or an
+        enclosing lease that is): `relay` raises its signal here (this process holds it)."""
+        state = PreemptState()
+        held = HeldLease.of(lease, state, lambda path: client.checkpoint_done(lease.id, path))
+        quiet = not relay and self._on_preempt is None and not self._raise_preempt_signal
+        if lease.raw.get("preemptible") is None or quiet:
+            return held  # not preemptible, or a wrapper that follows its lease itself
+        socket = client.socket_path
+
+        def told(preemption: dict[str, object]) -> None:
+            if self._on_preempt is not None:
+                self._on_preempt(held, dict(preemption))
+
+        self._watch = PreemptWatch(
+            lambda: Client(socket),
+            lease.id,
+            state,
+            on_preempt=told,
+            relay_to=self._entered_in if relay else None,
+        )
+        self._watch.start()
+        return held
 
     def _acquire(self, client: Client) -> Lease:
         """Allocate; a request whose answer was lost is sent once more with the same id, so
@@ -205,6 +258,9 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
             self._restore_env()  # a forked child leaves the block: the lease is its parent's
             return
         try:
+            if self._watch is not None:
+                self._watch.stop()
+                self._watch = None
             if self._renewer is not None:
                 self._renewer.stop()
             if not self.nested:

@@ -160,6 +160,13 @@ class Lease(_Value):
         return tuple(g.index for g in self.gpus)
 
     @property
+    def preempt_requested(self) -> bool:
+        """Whether the daemon had warned, as of this answer, that the lease is preempted
+        (docs/preemption.md); a `gpu_lease` block's lease turns True the moment it is."""
+        found = self.raw.get("preemption")
+        return isinstance(found, dict) and found.get("state") in ("warned", "signalled")
+
+    @property
     def memory_bytes(self) -> int | None:
         """The size of each memory share of this lease; None for whole GPUs and instances."""
         sizes = [g.memory_bytes for g in self.gpus if g.memory_bytes is not None]

@@ -25,10 +25,11 @@ Its rooms, each with a map of its own (floors guarded by tests/test_architecture
     unleased/ GPU use without a lease: each sample's processes judged, reported, adopted
     power/    energy per lease, power caps, the box's power budget
     notices/  the per-user feed: warnings before a lease ends, budgets, what samples tell
+    preemption/  preemptible leases given back in time: who, when, the contract, a restart
 
 `site/` imports nothing of the other rooms; `leases/` nothing of `queue/` or `unleased/`; no
-room imports the door except `worker.py`, `long_reads.py` and `bells.py`, which import
-nothing of the allocator. The processes a bound lease covers, and stopping them, are
+room imports the door except `worker.py`, `long_reads.py`, `bells.py` and `crash_points.py`,
+which import nothing of the allocator. The processes a bound lease covers, and stopping them, are
 `gpuallocd.processes`, below. The rules a request and a policy's answer obey live in
 `gpuallocd.policies.rules`, where `plan` and `simulate` use them too.
 """

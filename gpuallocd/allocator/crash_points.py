@@ -7,6 +7,7 @@ armed, the daemon says so in its log at start. The points:
 
     after-commit      a grant is durable in the ledger; its answer is not yet sent
     after-reply       the grant's answer was written to the client's connection
+    after-preempt-warning  a preemption and its warning are durable; its signal has not gone
     during-recovery   `gpuallocd --recover` has built the new ledger and set the damaged
                       one's write-ahead log aside, but not yet put the new ledger in place
 
@@ -24,7 +25,7 @@ __all__ = ["POINTS", "arm", "armed_point", "crash_point"]
 
 log = logging.getLogger(__name__)
 
-POINTS = frozenset({"after-commit", "after-reply", "during-recovery"})
+POINTS = frozenset({"after-commit", "after-reply", "after-preempt-warning", "during-recovery"})
 CRASH_AT = "GPUALLOCD_TEST_CRASH_AT"
 FAULTS = "GPUALLOCD_TEST_FAULTS"
 CONSENT = "kill-this-daemon"

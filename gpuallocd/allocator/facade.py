@@ -30,6 +30,7 @@ from gpuallocd.allocator.long_reads import LongReads
 from gpuallocd.allocator.notices import NoticeDesk
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, Observers, timed_allocation
 from gpuallocd.allocator.power_desk import PowerDesk
+from gpuallocd.allocator.preemption import PreemptionDesk
 from gpuallocd.allocator.publish import publish
 from gpuallocd.allocator.queue.order import QueueOrder
 from gpuallocd.allocator.queue.reclaim import IdleReclaimer
@@ -41,7 +42,7 @@ from gpuallocd.allocator.unleased.adoption import adopt_own
 from gpuallocd.allocator.unleased.guard import UnleasedGuard
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.enforcement import UnleasedRules
-from gpuallocd.errors import GpuallocError
+from gpuallocd.errors import GpuallocError, LedgerError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
     Caller,
@@ -50,7 +51,7 @@ from gpuallocd.model import (
     LiveState,
     Topology,
 )
-from gpuallocd.processes.lease_processes import SCAN_SECONDS, LeaseProcesses
+from gpuallocd.processes.lease_processes import SCAN_SECONDS, TERMINATE, LeaseProcesses
 from gpuallocd.processes.tracking import Tracking
 
 __all__ = ["AllocatorFacade"]
@@ -81,7 +82,9 @@ class AllocatorFacade(CleanupDesk):
             ledger.unit_of_work, lifecycle.reload, after_commit=self._publish
         )
         order = QueueOrder(lifecycle.settings, ledger, clock)
-        self._queue = WaitQueue(lifecycle, self._worker, clock, order)
+        self._queue = WaitQueue(
+            lifecycle, self._worker, clock, order, on_served=lambda: self.preemption.wanted()
+        )
         self._reads = LongReads(ledger)  # history, accounting: off the loop (long_reads.py)
         self.scheduling = SchedulingDesk(
             lifecycle, ledger, self._worker, self._queue, order, clock, self._reads
@@ -95,7 +98,6 @@ class AllocatorFacade(CleanupDesk):
         )
         # the feed of notices (allocator/notices/): told of each transition after its commit
         self.notices = NoticeDesk(lifecycle, ledger, self._worker, clock, self._reclaimer.tracker)
-        self._observer: LeaseObserver = Observers(observer, self.notices)
         self._processes = LeaseProcesses(
             self._process_exited,
             revoke_grace_seconds,
@@ -103,6 +105,10 @@ class AllocatorFacade(CleanupDesk):
             on_gone=self._families_gone,
             active=lifecycle.is_active,
         )
+        self.preemption = PreemptionDesk(  # preemptible leases (docs/preemption.md)
+            lifecycle, ledger, self._worker, self._queue, self.notices, self._processes, clock
+        )
+        self._observer: LeaseObserver = Observers(observer, self.notices, self.preemption)
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells = LeaseBells()
         self.health = HealthNotices(lifecycle)
@@ -134,6 +140,8 @@ class AllocatorFacade(CleanupDesk):
         after the grant (the client left, or timed out), the grant is withdrawn.
         """
         granted: list[Lease] = []
+        if spec.requeue_of is not None:  # a preempted job's requeue keeps its place
+            spec = await self._worker.run(self.preemption.requeue_spec, caller, spec)
 
         def on_grant(lease: Lease) -> None:
             granted.append(lease)
@@ -207,11 +215,28 @@ class AllocatorFacade(CleanupDesk):
         return lease
 
     async def revoke(self, caller: Caller, lease_id: str, reason: str | None) -> Lease:
-        revoke, guard = self._lifecycle.revoke, self.unleased  # one call: no sample re-adopts
-        lease = await self._worker.run(lambda: guard.revoked(revoke(caller, lease_id, reason)))
+        lease, told = await self._worker.run(self._revoke, caller, lease_id, reason)
+        self.notices.ring_owners(told)
         self._processes.revoked(lease)
         self._queue.kick()
         return lease
+
+    def _revoke(self, caller: Caller, lease_id: str, reason: str | None) -> tuple[Lease, list[int]]:
+        """One call (no sample re-adopts between), one transaction: the revoke, and the
+        owner's warning where its processes are stopped after the grace."""
+        try:
+            with self._ledger.unit_of_work():
+                self._lifecycle.quota.rules.require_admin(caller, "revoke leases", lease=lease_id)
+                active = self._lifecycle.active(lease_id)
+                told: list[int] = []
+                grace = self.revoke_grace_seconds
+                if active is not None and active.on_revoke == TERMINATE and grace > 0:
+                    told = self.notices.warn_revoke(active, grace)  # first, on its stream too
+                lease = self.unleased.revoked(self._lifecycle.revoke(caller, lease_id, reason))
+        except LedgerError:
+            self._lifecycle.reload()
+            raise
+        return lease, told
 
     async def lease(self, lease_id: str) -> Lease:
         return await self._worker.run(self._lifecycle.lease, lease_id)
@@ -220,7 +245,17 @@ class AllocatorFacade(CleanupDesk):
         return await self._worker.run(self._lifecycle.leases)
 
     async def waiters(self) -> list[dict[str, Any]]:
-        return await self._worker.run(self._queue.waiters)
+        """The queue, each waiter with what preemption does for it (allocator/preemption/)."""
+        waiters = await self._worker.run(self._queue.waiters)
+        for waiter in waiters:
+            note = self.preemption.notes.of(waiter["id"])
+            if note is not None:
+                waiter.update(note.to_json())
+                waiter["reason_detail"] = f"{waiter['reason_detail']}; {note.text()}"
+                start = waiter["estimated_start_at"]
+                if note.start_by() is not None and (start is None or note.start_by() < start):
+                    waiter["estimated_start_at"] = note.start_by()
+        return waiters
 
     def idle_notice(self, lease_id: str) -> dict[str, float] | None:
         """For the renew answer: since when the lease is idle and when it may be revoked."""
@@ -248,6 +283,7 @@ class AllocatorFacade(CleanupDesk):
         if gone:
             await self._end_for_exited(gone)
         await self.notices.start()
+        await self.preemption.start()  # open preemptions resume with their deadlines
 
     async def expire_due(self) -> list[Lease]:
         """End leases whose TTL ran out, and stop watching processes of ended leases."""
@@ -314,6 +350,7 @@ class AllocatorFacade(CleanupDesk):
         self.notices.stop()
 
     async def close(self) -> None:
+        await self.preemption.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

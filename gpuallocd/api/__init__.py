@@ -10,6 +10,7 @@ enforcement_routes.py  adopt, unleased use
 reservation_routes.py  advance reservations
 ledger_routes.py       the ledger's backups, for admins
 notice_routes.py       the notices' feed, thresholds and delivery reports, each user's own
+preemption_routes.py   preemptible requests' fields, an admin's preemption, a job's checkpoint
 requests.py    what every route reads from its request, read one way
 limits.py      connection limits: no local user takes the daemon's file descriptors
 validation.py  a JSON body into typed values, or a stable error

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from gpuallocd import __version__
-from gpuallocd.allocator import AllocateSpec
+from gpuallocd.allocator import AllocateSpec, GpuStatus
 from gpuallocd.allocator.crash_points import crash_point
 from gpuallocd.api.admin_routes import admin_routes
 from gpuallocd.api.context import ApiContext, context_of
@@ -19,6 +19,7 @@ from gpuallocd.api.enforcement_routes import enforcement_routes, unleased_on
 from gpuallocd.api.ledger_routes import ledger_routes
 from gpuallocd.api.notice_routes import notice_routes
 from gpuallocd.api.peercred import user_name
+from gpuallocd.api.preemption_routes import PREEMPT_FIELDS, preempt_fields, preemption_routes
 from gpuallocd.api.requests import caller_of, facade_of, query_limit, read_body
 from gpuallocd.api.reservation_routes import reservation_routes
 from gpuallocd.api.validation import Body
@@ -46,6 +47,7 @@ ALLOCATE_FIELDS = frozenset(
         "request_id",
         "on_revoke",
         "power_limit_watts",
+        *PREEMPT_FIELDS,
     }
 )
 ON_REVOKE_CHOICES = ("notify", "terminate")
@@ -60,7 +62,16 @@ def _lease_json(request: web.Request, lease: Lease) -> dict[str, Any]:
     data = lease.to_json()
     data["processes"] = facade_of(request).processes_of(lease.id) if lease.active else []
     data["unleased_use"] = unleased_on(request, set(lease.uuids)) if lease.active else []
+    if lease.preemptible is not None:  # its preemption under way, its last checkpoint
+        data.update(facade_of(request).preemption.of(lease.id) or {})
     return data
+
+
+def _gpu_json(request: web.Request, status: GpuStatus) -> dict[str, Any]:
+    """A GPU as `status` shows it; a preemptible holder's lease says so, and its preemption
+    under way (docs/preemption.md)."""
+    data = status.to_json() | {"unleased": unleased_on(request, {status.gpu.uuid})}
+    return data | facade_of(request).preemption.marks(status.lease)
 
 
 def _event_json(event: HistoryEvent) -> dict[str, Any]:
@@ -101,7 +112,7 @@ async def get_diagnostics(request: web.Request) -> web.Response:
 async def list_gpus(request: web.Request) -> web.Response:
     caller_of(request)
     statuses = await facade_of(request).gpus.gpu_status()
-    gpus = [s.to_json() | {"unleased": unleased_on(request, {s.gpu.uuid})} for s in statuses]
+    gpus = [_gpu_json(request, s) for s in statuses]
     power = await facade_of(request).power.status()
     tracking = facade_of(request).process_tracking()
     return _json({"gpus": gpus, "process_tracking": tracking, "power": power})
@@ -127,6 +138,7 @@ def _allocate_spec(body: Body) -> AllocateSpec:
         request_id=body.text("request_id", max_length=MAX_REQUEST_ID_LENGTH),
         on_revoke=body.choice("on_revoke", ON_REVOKE_CHOICES) or "notify",
         power_limit_watts=body.integer("power_limit_watts", minimum=1),
+        **preempt_fields(body),
     )
     if (spec.power_limit_watts or 0) > MAX_POWER_LIMIT_WATTS:
         raise InvalidRequest(
@@ -164,8 +176,9 @@ async def _deliver(request: web.Request, lease: Lease) -> web.StreamResponse:
 
 async def get_lease(request: web.Request) -> web.Response:
     caller_of(request)
-    lease = await facade_of(request).lease(request.match_info["lease_id"])
-    return _json(_lease_json(request, lease))
+    facade = facade_of(request)
+    lease = await facade.lease(request.match_info["lease_id"])
+    return _json({**_lease_json(request, lease), **await facade.preemption.detail(lease)})
 
 
 def _query_number(request: web.Request, key: str, maximum: int) -> int:
@@ -292,5 +305,6 @@ def routes() -> list[web.RouteDef]:
         *enforcement_routes(),
         *ledger_routes(),
         *notice_routes(),
+        *preemption_routes(_lease_json),
         web.post("/v1/gpus/{gpu}/release", release_gpu),
     ]

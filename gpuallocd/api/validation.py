@@ -56,6 +56,10 @@ class Body:
             raise InvalidRequest(f"unknown field(s): {', '.join(unknown)}", fields=unknown)
         self._data = data
 
+    def has(self, key: str) -> bool:
+        """Whether the body gives `key` (a null is not given)."""
+        return self._data.get(key) is not None
+
     def integer(self, key: str, *, minimum: int | None = None) -> int | None:
         value = self._data.get(key)
         if value is None:
@@ -66,7 +70,8 @@ class Body:
             raise InvalidRequest(f"{key} must be at least {minimum}", field=key)
         return value
 
-    def seconds(self, key: str) -> float | None:
+    def seconds(self, key: str, *, zero: bool = False) -> float | None:
+        """A finite number of seconds, positive (`zero`: at least 0)."""
         value = self._data.get(key)
         if value is None:
             return None
@@ -76,8 +81,8 @@ class Body:
             or not math.isfinite(value)
         ):
             raise InvalidRequest(f"{key} must be a number of seconds", field=key)
-        if value <= 0:
-            raise InvalidRequest(f"{key} must be positive", field=key)
+        if value < 0 or (value == 0 and not zero):
+            raise InvalidRequest(f"{key} must be {'at least 0' if zero else 'positive'}", field=key)
         return float(value)
 
     def seconds_list(self, key: str, *, max_items: int) -> list[float] | None:

@@ -23,6 +23,7 @@ _MODULES = {
     "gpuallocd.cli.leasing.leases": ("leases", "allocate", "renew", "free", "revoke"),
     "gpuallocd.cli.looking.queue": ("queue", "history"),
     "gpuallocd.cli.leasing.run": ("run", "shell"),
+    "gpuallocd.cli.leasing.preempt": ("preempt", "checkpoint-done"),
     "gpuallocd.cli.offline.meta": ("completion", "policies"),
     "gpuallocd.cli.administering.hardware": ("topology", "rescan"),
     "gpuallocd.cli.offline.plan": ("plan", "simulate", "policy-bench"),
@@ -40,7 +41,7 @@ COMMAND_MODULES = {name: module for module, names in _MODULES.items() for name i
 # `--help` lists the commands in these groups, as docs/cli.md has them (a command missing
 # here is listed under "Other commands").
 HELP_GROUPS = (
-    ("Leasing", ("allocate", "run", "shell", "renew", "free", "adopt")),
+    ("Leasing", ("allocate", "run", "shell", "renew", "free", "adopt", "checkpoint-done")),
     (
         "Looking",
         ("status", "leases", "queue", "history", "reservations", "limits", "usage", "policies"),
@@ -49,6 +50,7 @@ HELP_GROUPS = (
         "Administering",
         (
             "revoke",
+            "preempt",
             "drain",
             "undrain",
             "release",

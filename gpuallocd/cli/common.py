@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from gpuallocd.cli.quantities import ByteSize, Duration, Watts, format_left
+from gpuallocd.cli.text import escape_unprintable
 
 if TYPE_CHECKING:
     from gpulease import Client
@@ -19,10 +20,14 @@ if TYPE_CHECKING:
 __all__ = [
     "MIN_TTL_SECONDS",
     "TTL",
+    "PreemptSignal",
     "check_visible",
     "daemon_client",
     "format_expiry",
     "lease_request_options",
+    "preemption_arguments",
+    "preemption_options",
+    "preemption_text",
     "user_known",
     "user_of",
 ]
@@ -99,6 +104,112 @@ def lease_request_options(ttl_help: str, label_help: str) -> Callable[[F], F]:
         return command
 
     return apply
+
+
+class PreemptSignal(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.4
+    """`--signal SIG[@SECONDS]` as Slurm's: the signal a preempted lease's processes get
+    (`TERM`, `SIGUSR1`), and with `@SECONDS` the grace from it to the kill."""
+
+    name = "signal"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        text, _, seconds = str(value).strip().upper().partition("@")
+        name = text if text.startswith("SIG") else f"SIG{text}"
+        grace: float | None = None
+        if seconds:
+            try:
+                grace = float(seconds)
+            except ValueError:
+                self.fail(f"{value!r}: after @ give the grace in seconds (USR1@120)", param, ctx)
+            if not grace >= 0:
+                self.fail(f"{value!r}: the grace must be 0 s or more", param, ctx)
+        return (name, grace)
+
+
+def preemption_options(*, requeue: bool) -> Callable[[F], F]:
+    """The options of a preemptible request (`allocate`, `run`; `--requeue` for `run`)."""
+    options = [
+        click.option(
+            "--preemptible",
+            is_flag=True,
+            help="Let the lease be preempted for others: warned, signalled, then ended at "
+            "its checkpoint or deadline (docs/preemption.md).",
+        ),
+        click.option(
+            "--min-runtime",
+            type=Duration(),
+            help="Not preempted before it ran this long (at most the site's; default: that).",
+        ),
+        click.option(
+            "--lead",
+            type=Duration(),
+            help="The warning comes this long before the signal (at most the site's).",
+        ),
+        click.option(
+            "--grace",
+            type=Duration(),
+            help="From the signal to the kill (at most the site's).",
+        ),
+        click.option(
+            "--signal",
+            "preempt_signal",
+            type=PreemptSignal(),
+            metavar="SIG[@SECONDS]",
+            help="The signal to its processes (default TERM); @SECONDS sets the grace, as "
+            "Slurm's --signal.",
+        ),
+    ]
+    if requeue:
+        options.append(
+            click.option(
+                "--requeue",
+                is_flag=True,
+                help="Preemptible; when preempted, start the command again when GPUs fit, at "
+                "its old place in the queue, with GPUALLOCD_CHECKPOINT set to its last "
+                "checkpoint.",
+            )
+        )
+
+    def apply(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+def preemption_arguments(options: dict[str, Any], *, requeue: bool = False) -> dict[str, Any]:
+    """The preemption options (popped from `options`) under the client's names; a term
+    without --preemptible (or --requeue) is a usage error, not a silent no-op."""
+    signal = options.pop("preempt_signal", None)
+    found = {
+        "preemptible": bool(options.pop("preemptible", False) or requeue),
+        "min_runtime": options.pop("min_runtime", None),
+        "preempt_lead": options.pop("lead", None),
+        "preempt_grace": options.pop("grace", None),
+        "preempt_signal": None if signal is None else signal[0],
+    }
+    if signal is not None and signal[1] is not None:
+        if found["preempt_grace"] is not None:
+            raise click.UsageError("give the grace once: --grace or --signal SIG@SECONDS")
+        found["preempt_grace"] = signal[1]
+    terms = ("min_runtime", "preempt_lead", "preempt_grace", "preempt_signal")
+    if not found["preemptible"] and any(found[name] is not None for name in terms):
+        raise click.UsageError("--min-runtime, --lead, --grace and --signal need --preemptible")
+    return found
+
+
+def preemption_text(preemption: dict[str, Any] | None, now: float) -> str:
+    """`preemptible`, or under way: `preempted for bob: ends by 14:07 (in 4m10s)`."""
+    if not preemption:
+        return "preemptible"
+    deadline = float(preemption["deadline_at"])
+    when = time.strftime("%H:%M", time.localtime(deadline))
+    left = format_left(deadline, now)
+    who = escape_unprintable(str(preemption.get("for") or "?"))
+    return f"preempted for {who}: ends by {when}" + (f" (in {left})" if left else "")
 
 
 def check_visible(mig: str | None, visible: str) -> None:

@@ -18,6 +18,7 @@ __all__ = [
     "EXIT_ERROR",
     "EXIT_NO_DAEMON",
     "EXIT_PERMISSION",
+    "EXIT_PREEMPTED",
     "EXIT_QUOTA",
     "EXIT_REVOKED",
     "EXIT_USAGE",
@@ -33,6 +34,7 @@ EXIT_CAPACITY = 4  # nothing fits now: GPUs unavailable or busy; the same call m
 EXIT_PERMISSION = 5  # not yours, or root's (or an admin's) to do
 EXIT_QUOTA = 6  # over one of the caller's limits: not now, and not by waiting
 EXIT_REVOKED = 7  # `run`: an admin revoked the lease and its command was stopped
+EXIT_PREEMPTED = 8  # `run`: the lease was preempted (docs/preemption.md), without --requeue
 
 _EXIT_BY_CODE = {
     "daemon_unavailable": EXIT_NO_DAEMON,

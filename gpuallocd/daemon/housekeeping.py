@@ -1,6 +1,7 @@
 """What the daemon does between requests: expire leases, sample live GPU state (through the
 driver guard), poll processes that have no pidfd, read leased GPUs' energy, finish pending
-cleanups, tell what is due (notices) and purge history past its retention. Each loop calls
+cleanups, tell what is due (notices), carry preemptions on and purge history past its
+retention. Each loop calls
 the allocator's façade and nothing else."""
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Housekeeper:
         await self._facade.power.start()  # put back what a stopped daemon left capped
         self._spawn(self._expire_forever())
         self._spawn(self._notices_forever())
+        self._spawn(self._preemption_forever())
         self._spawn(self._sample_forever())
         self._spawn(self._facade.poll_processes())
         if self._retention is not None:
@@ -82,6 +84,16 @@ class Housekeeper:
                 await self._facade.notices.tick()
             except GpuallocError as exc:
                 log.error("telling what is due failed: %s", exc.message)
+            await asyncio.sleep(EXPIRY_TICK_SECONDS)
+
+    async def _preemption_forever(self) -> None:
+        """Preemptions' signals and deadlines, reservations about to start, minimum runtimes
+        passed (allocator/preemption/)."""
+        while True:
+            try:
+                await self._facade.preemption.tick()
+            except GpuallocError as exc:
+                log.error("preemption's timer failed: %s", exc.message)
             await asyncio.sleep(EXPIRY_TICK_SECONDS)
 
     async def _sample_forever(self) -> None:

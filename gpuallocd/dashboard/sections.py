@@ -56,6 +56,16 @@ def _load(gpu: dict[str, Any]) -> str:
     return f'<meter min="0" max="100" value="{load:.0f}"></meter> {load:.0f} %'
 
 
+def _preemptible(gpu: dict[str, Any]) -> str:
+    """` (preemptible)`, or ` (preempted for bob, ends 14:07)` (docs/preemption.md)."""
+    if not gpu.get("preemptible"):
+        return ""
+    preemption = gpu.get("preemption")
+    if not preemption:
+        return " (preemptible)"
+    return f" (preempted for {preemption['for']}, ends {clock_time(preemption['deadline_at'])})"
+
+
 def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]) -> str:
     state = gpu["state"]
     if gpu["drain"]:
@@ -68,7 +78,7 @@ def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]
         esc(state),
         _memory(gpu),
         _load(gpu),
-        f'<span class="holder">{esc(user_of(gpu["holder"]))}</span>',
+        f'<span class="holder">{esc(user_of(gpu["holder"]) + _preemptible(gpu))}</span>',
         f'<span class="label">{esc(gpu["label"])}</span>',
         _time_left(gpu["expires_at"], node.now),
         f"<code>{esc(gpu['lease_id'] or '')}</code>",

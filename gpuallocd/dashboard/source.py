@@ -55,7 +55,7 @@ async def read_node(facade: AllocatorFacade, clock: Callable[[], float]) -> Node
     return NodeNow(
         now=clock(),
         name=facade.topology.name,
-        gpus=[status.to_json() for status in statuses],
+        gpus=[status.to_json() | facade.preemption.marks(status.lease) for status in statuses],
         labels={lease.id: lease.label for lease in leases},
         queue=queue,
         reservations=reservations,

@@ -89,6 +89,12 @@ class AdminRecords(LedgerAccess):
         with self._write() as conn:
             _record_action(conn, AdminActionKind.REVOKE, lease_id, actor_uid, actor, at, reason)
 
+    def record_preempt(
+        self, lease_id: str, actor_uid: int, actor: str, at: float, reason: str | None
+    ) -> None:
+        with self._write() as conn:
+            _record_action(conn, AdminActionKind.PREEMPT, lease_id, actor_uid, actor, at, reason)
+
     def record_recovery(self, at: float, actor_uid: int, actor: str, summary: str) -> None:
         """Record a rebuild of the ledger (`gpuallocd --recover`) and what it found lost."""
         with self._write() as conn:

@@ -60,9 +60,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS admin_actions_by_time ON admin_actions (at)",
     ),
     # 5: advance reservations, unleased use, request ids, pending cleanups, energy, the
-    # power caps' put-backs and the notices. Most of these tables came in while the version
-    # stayed 4, so a ledger labelled 4 may hold some of them already: each is made only where
-    # it is missing.
+    # power caps' put-backs, the notices and preemptible leases. Most of these tables came in
+    # while the version stayed 4, so a ledger labelled 4 may hold some of them already: each
+    # is made only where it is missing.
     5: (
         "CREATE TABLE IF NOT EXISTS advance_reservations (id VARCHAR NOT NULL, "
         "gpus TEXT NOT NULL, start_at FLOAT NOT NULL, end_at FLOAT NOT NULL, user VARCHAR, "
@@ -116,6 +116,24 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # what a revoke does to a lease's processes, so that a restarted daemon still stops
         # a `run` command whose wrapper died (a lease of an older ledger keeps "notify")
         "ALTER TABLE leases ADD COLUMN on_revoke VARCHAR NOT NULL DEFAULT 'notify'",
+        # preemptible leases (docs/preemption.md): their terms and each preemption's deadline
+        # and state; every lease granted before stays non-preemptible
+        "CREATE TABLE IF NOT EXISTS preemptible_leases (lease_id VARCHAR NOT NULL, "
+        "min_runtime_seconds FLOAT NOT NULL, lead_seconds FLOAT NOT NULL, "
+        "grace_seconds FLOAT NOT NULL, signal VARCHAR NOT NULL, queued_since FLOAT NOT NULL, "
+        "requeue_of VARCHAR, checkpoint_at FLOAT, checkpoint_path TEXT, PRIMARY KEY (lease_id), "
+        "FOREIGN KEY(lease_id) REFERENCES leases (id))",
+        "CREATE INDEX IF NOT EXISTS preemptible_leases_by_requeue ON preemptible_leases "
+        "(requeue_of)",
+        "CREATE TABLE IF NOT EXISTS preemptions (lease_id VARCHAR NOT NULL, "
+        'owner_uid INTEGER NOT NULL, owner_name VARCHAR NOT NULL, "trigger" VARCHAR NOT NULL, '
+        "for_uid INTEGER, for_user VARCHAR NOT NULL, explanation TEXT NOT NULL, "
+        "decided_at FLOAT NOT NULL, signal_at FLOAT NOT NULL, deadline_at FLOAT NOT NULL, "
+        "signal VARCHAR NOT NULL, state VARCHAR NOT NULL, signalled_at FLOAT, ended_at FLOAT, "
+        "acknowledged_at FLOAT, checkpoint TEXT, late BOOLEAN NOT NULL, PRIMARY KEY (lease_id), "
+        "FOREIGN KEY(lease_id) REFERENCES leases (id))",
+        "CREATE INDEX IF NOT EXISTS open_preemptions ON preemptions (state) "
+        "WHERE state IN ('warned', 'signalled')",
     ),
 }
 

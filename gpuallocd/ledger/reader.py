@@ -34,6 +34,7 @@ __all__ = ["GpuSpan", "LedgerReader"]
 
 _ENDINGS_IN = str(tuple(sorted(ENDINGS)))  # as an SQL list: ('expired', 'freed', ...)
 _L = schema.leases
+_T = schema.preemptible_leases
 _H = schema.history
 _G = schema.lease_gpus
 
@@ -156,11 +157,13 @@ class LedgerReader(UsageRecords):
         end = func.min(func.coalesce(_L.c.ended_at, until), until)
         held = func.max(end - func.max(_L.c.created_at, since), 0.0)
         created_inside = (_L.c.created_at >= since) & (_L.c.created_at < until)
+        preemptible = select(_T.c.lease_id).where(_T.c.lease_id == _L.c.id).exists()
         query = (
             select(
                 _L.c.owner_uid,
                 func.max(_L.c.owner_name).label("name"),
                 func.total(GPU_COUNT * held).label("seconds"),
+                func.total(case((preemptible, GPU_COUNT * held), else_=0.0)).label("preemptible"),
                 func.total(case((created_inside, 1), else_=0)).label("leases"),
                 func.total(case((created_inside, _L.c.waited_seconds), else_=0.0)).label("waited"),
             )
@@ -172,7 +175,12 @@ class LedgerReader(UsageRecords):
             energy = conn.exec_driver_sql(_ENERGY_BY_USER, (since, until)).mappings().all()
         found = {
             r["owner_uid"]: UserUsage(
-                r["owner_uid"], r["name"], r["seconds"] / 3600.0, int(r["leases"]), r["waited"]
+                r["owner_uid"],
+                r["name"],
+                r["seconds"] / 3600.0,
+                int(r["leases"]),
+                r["waited"],
+                preemptible_gpu_hours=r["preemptible"] / 3600.0,
             )
             for r in rows
         }

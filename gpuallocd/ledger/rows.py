@@ -7,6 +7,7 @@ from typing import Any
 
 from gpuallocd.model import Gpu
 from gpuallocd.model.lease import HistoryEvent, Lease, LeasedGpu, LeaseEvent, LeaseState, UnitKind
+from gpuallocd.model.preemption import PreemptTerms
 
 __all__ = [
     "event_from_row",
@@ -94,7 +95,9 @@ def leased_gpu_from_row(row: Any) -> LeasedGpu:
     )
 
 
-def lease_from_row(row: Any, gpus: tuple[LeasedGpu, ...]) -> Lease:
+def lease_from_row(
+    row: Any, gpus: tuple[LeasedGpu, ...], preemptible: PreemptTerms | None = None
+) -> Lease:
     return Lease(
         id=row["id"],
         gpus=gpus,
@@ -111,6 +114,7 @@ def lease_from_row(row: Any, gpus: tuple[LeasedGpu, ...]) -> Lease:
         pid_start_time=row["pid_start_time"],
         waited_seconds=row["waited_seconds"],
         on_revoke=row["on_revoke"],
+        preemptible=preemptible,
     )
 
 

@@ -43,6 +43,8 @@ TABLES = (
     "lease_gpus",
     "lease_requests",
     "history",
+    "preemptible_leases",
+    "preemptions",
     "drains",
     "admin_actions",
     "advance_reservations",

@@ -44,6 +44,8 @@ __all__ = [
     "notify_settings",
     "pending_cleanups",
     "power_caps",
+    "preemptible_leases",
+    "preemptions",
     "reservation_events",
 ]
 
@@ -341,4 +343,48 @@ notify_reports = Table(
     Column("error", Text),
     Column("failures", Integer, nullable=False),  # in a row; 0 after a delivery
     Column("last_ok_at", Float),
+)
+
+# The terms of each preemptible lease (docs/preemption.md), written in its grant's transaction,
+# and its job's last acknowledged checkpoint (the path only recorded: the daemon never opens
+# it). `requeue_of`: the preempted lease whose place in the queue its request kept.
+preemptible_leases = Table(
+    "preemptible_leases",
+    metadata,
+    Column("lease_id", String, ForeignKey("leases.id"), primary_key=True),
+    Column("min_runtime_seconds", Float, nullable=False),
+    Column("lead_seconds", Float, nullable=False),
+    Column("grace_seconds", Float, nullable=False),
+    Column("signal", String, nullable=False),
+    Column("queued_since", Float, nullable=False),
+    Column("requeue_of", String),
+    Column("checkpoint_at", Float),
+    Column("checkpoint_path", Text),
+    Index("preemptible_leases_by_requeue", "requeue_of"),
+)
+
+# One preemption per preempted lease, from its warning to its end: the deadline and the
+# state live here, so a daemon killed between the warning and the kill resumes it with the
+# same deadline. Times are wall-clock.
+preemptions = Table(
+    "preemptions",
+    metadata,
+    Column("lease_id", String, ForeignKey("leases.id"), primary_key=True),
+    Column("owner_uid", Integer, nullable=False),
+    Column("owner_name", String, nullable=False),
+    Column("trigger", String, nullable=False),  # request, reservation, admin
+    Column("for_uid", Integer),
+    Column("for_user", String, nullable=False),
+    Column("explanation", Text, nullable=False),
+    Column("decided_at", Float, nullable=False),
+    Column("signal_at", Float, nullable=False),
+    Column("deadline_at", Float, nullable=False),
+    Column("signal", String, nullable=False),
+    Column("state", String, nullable=False),  # warned, signalled, acknowledged, killed, ended
+    Column("signalled_at", Float),
+    Column("ended_at", Float),
+    Column("acknowledged_at", Float),
+    Column("checkpoint", Text),
+    Column("late", Boolean, nullable=False, default=False),
+    Index("open_preemptions", "state", sqlite_where=text("state IN ('warned', 'signalled')")),
 )

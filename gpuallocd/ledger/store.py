@@ -46,6 +46,7 @@ from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.ledger.notice_records import NoticeRecords, notice_steps
 from gpuallocd.ledger.power_records import PowerRecords
+from gpuallocd.ledger.preemption_records import PreemptionRecords, terms_from_row, terms_steps
 from gpuallocd.ledger.reader import LedgerReader
 from gpuallocd.ledger.reservation_records import ReservationRecords
 from gpuallocd.ledger.rows import (
@@ -125,10 +126,11 @@ class Ledger(
     EnergyRecords,
     PowerRecords,
     NoticeRecords,
+    PreemptionRecords,
 ):
     """GPUs, leases and their history, in one SQLite file (drains, admin actions, accounting
-    reads, advance reservations, unleased use, pending cleanups, energy, power caps and the
-    notices' feed in the base classes).
+    reads, advance reservations, unleased use, pending cleanups, energy, power caps, the
+    notices' feed and preemptions in the base classes).
 
     `cleanup_plans` say what each ended lease owes the machine (one plan per feature that
     needs cleaning up after a lease: device ACLs); it is recorded in the transaction that
@@ -219,7 +221,8 @@ class Ledger(
         """Record a new active lease (and the client's request id, if given); GpuBusy if any
         of its GPUs is in another active lease. A grant after a wait is told to its owner
         (the notices' feed) in the same transaction."""
-        steps = grant_steps(lease, actor_uid, request_id) + notice_steps([granted_notice(lease)])
+        steps = grant_steps(lease, actor_uid, request_id) + terms_steps(lease)
+        steps += notice_steps([granted_notice(lease)])
         try:
             self._hot.write(steps, nested=self._batch is not None)
         except sqlite3.IntegrityError as exc:
@@ -331,10 +334,23 @@ class Ledger(
                 .mappings()
                 .all()
             )
+            terms_rows = (
+                conn.execute(
+                    select(schema.preemptible_leases).where(
+                        schema.preemptible_leases.c.lease_id.in_([r["id"] for r in rows])
+                    )
+                )
+                .mappings()
+                .all()
+            )
         gpus_by_lease: dict[str, list[LeasedGpu]] = {}
         for g in gpu_rows:
             gpus_by_lease.setdefault(g["lease_id"], []).append(leased_gpu_from_row(g))
-        return [lease_from_row(r, tuple(gpus_by_lease.get(r["id"], ()))) for r in rows]
+        terms = {t["lease_id"]: terms_from_row(t) for t in terms_rows}
+        return [
+            lease_from_row(r, tuple(gpus_by_lease.get(r["id"], ())), terms.get(r["id"]))
+            for r in rows
+        ]
 
 
 def _ignore(seconds: float) -> None:

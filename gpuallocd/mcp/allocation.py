@@ -60,6 +60,7 @@ def allocate_options(args: dict[str, Any]) -> dict[str, Any]:
         "timeout": args.get("wait_timeout_seconds"),
         "bind_to_process": not args.get("keep", False),
         "power_limit_watts": args.get("power_limit_watts"),
+        "preemptible": bool(args.get("preemptible", False)),
     }
 
 

@@ -201,6 +201,12 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "description": "Keep the lease after this agent session ends (default false: "
                 "it ends with the session). A kept lease runs until freed or expired.",
             },
+            "preemptible": {
+                "type": "boolean",
+                "description": "Let others' requests preempt it after its minimum runtime, "
+                "with a warning first (default false; docs/preemption.md): for work on idle "
+                "GPUs that saves and resumes.",
+            },
         },
         kind=ACT,
         idempotent=False,

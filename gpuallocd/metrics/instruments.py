@@ -1,6 +1,7 @@
 """The daemon's own counters and histograms, fed as things happen.
 
-`DaemonMetrics` is the allocator's `LeaseObserver` (grants, frees, expiries, revokes, how
+`DaemonMetrics` is the allocator's `LeaseObserver` (grants, frees, expiries, revokes, ends
+by preemption, how
 long allocate took) and the ledger's commit timer. It holds its own registry, never
 prometheus-client's global one, so two daemons in one process keep apart.
 """
@@ -35,6 +36,9 @@ class DaemonMetrics:
         self.frees = self._counter("frees", "Leases freed by their owner, root, or process exit.")
         self.expiries = self._counter("expiries", "Leases ended because their TTL ran out.")
         self.revokes = self._counter("revokes", "Leases revoked by root.")
+        self.preempted = self._counter(
+            "preempted", "Leases ended by a preemption: at a checkpoint or at the deadline."
+        )
         self.allocate_seconds = Histogram(
             "gpuallocd_allocate_seconds",
             "Time an allocate request spent in the allocator, waiting in the queue included "
@@ -53,6 +57,7 @@ class DaemonMetrics:
             LeaseState.FREED: self.frees,
             LeaseState.EXPIRED: self.expiries,
             LeaseState.REVOKED: self.revokes,
+            LeaseState.PREEMPTED: self.preempted,
         }
 
     def _counter(self, name: str, documentation: str) -> Counter:

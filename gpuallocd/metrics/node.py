@@ -14,7 +14,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from gpuallocd.allocator import GPU_STATES, AllocatorFacade, GpuStatus
 from gpuallocd.inventory import Inventory, XidCounting
-from gpuallocd.model import Lease
+from gpuallocd.model import Lease, LeaseEvent
+from gpuallocd.model.lease import ENDINGS
 
 __all__ = ["NodeSample", "node_families", "take_sample"]
 
@@ -32,6 +33,8 @@ class NodeSample:
     unleased_actions: Mapping[str, int] = field(default_factory=dict)  # by action
     unleased_now: int = 0  # processes using GPUs without a lease at the last sample
     energy_joules: Mapping[str, float] | None = None  # per user; None: no energy counters
+    preemptions: Mapping[tuple[str, str], int] = field(default_factory=dict)  # trigger, outcome
+    preempting: int = 0  # preemptions under way
 
 
 async def take_sample(facade: AllocatorFacade, inventory: Inventory) -> NodeSample:
@@ -43,7 +46,18 @@ async def take_sample(facade: AllocatorFacade, inventory: Inventory) -> NodeSamp
     unleased = facade.unleased
     actions, now = dict(unleased.counts), len(unleased.offenders())
     energy = await facade.energy.totals() if facade.energy.metered else None
-    return NodeSample(tuple(gpus), tuple(leases), len(waiters), xids, actions, now, energy)
+    preemption = facade.preemption
+    return NodeSample(
+        tuple(gpus),
+        tuple(leases),
+        len(waiters),
+        xids,
+        actions,
+        now,
+        energy,
+        dict(preemption.counts),
+        len(preemption.book),
+    )
 
 
 def _gpu_labels(status: GpuStatus) -> list[str]:
@@ -120,6 +134,44 @@ def _unleased_families(sample: NodeSample) -> Iterator[Metric]:
     )
 
 
+PREEMPT_TRIGGERS = ("request", "reservation", "admin")
+# how a preemption ended: at a checkpoint, at its deadline, or by another end of its lease first
+PREEMPT_OUTCOMES = (
+    "acknowledged",
+    "killed",
+    *sorted(ENDINGS - {LeaseEvent.PREEMPTED.value}),
+)
+
+
+def _preemption_families(sample: NodeSample) -> Iterator[Metric]:
+    """Preemptions since start by trigger and outcome, those under way, and the preemptible
+    GPUs held now (docs/preemption.md)."""
+    ended = CounterMetricFamily(
+        "gpuallocd_preemptions",
+        "Preemptions since the daemon started, by what asked for them and how they ended "
+        "(acknowledged: at a checkpoint; killed: at the deadline; freed, expired, revoked: "
+        "the lease ended otherwise first).",
+        labels=["trigger", "outcome"],
+    )
+    for trigger in PREEMPT_TRIGGERS:
+        for outcome in PREEMPT_OUTCOMES:
+            ended.add_metric([trigger, outcome], sample.preemptions.get((trigger, outcome), 0))
+    yield ended
+    yield GaugeMetricFamily(
+        "gpuallocd_preemptions_open", "Preemptions under way.", value=sample.preempting
+    )
+    held = GaugeMetricFamily(
+        "gpuallocd_preemptible_gpus", "GPUs held in preemptible leases, by owner.", labels=["user"]
+    )
+    by_user: Counter[str] = Counter()
+    for lease in sample.leases:
+        if lease.preemptible is not None:
+            by_user[lease.owner_name] += len({unit.gpu_uuid for unit in lease.gpus})
+    for user, gpus in sorted(by_user.items()):
+        held.add_metric([user], gpus)
+    yield held
+
+
 def node_families(sample: NodeSample) -> Iterator[Metric]:
     """The metric families of one sample."""
     yield _gpus_by_state(sample)
@@ -131,6 +183,7 @@ def node_families(sample: NodeSample) -> Iterator[Metric]:
     if sample.xid_counts is not None:
         yield _xid_family(sample, sample.xid_counts)
     yield from _unleased_families(sample)
+    yield from _preemption_families(sample)
     if sample.energy_joules is not None:
         yield _energy_family(sample.energy_joules)
 

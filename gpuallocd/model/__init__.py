@@ -29,6 +29,12 @@ from gpuallocd.model.node import (
     pair_key,
 )
 from gpuallocd.model.power import PowerReading
+from gpuallocd.model.preemption import (
+    Preemption,
+    PreemptionState,
+    PreemptTerms,
+    PreemptTrigger,
+)
 from gpuallocd.model.reservation import (
     AdvanceReservation,
     ReservationEvent,
@@ -67,6 +73,10 @@ __all__ = [
     "MigDevice",
     "PcieLevel",
     "PowerReading",
+    "PreemptTerms",
+    "PreemptTrigger",
+    "Preemption",
+    "PreemptionState",
     "ReservationEvent",
     "ReservationRecord",
     "ReservationState",

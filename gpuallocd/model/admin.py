@@ -14,6 +14,7 @@ class AdminActionKind(str, enum.Enum):
     DRAIN = "drain"
     UNDRAIN = "undrain"
     RECOVER = "recover"  # `gpuallocd --recover` rebuilt the ledger; the reason lists what was lost
+    PREEMPT = "preempt"  # `gpuallocctl preempt LEASE` (docs/preemption.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,7 @@ class AdminAction:
     seq: int
     at: float
     action: AdminActionKind
-    target: str  # a lease id (revoke) or a GPU UUID (drain, undrain)
+    target: str  # a lease id (revoke, preempt) or a GPU UUID (drain, undrain)
     actor_uid: int
     actor: str
     reason: str | None

@@ -10,6 +10,7 @@ from typing import Any
 from gpulease.lease_id import LEASE_ID_BYTES
 
 from gpuallocd.model.energy import LeaseEnergy
+from gpuallocd.model.preemption import PreemptTerms
 
 __all__ = [
     "Caller",
@@ -29,6 +30,7 @@ class LeaseState(str, enum.Enum):
     FREED = "freed"
     EXPIRED = "expired"
     REVOKED = "revoked"
+    PREEMPTED = "preempted"  # ended by a preemption: at its checkpoint, or at the deadline
 
 
 class LeaseEvent(str, enum.Enum):
@@ -45,12 +47,17 @@ class LeaseEvent(str, enum.Enum):
     ADOPTED = "adopted"  # the lease was made for a process already running on its GPU
     UNHEALTHY = "unhealthy"  # a health failure (Xid) on the lease's GPU
     ENDING = "ending"  # the lease ends soon: a reason, a deadline (model/notice.py)
+    PREEMPT_WARNING = "preempt_warning"  # it is preempted: the deadline (model/preemption.py)
+    PREEMPT_SIGNAL = "preempt_signal"  # ... the chosen signal went to its processes
+    CHECKPOINT_DONE = "checkpoint_done"  # its job acknowledged a checkpoint (the path given)
+    PREEMPTED = "preempted"  # ... and it ended for the preemption
 
 
 ENDING_EVENT = {
     LeaseState.FREED: LeaseEvent.FREED,
     LeaseState.EXPIRED: LeaseEvent.EXPIRED,
     LeaseState.REVOKED: LeaseEvent.REVOKED,
+    LeaseState.PREEMPTED: LeaseEvent.PREEMPTED,
 }
 # The history events that end a lease, by the name the ledger records.
 ENDINGS = frozenset(event.value for event in ENDING_EVENT.values())
@@ -137,6 +144,7 @@ class Lease:
     waited_seconds: float = 0.0  # how long the request waited in the queue before its grant
     power_limit_watts: float | None = None  # the GPUs' power cap asked for (docs/accounting.md)
     on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes
+    preemptible: PreemptTerms | None = None  # may be preempted, on these terms (preemption.md)
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -167,6 +175,7 @@ class Lease:
             self.waited_seconds,
             self.power_limit_watts,
             self.on_revoke,
+            self.preemptible,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -185,6 +194,7 @@ class Lease:
             "waited_seconds": self.waited_seconds,
             "power_limit_watts": self.power_limit_watts,
             "on_revoke": self.on_revoke,
+            "preemptible": None if self.preemptible is None else self.preemptible.to_json(),
         }
 
 

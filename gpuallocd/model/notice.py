@@ -49,7 +49,7 @@ LABEL_SHOWN = 80  # characters of a label (or a command) a notice shows
 class NoticeKind(str, enum.Enum):
     GRANTED = "granted"  # a waiting request got its GPUs
     ENDING = "ending"  # a lease ends soon (a reason, a deadline, a threshold)
-    REVOKED = "revoked"  # an admin or a daemon rule (idle reclaim) took the lease
+    REVOKED = "revoked"  # an admin or a daemon rule (idle reclaim, preemption) took the lease
     ENDED = "ended"  # expired, or its processes exited: an end the owner did not ask for
     BUDGET = "budget"  # a budget at 80 % or 100 %
     GPU_UNHEALTHY = "gpu-unhealthy"  # a GPU of the user's lease (or, site feed: any GPU)
@@ -62,6 +62,8 @@ class EndingReason(str, enum.Enum):
     EXPIRY = "expiry"  # its TTL runs out unless renewed
     IDLE_RECLAIM = "idle-reclaim"  # idle: it may be taken for a waiter from then
     RESERVATION = "reservation"  # an advance reservation of its GPUs starts
+    PREEMPTION = "preemption"  # it is preempted: it ends at its checkpoint or the deadline
+    REVOKE = "revoke"  # revoked with a grace: its processes are stopped at the deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,9 +159,13 @@ def end_notice(lease: Lease, actor_uid: int, detail: str | None) -> Notice | Non
     end by root. None for an owner's own free."""
     if lease.state is LeaseState.FREED and actor_uid == lease.owner_uid:
         return None
-    revoked = lease.state is LeaseState.REVOKED
+    revoked = lease.state in (LeaseState.REVOKED, LeaseState.PREEMPTED)
     kind = NoticeKind.REVOKED if revoked else NoticeKind.ENDED
-    how = {LeaseState.REVOKED: "revoked", LeaseState.EXPIRED: "expired"}.get(lease.state, "ended")
+    how = {
+        LeaseState.REVOKED: "revoked",
+        LeaseState.EXPIRED: "expired",
+        LeaseState.PREEMPTED: "preempted",
+    }.get(lease.state, "ended")
     why = _shown(detail) if detail else ("its TTL ran out" if how == "expired" else "")
     body = f"{_gpus(lease)} free again" + (f": {why}" if why else "")
     return Notice(
@@ -179,11 +185,18 @@ _ENDING_WHAT = {
     EndingReason.EXPIRY: "expires",
     EndingReason.IDLE_RECLAIM: "may be reclaimed (idle)",
     EndingReason.RESERVATION: "ends for a reservation",
+    EndingReason.PREEMPTION: "is preempted",
+    EndingReason.REVOKE: "was revoked: its processes are stopped",
 }
 _ENDING_ADVICE = {
     EndingReason.EXPIRY: "renew it (gpuallocctl renew) or save your work",
     EndingReason.IDLE_RECLAIM: "use its GPUs or free it; it is taken only for someone waiting",
     EndingReason.RESERVATION: "it cannot be renewed past the reservation's start; save your work",
+    EndingReason.PREEMPTION: (
+        "save a checkpoint and acknowledge it (gpuallocctl checkpoint-done PATH): it ends "
+        "then, or at the deadline"
+    ),
+    EndingReason.REVOKE: "SIGTERM now, SIGKILL then; save what you can",
 }
 
 

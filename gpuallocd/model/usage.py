@@ -57,6 +57,7 @@ class UserUsage:
     energy_estimate: bool = False  # some of it estimated (shares, MIG instances)
     unleased_gpu_hours: float = 0.0  # GPU time of processes on GPUs the user held no lease on
     unleased_energy_joules: float = 0.0
+    preemptible_gpu_hours: float = 0.0  # the part of `gpu_hours` held in preemptible leases
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,6 +71,7 @@ class UserUsage:
             "energy_estimate": self.energy_estimate,
             "unleased_gpu_hours": self.unleased_gpu_hours,
             "unleased_energy_kwh": self.unleased_energy_joules / JOULES_PER_KWH,
+            "preemptible_gpu_hours": self.preemptible_gpu_hours,
         }
 
 

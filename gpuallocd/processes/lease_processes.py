@@ -26,7 +26,7 @@ from gpuallocd.processes.events import FamilyEvents
 from gpuallocd.processes.families import Member, ProcessFamilies
 from gpuallocd.processes.inherited import belongs, inherited, inheritors
 from gpuallocd.processes.scopes import LeaseScopes
-from gpuallocd.processes.terminate import terminate_family
+from gpuallocd.processes.terminate import kill_family, signal_members, terminate_family
 from gpuallocd.processes.tracking import PROC_SCAN, SCOPE, Tracking
 from gpuallocd.processes.watcher import POLL_SECONDS, ProcessWatcher
 
@@ -152,14 +152,31 @@ class LeaseProcesses:
         """Of these leases, those with no known process left."""
         return [i for i in lease_ids if not self._members(i)]
 
+    def signal(self, lease: Lease, sig: int) -> int:
+        """Send `sig` to the processes of `lease` but its holder (told of it on the lease's
+        stream: `gpu_lease` raises it in its own process, `run` does not pass it on twice);
+        how many were sent (a preemption's signal, docs/preemption.md)."""
+        holder = _holder(lease)
+        return signal_members([m for m in self._members(lease.id) if m != holder], sig)
+
+    def kill(self, lease: Lease, delay_seconds: float = 0.0) -> None:
+        """SIGKILL to what is left of the processes of `lease` `delay_seconds` from now, its
+        holder a second later (a preempted lease, acknowledged or at its deadline)."""
+        self._terminating.add(lease.id)  # its family is followed until the last SIGKILL
+        scopes = self._scopes if self._in_scope(lease.id) else None
+        kill_family(
+            lambda: self._members(lease.id),
+            _holder(lease),
+            delay_seconds,
+            done=lambda: self._terminated(lease.id, scopes),
+        )
+
     def revoked(self, lease: Lease) -> None:
         """A lease was revoked: stop its processes if it asked for that (`on_revoke`, as the
         ledger records it: a restart or a dead `run` changes nothing)."""
         if lease.on_revoke != TERMINATE:
             return
-        holder = None
-        if lease.pid is not None and lease.pid_start_time is not None:
-            holder = (lease.pid, lease.pid_start_time)
+        holder = _holder(lease)
         self._terminating.add(lease.id)  # its family is followed until the last SIGKILL
         scopes = self._scopes if self._in_scope(lease.id) else None
         terminate_family(
@@ -263,3 +280,10 @@ class LeaseProcesses:
         lease = self._leases.get(got.lease_id) if got is not None else None
         if got is not None and lease is not None and belongs(got, lease):
             self._families.attach(lease.id, child)
+
+
+def _holder(lease: Lease) -> Member | None:
+    """The process that asked for a bound lease, as the kernel reported it."""
+    if lease.pid is None or lease.pid_start_time is None:
+        return None
+    return (lease.pid, lease.pid_start_time)

@@ -1,11 +1,13 @@
-"""Stopping the processes of a revoked lease that asked for it (`on_revoke: "terminate"`).
+"""Stopping the processes of a lease: a revoked one that asked for it (`on_revoke:
+"terminate"`), a preempted one at its acknowledgement or its deadline (docs/preemption.md).
 
 SIGTERM to every process of the lease at once; after the grace period SIGKILL to those still
 running and to what they started meanwhile, the holder last (one second later), so that
 `gpuallocctl run`, the holder of its command's lease, can still report why its command
-ended. A signal goes only to the process with the start time recorded, through a pidfd
-(`signals.py`), never to a later process that reuses its pid. The daemon must be allowed to
-signal them: it is when it runs as root (the unit grants CAP_KILL).
+ended. A preemption sends its own signal earlier (`signal_members`) and asks for the kill
+alone (`kill_family`). A signal goes only to the process with the start time recorded,
+through a pidfd (`signals.py`), never to a later process that reuses its pid. The daemon must
+be allowed to signal them: it is when it runs as root (the unit grants CAP_KILL).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from gpuallocd.host.proc import descendants, process_start_time
 from gpuallocd.processes.families import UNKNOWN_START, Member
 from gpuallocd.processes.signals import send_signal
 
-__all__ = ["HOLDER_EXTRA_SECONDS", "signal_members", "terminate_family"]
+__all__ = ["HOLDER_EXTRA_SECONDS", "kill_family", "signal_members", "terminate_family"]
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +62,24 @@ def terminate_family(
     """SIGTERM to `members()` now; SIGKILL to `members()` as they are after `grace_seconds`
     (a process forked meanwhile, by a SIGTERM handler say, included), the holder one second
     after the rest; then `done()`."""
-    loop = asyncio.get_running_loop()
     signal_members(members(), signal.SIGTERM)
-    loop.call_later(grace_seconds, _kill_all, members, holder)
-    loop.call_later(grace_seconds + HOLDER_EXTRA_SECONDS, _last, holder, done)
+    kill_family(members, holder, grace_seconds, done)
+
+
+def kill_family(
+    members: Callable[[], Sequence[Member]],
+    holder: Member | None,
+    delay_seconds: float = 0.0,
+    done: Callable[[], None] = lambda: None,
+) -> None:
+    """SIGKILL to `members()` as they are `delay_seconds` from now (what they forked since
+    included), the holder one second after the rest; then `done()`."""
+    loop = asyncio.get_running_loop()
+    if delay_seconds <= 0:
+        _kill_all(members, holder)
+    else:
+        loop.call_later(delay_seconds, _kill_all, members, holder)
+    loop.call_later(max(0.0, delay_seconds) + HOLDER_EXTRA_SECONDS, _last, holder, done)
 
 
 def _last(holder: Member | None, done: Callable[[], None]) -> None:

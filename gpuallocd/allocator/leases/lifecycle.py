@@ -24,6 +24,7 @@ from gpuallocd.allocator.leases.slices import leased_units, vanished_units
 from gpuallocd.allocator.leases.specs import AllocateSpec, AllocatorSettings
 from gpuallocd.allocator.power.hardware import LeaseHardware
 from gpuallocd.allocator.site.drain import DrainBoard
+from gpuallocd.allocator.site.preempt_bounds import preempt_terms
 from gpuallocd.allocator.site.quota import Quota
 from gpuallocd.allocator.site.reservation_board import ReservationBoard, caller_of_uid
 from gpuallocd.allocator.site.rules import SiteRules
@@ -38,7 +39,16 @@ from gpuallocd.errors import (
 )
 from gpuallocd.host.proc import process_start_time
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import Caller, Lease, LeasedGpu, LeaseEvent, LeaseState, LiveState, Topology
+from gpuallocd.model import (
+    Caller,
+    Lease,
+    LeasedGpu,
+    LeaseEvent,
+    LeaseState,
+    LiveState,
+    PreemptTerms,
+    Topology,
+)
 from gpuallocd.model.lease import ENDING_EVENT, new_lease_id
 from gpuallocd.policies.rules import request_for
 
@@ -249,7 +259,7 @@ class LeaseLifecycle:
         )
         ttl = self._ttl(caller, spec.ttl_seconds)
         if request.kind == "whole":  # shares and slices are counted once placed
-            self._check_quota(caller, request.count)
+            self._check_quota(caller, request.count, spec.preemptible)
         self.drains.check_not_drained(request.required, self.topology)
         unavailable = reserved | frozenset(self.drains.covered(self.topology))
         ttl, (policy_name, choice) = self.reservations.fit(
@@ -268,7 +278,7 @@ class LeaseLifecycle:
             )
         units = leased_units(self.topology, request, choice.gpus)
         if request.kind != "whole":
-            self.quota.check_units(caller, self._active.values(), units)
+            self.quota.check_units(caller, self._active.values(), units, spec.preemptible)
         lease = self._new_lease(caller, spec, policy_name, units, ttl, waited_since)
         lease = self.record_grant(lease, spec.request_id)
         self._request_ids.remember(caller.uid, spec.request_id, lease.id)
@@ -290,6 +300,10 @@ class LeaseLifecycle:
             return []
         detail = "granted, but the answer could not be delivered"
         return self._end([lease], LeaseState.FREED, actor_uid=0, detail=detail)
+
+    def retried(self, caller: Caller, spec: AllocateSpec) -> Lease | None:
+        """The active lease an earlier request with the same id got, if any."""
+        return self._retried(caller, spec)
 
     def _retried(self, caller: Caller, spec: AllocateSpec) -> Lease | None:
         """The active lease an earlier request with the same id got, if any."""
@@ -331,6 +345,10 @@ class LeaseLifecycle:
             self.reload()
             raise
         return ended
+
+    def end_preempted(self, lease_id: str, detail: str) -> Lease:
+        """End a lease for its preemption (at its checkpoint, or at the deadline)."""
+        return self._end([self._active[lease_id]], LeaseState.PREEMPTED, 0, detail)[0]
 
     def reclaim_idle(self, lease_id: str, detail: str) -> Lease:
         """End an idle lease for someone who waits (the daemon's decision, not a caller's)."""
@@ -380,6 +398,7 @@ class LeaseLifecycle:
         if spec.bind_to_process and start_time is None:
             raise InvalidRequest("the requesting process is gone; nothing to bind the lease to")
         now = self._clock()
+        preemptible = self.preempt_terms_of(caller, spec, waited_since, now)
         return Lease(
             id=new_lease_id(),
             gpus=units,
@@ -395,6 +414,23 @@ class LeaseLifecycle:
             waited_seconds=0.0 if waited_since is None else max(0.0, now - waited_since),
             power_limit_watts=spec.power_limit_watts,
             on_revoke=spec.on_revoke,
+            preemptible=preemptible,
+        )
+
+    def preempt_terms_of(
+        self, caller: Caller, spec: AllocateSpec, waited_since: float | None, now: float
+    ) -> PreemptTerms | None:
+        """The terms a preemptible grant of `spec` gets (None: not preemptible), or the
+        error that refuses it (`site/preempt_bounds.py`)."""
+        if not spec.preemptible:
+            return None
+        since = spec.queued_since if spec.queued_since is not None else waited_since
+        return preempt_terms(
+            self.quota.applied(caller),
+            self._settings.preempt_defaults,
+            spec.preempt,
+            queued_since=now if since is None else since,
+            requeue_of=spec.requeue_of,
         )
 
     def _end(
@@ -443,5 +479,5 @@ class LeaseLifecycle:
     def _ttl(self, caller: Caller, requested: float | None) -> float:
         return granted_ttl(self.ttl_bounds(caller), requested)
 
-    def _check_quota(self, caller: Caller, gpus: float) -> None:
-        self.quota.check_grant(caller, self._active.values(), gpus=gpus)
+    def _check_quota(self, caller: Caller, gpus: float, preemptible: bool = False) -> None:
+        self.quota.check_grant(caller, self._active.values(), gpus=gpus, preemptible=preemptible)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from gpuallocd.allocator.site.preempt_bounds import PreemptAsk, PreemptDefaults
 
 __all__ = ["AllocateSpec", "AllocatorSettings"]
 
@@ -22,6 +24,16 @@ class AllocatorSettings:
     fair_share_wait_weight: float = 1.0  # priority (GPU-hours) gained per hour of waiting
     fair_share_by: str = "user"  # user, group (the owner's primary group)
     fair_share_counts_unleased: bool = False  # unleased use counts as GPU-hours in fair share
+    preempt_min_runtime_seconds: float = 1800.0  # preemptible leases (docs/preemption.md)
+    preempt_lead_seconds: float = 60.0
+    preempt_grace_seconds: float = 300.0
+
+    @property
+    def preempt_defaults(self) -> PreemptDefaults:
+        """The site's preemption terms, the bounds where no `[limits]` value applies."""
+        return PreemptDefaults(
+            self.preempt_min_runtime_seconds, self.preempt_lead_seconds, self.preempt_grace_seconds
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +56,7 @@ class AllocateSpec:
     request_id: str | None = None  # a retried request with the same id gets the same lease
     on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes
     power_limit_watts: float | None = None  # cap the leased GPUs' power (allocator/power/caps.py)
+    preemptible: bool = False  # may be preempted (docs/preemption.md), on the terms asked
+    preempt: PreemptAsk = field(default_factory=PreemptAsk)
+    requeue_of: str | None = None  # a preempted lease of the caller's whose place it keeps
+    queued_since: float | None = None  # that place (the daemon's, from the ledger; never asked)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -257,6 +258,38 @@ class NoticeDesk:
             self._ahead.arm(
                 lease.id, EndingReason.RESERVATION, reserved, thresholds, span=reserved_span
             )
+
+    # Preemption and revoke with a grace --------------------------------------------------------
+
+    def preempting(self, lease: Lease, deadline: Deadline, told: float) -> None:
+        """A lease is preempted (allocator/preemption/): warn at `told` (the lead plus the grace:
+        its first warning, written with the decision, so this one adds nothing) and at each of
+        the owner's thresholds below it, once each across restarts (span: always)."""
+        own = [t for t in self.thresholds_of(lease.owner_uid) if t < told]
+        self._ahead.arm(lease.id, EndingReason.PREEMPTION, deadline, (told, *own), span=math.inf)
+
+    def warn_revoke(self, lease: Lease, grace_seconds: float) -> list[int]:
+        """Runs in the worker, in the revoke's transaction: a lease whose processes are stopped
+        after a grace (SIGTERM now, SIGKILL then) is warned of that end, once (its key); the
+        owners to ring after the commit."""
+        now = self._clock()
+        notice = ending_notice(
+            lease,
+            EndingReason.REVOKE,
+            deadline=now + grace_seconds,
+            left=grace_seconds,
+            threshold=grace_seconds,
+            epoch=f"{now:.0f}",
+            now=now,
+        )
+        if not self._ledger.add_notices([notice]):
+            return []
+        self._lifecycle.note(lease.id, LeaseEvent.ENDING, f"{notice.title}: {notice.body}")
+        return [lease.owner_uid]
+
+    def ring_owners(self, uids: Iterable[int]) -> None:
+        """After a commit that told `uids` something: wake their readers."""
+        self._ring(uids)
 
     # Start, ticks and samples ------------------------------------------------------------------
 

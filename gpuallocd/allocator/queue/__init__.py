@@ -4,6 +4,7 @@
     index.py      the waiters by the units they could use, kept as they come and go
     serve.py      serving the queue, and what a new request leaves to the waiters ahead
     order.py      the order the queue is served in: fifo or fair share
+    tiers.py      preemptible requests behind the others; a requeue keeps its place (pure)
     view.py       the queue from outside: holds, reasons, estimated starts
     advance.py    admins' advance reservations: create, cancel, what each waits for
     reclaim.py    IdleReclaimer: takes back an idle lease that someone waits for

@@ -75,6 +75,8 @@ class Waiter:
             "policy": self.spec.policy,
             "label": self.spec.label,
             "since": self.since,
+            "preemptible": self.spec.preemptible,
+            "requeue_of": self.spec.requeue_of,
         }
 
 

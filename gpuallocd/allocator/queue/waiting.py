@@ -29,6 +29,7 @@ from gpuallocd.allocator.queue.serve import (
     serve_every_waiter,
     serve_free_units,
 )
+from gpuallocd.allocator.queue.tiers import place, tiered
 from gpuallocd.allocator.queue.view import describe_waiters, holds
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
@@ -57,10 +58,14 @@ class WaitQueue:
         clock: Callable[[], float],
         order: QueueOrder | None = None,
         looked_at: LookedAt = _ignore,
+        on_served: Callable[[], None] = lambda: None,
     ) -> None:
         """`order`: the order waiters are served in (first come, first served without);
-        `looked_at`: told of each waiter that a grant, a claim or a serve looks at."""
+        `looked_at`: told of each waiter that a grant, a claim or a serve looks at;
+        `on_served`: told each time the queue was served and some still wait (preemption)."""
         self._order = order
+        self._on_served = on_served
+        self._preemptible = 0  # preemptible waiters: while any wait, tiers.py orders them
         self._lifecycle = lifecycle
         self._worker = worker
         self._clock = clock
@@ -106,16 +111,26 @@ class WaitQueue:
         return holds(self._in_order(), usable, wanted=index.units())
 
     def _in_order(self) -> Iterable[Waiter]:
-        """The waiters in the order they are served (under fifo, read as they are needed)."""
-        if self._order is None or not self._order.fair:
+        """The waiters in the order they are served (under fifo with no preemptible waiter,
+        read as they are needed)."""
+        if self._preemptible == 0 and (self._order is None or not self._order.fair):
             return iter(self._index)
-        return [waiter for waiter, _ in self._order.arrange(list(self._index))]
+        return self.arranged()
+
+    def arranged(self) -> list[Waiter]:
+        """The waiters in the order they are served."""
+        return [waiter for waiter, _ in self._arranged(list(self._index))]
 
     def _arranged(self, waiters: Sequence[Waiter]) -> list[tuple[Waiter, Priority | None]]:
-        """The waiters in the order they are served, each with its fair-share priority."""
+        """The waiters in the order they are served, each with its fair-share priority
+        (preemptible ones behind the others: tiers.py)."""
         if self._order is None:
-            return [(waiter, None) for waiter in waiters]
-        return self._order.arrange(waiters)
+            return tiered([(waiter, None) for waiter in waiters], fair=False)
+        return tiered(self._order.arrange(waiters), fair=self._order.fair)
+
+    def waiting(self) -> int:
+        """How many requests wait now."""
+        return len(self._index)
 
     def waiting_of(self, uid: int) -> int:
         """How many requests of the user `uid` wait now."""
@@ -171,16 +186,19 @@ class WaitQueue:
         self, caller: Caller, spec: AllocateSpec, arrived: int, on_grant: OnGrant
     ) -> Lease:
         """Grant without the units that the waiters ahead of the request may use: those
-        queued before it came, and under fair share of a priority at least its own."""
+        queued before it came, and under fair share of a priority at least its own; a
+        request that may not be preempted lets no preemptible waiter go first, a preemptible
+        one only those whose place is before its own (tiers.py)."""
         self._follow_layout()
         order = self._order
         priority = order.priorities() if order is not None else None
-        ahead: Callable[[Waiter], bool] = lambda w: w.seq <= arrived  # noqa: E731
-        ahead_first = True  # a line is in order of arrival
+        tier = self._tier_ahead(spec)
+        ahead: Callable[[Waiter], bool] = lambda w: w.seq <= arrived and tier(w)  # noqa: E731
+        ahead_first = self._preemptible == 0  # a line is in order of arrival
         if order is not None and priority is not None:
             own = order.own_priority(caller)
-            ahead = lambda w: w.seq <= arrived and priority(w) >= own  # noqa: E731
-            ahead_first = self._index.in_order  # and then in order of priority too
+            ahead = lambda w: w.seq <= arrived and tier(w) and priority(w) >= own  # noqa: E731
+            ahead_first = ahead_first and self._index.in_order  # and of priority too
         kept = self._lifecycle.kept_from()
         reserved = claimed_units(
             self._index, kept, ahead, ahead_first=ahead_first, looked_at=self._looked_at
@@ -188,6 +206,13 @@ class WaitQueue:
         lease = self._lifecycle.allocate(caller, spec, reserved=reserved)
         on_grant(lease)
         return lease
+
+    def _tier_ahead(self, spec: AllocateSpec) -> Callable[[Waiter], bool]:
+        """Which waiters' tier goes before a new request of `spec` (tiers.py)."""
+        if not spec.preemptible:
+            return lambda w: not w.spec.preemptible
+        own = self._clock() if spec.queued_since is None else spec.queued_since
+        return lambda w: not w.spec.preemptible or place(w) <= own
 
     async def _wait(
         self, caller: Caller, spec: AllocateSpec, timeout: float | None, on_grant: OnGrant
@@ -207,7 +232,9 @@ class WaitQueue:
         self._follow_layout()
         self._arrivals = waiter.seq
         self._index.add(waiter)
+        self._preemptible += spec.preemptible
         log.info("%s (pid %d) waits for GPUs", caller.user, caller.pid)
+        self._on_served()  # it may make room by preemption
         if self._order is not None and self._order.fair:
             self.kick()  # it may go ahead of waiters that hold free GPUs it can use
         try:
@@ -227,8 +254,14 @@ class WaitQueue:
         for waiter in list(self._index):
             waiter.future.cancel()
 
+    def _remove(self, waiter: Waiter) -> bool:
+        """Take `waiter` out of the queue; whether it was in it."""
+        removed = self._index.remove(waiter)
+        self._preemptible -= removed and waiter.spec.preemptible
+        return removed
+
     def _leave(self, waiter: Waiter) -> None:
-        if self._index.remove(waiter):
+        if self._remove(waiter):
             self.kick()  # its reservation is gone: those behind it may fit now
 
     def kick(self) -> None:
@@ -249,19 +282,23 @@ class WaitQueue:
             outcomes = await self._worker.run(self._serve_now)
             for waiter, outcome in outcomes:
                 await self._deliver(waiter, outcome)
+        if self._index:
+            self._on_served()  # those still waiting may make room by preemption
 
     def _serve_now(self) -> list[tuple[Waiter, Outcome]]:
         """Runs in the serial worker: grant every waiter that fits without jumping a blocked
         one (`policies/serving.py`), looking at the waiters of the free units. After the
         node's layout or the site's rules changed, at every waiter: either may end a waiter
         with an error whatever is free; so may a fair queue whose clock went back (its lines
-        are then out of its order)."""
+        are then out of its order), and a queue with preemptible waiters (served in tiers,
+        which the lines do not keep)."""
         self._lifecycle.expire_due()
         self._follow_layout()
         rules, self._rules = self._rules, self._lifecycle.quota.rules
         every, self._look_at_all = self._look_at_all or rules is not self._rules, False
         priority = self._order.priorities() if self._order is not None else None
-        if every or not (priority is None or self._index.in_order):
+        in_order = priority is None or self._index.in_order
+        if every or not in_order or self._preemptible:
             pending = [w for w in self._index if not w.future.done()]
             ordered = [waiter for waiter, _ in self._arranged(pending)]
             return serve_every_waiter(self._lifecycle, ordered, self._looked_at)
@@ -271,7 +308,7 @@ class WaitQueue:
         return serve_free_units(self._lifecycle, self._index, key, self._looked_at)
 
     async def _deliver(self, waiter: Waiter, outcome: Outcome) -> None:
-        self._index.remove(waiter)
+        self._remove(waiter)
         if not waiter.future.done():
             if isinstance(outcome, Lease):
                 waiter.future.set_result(outcome)

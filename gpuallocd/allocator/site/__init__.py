@@ -6,6 +6,7 @@
     drain.py               DrainBoard: GPUs an admin took out of service
     reservation_board.py   ReservationBoard: GPUs promised to someone for a window of time
     ttl.py                 the lifetime a grant gets: one rule for grants, renewals, estimates
+    preempt_bounds.py      the terms a preemptible lease gets: minimum runtime, lead, grace
     budgets.py             GPU-hour and kWh budgets over rolling windows (pure)
     idle.py                IdleTracker: which leases are idle, which to reclaim (pure)
     purge.py               ended leases and records past the history's retention

@@ -28,6 +28,7 @@ __all__ = [
     "Usage",
     "check_grant",
     "check_waiting",
+    "counts_apart",
     "gpus_held",
     "shares_held",
     "units_weight",
@@ -61,6 +62,28 @@ class Limits:
     max_kwh_per_month: float | None = budget_field("kwh", "month")
     max_power_limit_watts: float | None = _limit(
         whole=False, minimum=1.0, meaning="the highest power cap a user's lease may have (W)"
+    )
+    max_preemptible_gpus: float | None = _limit(
+        whole=False,
+        minimum=0.0,
+        meaning="GPUs a user may hold in preemptible leases, counted apart from max_gpus "
+        "(unset: preemptible leases count against max_gpus like any)",
+    )
+    preempt_min_runtime_seconds: float | None = _limit(
+        whole=False,
+        minimum=0.0,
+        meaning="the longest minimum runtime a preemptible lease may have (its default)",
+    )
+    preempt_lead_seconds: float | None = _limit(
+        whole=False,
+        minimum=0.0,
+        meaning="the longest warning before the signal a preemptible lease may have (its default)",
+    )
+    preempt_grace_seconds: float | None = _limit(
+        whole=False,
+        minimum=0.0,
+        meaning="the longest time from the signal to the kill a preemptible lease may have "
+        "(its default)",
     )
 
     def value(self, name: str) -> float | None:
@@ -147,16 +170,19 @@ class AppliedLimits:
 class Usage:
     """What a user holds and does now, in the units of the limits."""
 
-    gpus: float = 0.0
+    gpus: float = 0.0  # counted against max_gpus (preemptible ones apart where they count apart)
     waiting: int = 0
     gpu_hours_per_day: float = 0.0
     shares: int = 0
     budgets: Mapping[str, float] = field(default_factory=dict)  # use in each budget's window
+    preemptible_gpus: float = 0.0  # held in preemptible leases
 
     def current(self, name: str) -> float | None:
-        """The use that `name` limits; None for `max_ttl_seconds`, which limits a request."""
+        """The use that `name` limits; None for those that limit a request (`max_ttl_seconds`,
+        the preemption terms)."""
         return {
             "max_gpus": self.gpus,
+            "max_preemptible_gpus": self.preemptible_gpus,
             "max_waiting": float(self.waiting),
             "max_gpu_hours_per_day": self.gpu_hours_per_day,
             "max_shares": float(self.shares),
@@ -195,6 +221,12 @@ def gpus_held(leases: Iterable[Lease], uid: int) -> float:
     return units_weight(_units_of(leases, uid))
 
 
+def counts_apart(limits: AppliedLimits) -> bool:
+    """Whether the user's preemptible leases count against `max_preemptible_gpus` instead of
+    `max_gpus` (where the site set it for them)."""
+    return limits.value("max_preemptible_gpus") is not None
+
+
 def shares_held(leases: Iterable[Lease], uid: int) -> list[LeasedGpu]:
     """The memory shares the user `uid` holds in these leases."""
     return [unit for unit in _units_of(leases, uid) if unit.kind is UnitKind.SHARE]
@@ -213,13 +245,22 @@ def _refuse(limits: AppliedLimits, name: str, current: float, message: str) -> Q
     )
 
 
-def check_grant(limits: AppliedLimits, usage: Usage, *, gpus: float, shares: int = 0) -> None:
+def check_grant(
+    limits: AppliedLimits,
+    usage: Usage,
+    *,
+    gpus: float,
+    shares: int = 0,
+    preemptible: bool = False,
+) -> None:
     """Refuse (QuotaExceeded) a grant of `gpus` (`shares` of them memory shares) that would
-    pass a limit. A lease's lifetime is checked where it is decided (`ttl.py`)."""
-    max_gpus = limits.value("max_gpus")
-    if max_gpus is not None and usage.gpus + gpus > max_gpus:
-        message = f"{limits.user} holds {usage.gpus:g} GPU(s) and asks for {gpus:g} more"
-        raise _refuse(limits, "max_gpus", usage.gpus, message)
+    pass a limit. A preemptible grant counts against `max_preemptible_gpus` where the user
+    has it, else against `max_gpus` like any. A lease's lifetime is checked where it is
+    decided (`ttl.py`), a preemptible lease's terms in `preempt_bounds.py`."""
+    if preemptible and counts_apart(limits):
+        _check_gpus(limits, "max_preemptible_gpus", usage.preemptible_gpus, gpus, "preemptible ")
+    else:
+        _check_gpus(limits, "max_gpus", usage.gpus, gpus)
     max_shares = limits.value("max_shares")
     if shares and max_shares is not None and usage.shares + shares > max_shares:
         message = f"{limits.user} holds {usage.shares} share(s) and asks for {shares} more"
@@ -229,6 +270,13 @@ def check_grant(limits: AppliedLimits, usage: Usage, *, gpus: float, shares: int
         used = usage.gpu_hours_per_day
         message = f"{limits.user} used {used:.2f} GPU-hours in the last 24 hours"
         raise _refuse(limits, "max_gpu_hours_per_day", used, message)
+
+
+def _check_gpus(limits: AppliedLimits, name: str, held: float, gpus: float, kind: str = "") -> None:
+    value = limits.value(name)
+    if value is not None and held + gpus > value:
+        message = f"{limits.user} holds {held:g} {kind}GPU(s) and asks for {gpus:g} more"
+        raise _refuse(limits, name, held, message)
 
 
 def check_waiting(limits: AppliedLimits, waiting: int) -> None:

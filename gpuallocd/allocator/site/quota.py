@@ -19,6 +19,7 @@ from gpuallocd.allocator.site.limits import (
     Usage,
     check_grant,
     check_waiting,
+    counts_apart,
     gpus_held,
     shares_held,
     units_weight,
@@ -58,15 +59,20 @@ class Quota:
         *,
         with_hours: bool = True,
         with_budgets: bool = False,
+        apart: bool = False,
     ) -> Usage:
+        """`apart`: preemptible leases count apart from `max_gpus` (`counts_apart`)."""
         hours = self.gpu_hours_per_day(uid) if with_hours else 0.0
         active = list(active)
+        preemptible = [lease for lease in active if lease.preemptible is not None]
+        held, held_preemptible = gpus_held(active, uid), gpus_held(preemptible, uid)
         return Usage(
-            gpus=gpus_held(active, uid),
+            gpus=held - held_preemptible if apart else held,
             waiting=waiting,
             gpu_hours_per_day=hours,
             shares=len(shares_held(active, uid)),
             budgets=self._budget_use(uid) if with_budgets else {},
+            preemptible_gpus=held_preemptible,
         )
 
     def ttl_bounds(self, caller: Caller, default: float, site_max: float) -> TtlBounds:
@@ -100,14 +106,17 @@ class Quota:
 
         check_budgets(BUDGETS, applied.value, source, caller.user, readings)
 
-    def check_grant(self, caller: Caller, active: Iterable[Lease], *, gpus: float) -> None:
+    def check_grant(
+        self, caller: Caller, active: Iterable[Lease], *, gpus: float, preemptible: bool = False
+    ) -> None:
         """QuotaExceeded when granting `gpus` to the caller would pass one of their limits."""
         applied = self.applied(caller)
         if all(value is None for value in applied.values.values()):
             return  # no limit at all applies (the common case): nothing to count
         with_hours = applied.value("max_gpu_hours_per_day") is not None
-        usage = self.usage(caller.uid, active, with_hours=with_hours)
-        check_grant(applied, usage, gpus=gpus)
+        apart = counts_apart(applied)
+        usage = self.usage(caller.uid, active, with_hours=with_hours, apart=apart)
+        check_grant(applied, usage, gpus=gpus, preemptible=preemptible)
         self._check_budgets(caller, applied)
 
     def check_units(
@@ -115,6 +124,7 @@ class Quota:
         caller: Caller,
         active: Iterable[Lease],
         units: Iterable[LeasedGpu],
+        preemptible: bool = False,
     ) -> None:
         """`check_grant` for placed units (instances, partitions, shares): a share counts as
         its whole GPU (once per GPU the caller shares) and against `max_shares`."""
@@ -127,9 +137,10 @@ class Quota:
         with_hours = applied.value("max_gpu_hours_per_day") is not None
         check_grant(
             applied,
-            self.usage(caller.uid, active, with_hours=with_hours),
+            self.usage(caller.uid, active, with_hours=with_hours, apart=counts_apart(applied)),
             gpus=units_weight(units, shared_already),
             shares=sum(unit.kind is UnitKind.SHARE for unit in units),
+            preemptible=preemptible,
         )
         self._check_budgets(caller, applied)
 
@@ -139,7 +150,8 @@ class Quota:
     def report(self, subject: Caller, active: Iterable[Lease], waiting: int) -> dict[str, Any]:
         """What `gpuallocctl limits` shows: each limit, where it was set, and the current use."""
         applied = self.applied(subject)
-        usage = self.usage(subject.uid, active, waiting, with_budgets=True)
+        apart = counts_apart(applied)
+        usage = self.usage(subject.uid, active, waiting, with_budgets=True, apart=apart)
         return {
             "user": subject.user,
             "uid": subject.uid,

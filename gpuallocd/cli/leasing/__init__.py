@@ -3,6 +3,8 @@
 leases.py        leases, allocate, renew, free, revoke
 run.py           run, shell: a lease for one command
 revoke_watch.py  run hears its own revoke and stops its command
+preempted.py     run --preemptible and --requeue: the preemption file, the supervisor
+preempt.py       preempt (admins), checkpoint-done (a preemptible job's acknowledgement)
 waiting.py       the line shown while a request waits, and a clean Ctrl-C
 adopt.py         adopt, unleased: work already running becomes a lease
 agents.py        mcp: an MCP server on stdio, so an agent leases as its user

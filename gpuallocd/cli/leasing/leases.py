@@ -16,6 +16,9 @@ from gpuallocd.cli.common import (
     daemon_client,
     format_expiry,
     lease_request_options,
+    preemption_arguments,
+    preemption_options,
+    preemption_text,
     user_known,
 )
 from gpuallocd.cli.errors import EXIT_USAGE, CliError
@@ -65,6 +68,17 @@ def _print_lease(ctx: click.Context, lease: dict[str, Any]) -> None:
         click.echo(f"share {format_bytes(share)} on each GPU (GPUALLOCD_MEMORY_BYTES={share})")
     if lease["state"] == "active":
         click.echo(f"expires {format_expiry(lease['expires_at'])}")
+    terms = lease.get("preemptible")
+    if terms and lease["state"] == "active":
+        not_before = time.strftime(
+            "%H:%M", time.localtime(lease["created_at"] + terms["min_runtime_seconds"])
+        )
+        click.echo(
+            f"preemptible from {not_before}: warned, {terms['signal']} "
+            f"{format_duration(terms['lead_seconds'])} later, ended at your checkpoint "
+            f"(gpuallocctl checkpoint-done) or {format_duration(terms['grace_seconds'])} "
+            "after the signal"
+        )
 
 
 def export_lines(environment: dict[str, str]) -> str:
@@ -106,9 +120,11 @@ def _owned_by(lease: dict[str, Any], user: str) -> bool:
     show_default=True,
     help="With --export: how CUDA_VISIBLE_DEVICES names the GPUs.",
 )
+@preemption_options(requeue=False)
 @click.pass_context
 def allocate(
     ctx: click.Context,
+    /,
     count: int | None,
     gpus: tuple[str, ...],
     memory: int | None,
@@ -122,6 +138,7 @@ def allocate(
     timeout: float | None,
     export: bool,
     visible: str,
+    **preemption: Any,
 ) -> None:
     """Lease GPUs until freed or expired: -n N, or --gpu ID ... (or both); --memory SIZE for
     a share of a GPU, --mig PROFILE for MIG instances.
@@ -134,6 +151,7 @@ def allocate(
         raise click.UsageError("use --export or --json, not both")
     if export:
         check_visible(mig, visible)
+    terms = preemption_arguments(preemption)
     with queued(ctx, wait), daemon_client(ctx) as client:
         lease = client.allocate(
             count,
@@ -147,6 +165,7 @@ def allocate(
             memory_bytes=memory,
             mig_profile=mig,
             power_limit_watts=power_limit,
+            **terms,
         )
     if export:
         _print_export(lease, visible)
@@ -189,12 +208,25 @@ def list_leases(ctx: click.Context, user: str | None) -> None:
             format_left(lease["expires_at"], now),
             format_duration(now - lease["created_at"]),
             unit_text(lease),
+            preemption_text(lease.get("preemption"), now) if lease.get("preemptible") else None,
             lease["label"],
         )
         for lease in leases
     ]
-    # TIME: how long it has been held, as squeue's TIME; UNIT: what each of GPUS is.
-    headers = ("LEASE", "GPUS", "USER", "PID", "POLICY", "LEFT", "TIME", "UNIT", "LABEL")
+    # TIME: how long it has been held, as squeue's TIME; UNIT: what each of GPUS is;
+    # PREEMPT: preemptible, or its preemption under way (docs/preemption.md).
+    headers = (
+        "LEASE",
+        "GPUS",
+        "USER",
+        "PID",
+        "POLICY",
+        "LEFT",
+        "TIME",
+        "UNIT",
+        "PREEMPT",
+        "LABEL",
+    )
     click.echo(render_table(headers, rows, colour=colour_enabled(), width=terminal_width()))
     for lease in leases:
         for other in lease.get("unleased_use", []):

@@ -62,18 +62,22 @@ def stop_descendants(grace_seconds: float, stopped: threading.Event) -> None:
 class RevokeWatch(threading.Thread):
     """Follows one lease's events; on a revoke, stops the command and calls `revoked()`.
 
-    `notice(event)` hears every other event (warnings meant for the holder)."""
+    `notice(event)` hears every other event (warnings meant for the holder);
+    `on_preempt(preemption)` the preemption told by a `preempt_warning` (docs/preemption.md:
+    the command gets the signal from the daemon, `run` only tells and writes the file)."""
 
     def __init__(
         self,
         connect: Callable[[], Any],
         lease_id: str,
         notice: Callable[[dict[str, Any]], None] = lambda event: None,
+        on_preempt: Callable[[dict[str, Any]], None] = lambda preemption: None,
     ) -> None:
         super().__init__(name=f"revoke-watch-{lease_id}", daemon=True)
         self._connect = connect
         self._lease_id = lease_id
         self._notice = notice
+        self._on_preempt = on_preempt
         self.command_ended = threading.Event()
         self.revoked = threading.Event()
 
@@ -90,6 +94,10 @@ class RevokeWatch(threading.Thread):
                     continue
                 for event in events:
                     after = max(after, int(event["seq"]))
+                    if event["event"] == "freed" and self.command_ended.is_set():
+                        continue  # run's own free, once its command ended: nothing to tell
+                    if event["event"] == "preempt_warning":
+                        self._on_preempt(lease.raw.get("preemption") or {})
                     if event["event"] not in ("granted", "renewed", "revoked"):
                         self._notice(event)
                 if lease.state == "revoked":

@@ -23,8 +23,13 @@ from typing import Any
 
 import click
 
-from gpuallocd.cli.common import check_visible, lease_request_options
-from gpuallocd.cli.errors import EXIT_REVOKED
+from gpuallocd.cli.common import (
+    check_visible,
+    lease_request_options,
+    preemption_arguments,
+    preemption_options,
+)
+from gpuallocd.cli.errors import EXIT_PREEMPTED, EXIT_REVOKED
 from gpuallocd.cli.quick_exit import Finished
 from gpuallocd.cli.text import escape_unprintable
 
@@ -139,17 +144,39 @@ def _queue_display(ctx: click.Context, wait: bool) -> AbstractContextManager[Non
     return queued(ctx, wait)
 
 
-def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, Any]) -> int:
-    """Lease as `request` says (gpu_lease's arguments), run `command` under it, free it.
+def run_leased(
+    ctx: click.Context,
+    command: Sequence[str],
+    request: dict[str, Any],
+    granted_to: Any = None,
+) -> int:
+    """Lease as `request` says (gpu_lease's arguments), run `command` under it, free it;
+    `granted_to(lease_id)` is told of the grant (`run --requeue`'s supervisor).
 
     While queued, the waiting line shows on stderr and Ctrl-C leaves the queue (exit 130).
     """
+    if not request.get("preemptible"):
+        return _run_leased(ctx, command, request, granted_to, None)
+    from gpuallocd.cli.leasing.preempted import preempt_file
+
+    with preempt_file() as write:
+        return _run_leased(ctx, command, request, granted_to, write)
+
+
+def _run_leased(
+    ctx: click.Context,
+    command: Sequence[str],
+    request: dict[str, Any],
+    granted_to: Any,
+    write_preempt_file: Any,
+) -> int:
     from gpulease import Client, gpu_lease
     from gpulease.renewer import idle_message
 
     from gpuallocd.cli.leasing.revoke_watch import RevokeWatch
 
     check_visible(request.get("mig"), request.get("visible", "uuid"))
+    request = dict(request)
     count, gpus = request.pop("count"), request.pop("gpus")
     if count is None and not gpus:
         count = 1
@@ -161,17 +188,25 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
             f"gpuallocctl: {idle_message(lease, idle)}", err=True
         ),
         on_revoke="terminate",
+        raise_preempt_signal=False,  # the command gets it from the daemon; `run` holds
         **request,
     )
     with contextlib.ExitStack() as stack:
         with _queue_display(ctx, bool(request.get("wait"))):
             granted = stack.enter_context(lease)
+        if granted_to is not None:
+            granted_to(granted.id)
         client = lease.client  # the lease's own connection: no second connect and check
         if not ctx.obj.json:
             gpu_list = ",".join(g.uuid if g.kind == "mig" else str(g.index) for g in granted.gpus)
             click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
         ttl = request.get("ttl")
-        watch = RevokeWatch(lambda: Client(ctx.obj.socket), granted.id, _print_notice)
+        watch = RevokeWatch(
+            lambda: Client(ctx.obj.socket),
+            granted.id,
+            _print_notice,
+            on_preempt=write_preempt_file or (lambda preemption: None),
+        )
 
         def started() -> None:
             if not lease.nested:  # the enclosing lease's TTL is its holder's to set
@@ -181,13 +216,29 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
         code = run_command(command, started=started)
         watch.command_ended.set()
         reason = _revocation(client, granted.id)
+        preempted = _preempted(client, granted.id, code) if request.get("preemptible") else None
     if reason is not None:
         click.echo(
             f"gpuallocctl: lease {granted.id} was revoked ({reason}); the command was stopped",
             err=True,
         )
         return EXIT_REVOKED
+    if preempted is not None:
+        if granted_to is None:  # with --requeue its supervisor says it, and what follows
+            click.echo(f"gpuallocctl: lease {granted.id} was preempted: {preempted}", err=True)
+        return EXIT_PREEMPTED
     return code
+
+
+def _preempted(client: Any, lease_id: str, code: int) -> str | None:
+    """Why the lease was preempted (with its checkpoint), or None if it was not."""
+    from gpuallocd.cli.leasing.preempted import outcome_of
+
+    outcome = outcome_of(client, lease_id, code)
+    if not outcome.preempted:
+        return None
+    checkpoint = escape_unprintable(outcome.checkpoint) if outcome.checkpoint else "none"
+    return f"{outcome.detail}; checkpoint: {checkpoint}"
 
 
 @click.command(
@@ -200,16 +251,29 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
 )
 @_visible_option
 @_nested_option
+@preemption_options(requeue=True)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx: click.Context, /, command: tuple[str, ...], label: str | None, **request: Any) -> None:
     """Lease GPUs, run COMMAND with CUDA_VISIBLE_DEVICES set, free them when it exits.
 
     Exits with the command's exit code; 7 if an admin revoked the lease (the command is
-    stopped: SIGTERM, then SIGKILL). Example: gpuallocctl run -n 2 -- python train.py
+    stopped: SIGTERM, then SIGKILL); 8 if it was preempted (without --requeue).
+    Example: gpuallocctl run -n 2 -- python train.py
     """
     request["label"] = label or escape_unprintable(" ".join(command))[:MAX_LABEL]
-    raise Finished(run_leased(ctx, command, _gpu_lease_arguments(request)))
+    requeue = bool(request.pop("requeue"))
+    arguments = {**preemption_arguments(request, requeue=requeue), **_gpu_lease_arguments(request)}
+    if not requeue:
+        raise Finished(run_leased(ctx, command, arguments))
+    from gpulease import Client
+
+    from gpuallocd.cli.leasing.preempted import run_requeued
+
+    def attempt(request: dict[str, Any], granted_to: Any) -> int:
+        return run_leased(ctx, command, request, granted_to)
+
+    raise Finished(run_requeued(lambda: Client(ctx.obj.socket), attempt, arguments))
 
 
 def _gpu_lease_arguments(options: dict[str, Any]) -> dict[str, Any]:

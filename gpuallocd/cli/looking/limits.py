@@ -125,6 +125,16 @@ def _unleased_rows(users: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     ]
 
 
+def _preemptible_rows(users: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Each user who held preemptible leases in the window: those GPU-hours (part of their
+    GPU-HOURS above)."""
+    return [
+        (u["user"], f"{u['preemptible_gpu_hours']:.2f}")
+        for u in users
+        if u.get("preemptible_gpu_hours")
+    ]
+
+
 def _group_rows(groups: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return [
         (
@@ -192,6 +202,10 @@ def usage(
     if unleased:
         click.echo("used without a lease (docs/enforcement.md)")
         click.echo(table(("USER", "GPU-HOURS", "KWH"), unleased))
+    preemptible = _preemptible_rows(report["users"])
+    if preemptible:
+        click.echo("of which in preemptible leases (docs/preemption.md)")
+        click.echo(table(("USER", "GPU-HOURS"), preemptible))
     groups = report.get("groups") or []
     if groups and not user:
         click.echo("groups (each user in their primary group)")

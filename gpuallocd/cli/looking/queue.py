@@ -33,6 +33,25 @@ def _wants(waiter: dict[str, Any]) -> str:
     return f"{text} incl. {named}" if named else text
 
 
+def _hhmm(at: float) -> str:
+    return time.strftime("%H:%M", time.localtime(at))
+
+
+def _reason(waiter: dict[str, Any]) -> Styled:
+    """`Resources: will preempt 3f2a of alice at 14:02` (docs/preemption.md)."""
+    reason = str(waiter.get("reason", "-"))
+    parts = [
+        f"preempting {p['lease_id']} of {p['user']} (ends by {_hhmm(p['deadline_at'])})"
+        for p in waiter.get("preempting") or []
+    ]
+    parts += [
+        f"will preempt {p['lease_id']} of {p['user']} at {_hhmm(p['at'])}"
+        for p in waiter.get("will_preempt") or []
+    ]
+    text = f"{reason}: {'; '.join(parts)}" if parts else reason
+    return Styled(text, fg=REASON_COLOURS.get(reason))
+
+
 def _start(waiter: dict[str, Any], now: float) -> str | None:
     start = waiter.get("estimated_start_at")
     if start is None:
@@ -47,10 +66,10 @@ def queue_rows(waiters: list[dict[str, Any]], now: float) -> list[tuple[object, 
             w["position"],
             w["owner"]["user"],
             w["pid"],
-            _wants(w),
+            _wants(w) + (" (preemptible)" if w.get("preemptible") else ""),
             format_duration(w.get("waited_seconds", now - w.get("since", now))),
             _start(w, now),
-            Styled(str(w.get("reason", "-")), fg=REASON_COLOURS.get(str(w.get("reason")))),
+            _reason(w),
             w["label"],
         )
         for w in waiters

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from gpuallocd.cli.common import daemon_client, user_of
+from gpuallocd.cli.common import daemon_client, preemption_text, user_of
 from gpuallocd.cli.looking.reservation_text import reservation_lines
 from gpuallocd.cli.looking.watch import watch_frames
 from gpuallocd.cli.output import echo_json, escape_unprintable
@@ -76,6 +76,8 @@ def _holder(gpu: dict[str, Any], now: float) -> str | None:
         label = f" ({gpu['label']})" if gpu.get("label") else ""
         left = format_left(gpu.get("expires_at"), now)
         parts.append(f"{holder['user']}{label}" + (f" {left} left" if left else ""))
+        if gpu.get("preemptible"):
+            parts.append(preemption_text(gpu.get("preemption"), now))
     elif reserved is not None and gpu.get("state") == "reserved":
         parts.append(held_for(reserved))
     drain = gpu.get("drain")

@@ -259,6 +259,22 @@ class DaemonConfig:
         "docs/accounting.md) as the owner's GPU-hours, like a lease's, or `ignore` it",
         choices=("ignore", "count"),
     )
+    preempt_min_runtime_seconds: float = _setting(
+        1800.0,
+        "a preemptible lease runs at least this long before anyone's request may preempt it; "
+        "the longest a request may ask for (per group and user in `[limits]`; "
+        "docs/preemption.md)",
+    )
+    preempt_lead_seconds: float = _setting(
+        60.0,
+        "a preempted lease's warning (`preempt_warning`) comes this long before the signal; "
+        "the longest a request may ask for (per group and user in `[limits]`)",
+    )
+    preempt_grace_seconds: float = _setting(
+        300.0,
+        "from a preempted lease's signal to its deadline, when what is left of its processes "
+        "is killed; the longest a request may ask for (per group and user in `[limits]`)",
+    )
     revoke_grace_seconds: float = _setting(
         30.0,
         "after a revoke, how long the processes of a lease that asked to be terminated "
