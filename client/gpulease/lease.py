@@ -155,7 +155,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         self._client, self.lease = client, lease
         self._entered_in = os.getpid()
         env = visible_devices_env(lease, self._visible)
-        if self._on_revoke == "terminate":  # the daemon finds the work again after a restart
+        if self._on_revoke == "terminate":  # for the work to read; the daemon reads the ledger
             env["GPUALLOCD_ON_REVOKE"] = "terminate"
         self._set_env(env)
         if outer is not None:
