@@ -29,10 +29,10 @@ class Users:
         self.root = root
         self.started: list[subprocess.Popen[str]] = []
 
-    def process(self, who: str) -> int:
-        """A live process of `who`; its pid."""
+    def process(self, who: str, env: dict[str, str] | None = None) -> int:
+        """A live process of `who` (`env`: more variables in its environment); its pid."""
         log = self.root / f"{who}-{len(self.started)}.log"
-        started = self.users.start(who, ["-c", SLEEPER], log)
+        started = self.users.start(who, ["-c", SLEEPER], log, env)
         self.started.append(started)
         return started.pid
 
@@ -70,15 +70,18 @@ def test_bobs_draw_on_alices_idle_lease_is_charged_to_bob_not_alice(
     system_users: SystemUsers, short_dir: Path, paths: DaemonPaths, processes: Users
 ) -> None:
     """alice leases GPU 0 and leaves it idle; bob runs on it flat out for an hour without a
-    lease: the 0.3 kWh are bob's (unleased use), alice's lease drew nothing of it, her next
-    grant passes her kWh budget, and bob's own budget now refuses him."""
+    lease, his process naming her lease id and GPU in its environment: the 0.3 kWh are bob's
+    (unleased use), alice's lease drew nothing of it, her next grant passes her kWh budget,
+    and bob's own budget now refuses him."""
     users = system_users
     machine = budgets_machine(paths, short_dir, users)
     machine.daemon.start()
     socket = machine.daemon.paths.socket
     try:
         lease = ctl_json(users, "alice", machine, "allocate", "--gpu", "0", "--ttl", "8h")
-        machine.fake.set_processes(machine.fake.uuids()[0], [(processes.process("bob"), GIB)])
+        gpu = machine.fake.uuids()[0]
+        hers = {"GPUALLOCD_LEASE_ID": lease["id"], "CUDA_VISIBLE_DEVICES": gpu}
+        machine.fake.set_processes(gpu, [(processes.process("bob", hers), GIB)])
         wait_for(
             lambda: usage_of(users, machine, "bob").get("unleased_gpu_hours", 0) > 0,
             30,

@@ -17,6 +17,7 @@ from gpuallocd.model import GpuProcess, LiveState, Topology
 from gpuallocd.processes.lease_environ import lease_carriers
 from tests.harness import DaemonPaths, ThreadDaemon, wait_for
 from tests.ledger_damage import active_leases, damage
+from tests.system_users import SystemUsers, open_to_everyone
 
 INVENTORY = "example:workstation-4gpu-nvbridge"
 
@@ -132,5 +133,44 @@ def test_an_environment_naming_the_lease_id_twice_carries_no_lease() -> None:
         assert carried == {once.pid: "cccccccccccc"}
     finally:
         for process in (twice, once):
+            process.kill()
+            process.wait()
+
+
+def _uids(pid: int) -> list[int]:
+    """The real, effective, saved and file system uids of a process, as the kernel says."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return [int(uid) for uid in line.split()[1:]]
+    return []
+
+
+def test_a_set_user_id_program_carries_no_lease_id(
+    system_users: SystemUsers, short_dir: Path
+) -> None:
+    """bob's set-user-ID-root copy of `sleep`, started with a lease id in its environment
+    (its effective uid root's, its real uid bob's), carries nothing for a recovery: it is
+    nobody's own process; his plain process carrying an id carries it, as his."""
+    open_to_everyone(short_dir)
+    program = short_dir / "setuid-sleep"
+    program.write_bytes(Path("/bin/sleep").read_bytes())
+    program.chmod(0o4755)
+    code = (
+        "import os, sys; os.execve(sys.argv[1], ['sleep', '600'], "
+        "{**os.environ, 'GPUALLOCD_LEASE_ID': sys.argv[2]})"
+    )
+    started = [
+        system_users.start("bob", ["-c", code, path, lease_id], short_dir / f"{lease_id}.log")
+        for path, lease_id in ((str(program), "aaaaaaaaaaaa"), ("/bin/sleep", "bbbbbbbbbbbb"))
+    ]
+    try:
+        bob = system_users.uid("bob")
+        wait_for(lambda: _uids(started[0].pid)[:2] == [bob, 0], 30, what="the set-user-ID exec")
+        wait_for(lambda: b"bbbb" in Path(f"/proc/{started[1].pid}/environ").read_bytes(), 30)
+        ours = {process.pid for process in started}
+        carried = {c.pid: (c.uid, c.lease_id) for c in lease_carriers() if c.pid in ours}
+        assert carried == {started[1].pid: (bob, "bbbbbbbbbbbb")}
+    finally:
+        for process in started:
             process.kill()
             process.wait()

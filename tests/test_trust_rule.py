@@ -6,26 +6,37 @@ user-written facts are read through the trust module only."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import os
 import pwd
+import re
+import shutil
+import signal
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import gpuallocd
+from gpuallocd.allocator.power.split import Parts, holders_by_gpu, sample_parts
 from gpuallocd.enforcement import Seen, Track, UnitUse, UnleasedRules, decide
 from gpuallocd.enforcement.proc_facts import proc_facts
 from gpuallocd.enforcement.rules import DEFAULT_EXEMPT_COMMANDS
 from gpuallocd.enforcement.shares import find_overruns, lease_claims
-from gpuallocd.host.proc import read_process_table
+from gpuallocd.host.proc import children_of, process_owner, read_parent, read_process_table
 from gpuallocd.host.trust import Decision, Fact, Rule, Source, Written, choose, takes_away
+from gpuallocd.inventory import open_inventory
 from gpuallocd.model import GpuProcess, Lease, LeasedGpu, LiveState, UnitKind
 from gpuallocd.processes.inherited import belongs, inherited, inheritors
-from tests.harness import ThreadDaemon, wait_for
+from tests.harness import DaemonPaths, ThreadDaemon, wait_for
+from tests.ledger_damage import damage_btrees
+from tests.recovery_helpers import GPUS, Crash, Held, carrying, leases_in, lines_with
 from tests.system_users import SystemUsers, open_to_everyone
+from tests.test_hostile_enforcement import lose_events_while
 from tests.unleased_helpers import Node, exec_with, node
 
 __all__ = ["node"]
@@ -46,17 +57,6 @@ AS_XORG = (
 GPU2 = "GPU-bb6adf39-2180-59fa-a20c-689582edf774"  # of the recorded machine
 LEASE = b"GPUALLOCD_LEASE_ID"
 
-# Rows whose decision lives in a module another change of issue 36 rewrites; their proofs come
-# with that change (docs/security.md, the cases named).
-PROVED_WITH_ITS_CHANGE = {
-    Decision.DESCENT: "lease membership (case 8): tests of the shipped unit's tracking",
-    Decision.REBUILT: "recovery on evidence (cases 1-3, 5): tests of gpuallocd --recover",
-    Decision.HELD: "recovery on evidence (case 4): tests of gpuallocd --recover",
-    Decision.CHARGE: "energy by memory share (case 7): tests of unleased energy",
-}
-# Modules that still read user-written facts from host/proc.py themselves, each for a row
-# above, until its change routes them through host/trust.py.
-READS_NOT_YET_ROUTED = {"gpuallocd.processes.lease_environ": Decision.REBUILT}
 USER_WRITTEN_READERS = {"read_environ", "environ_entries", "environ_value", "command_of"}
 
 PROOFS: dict[Decision, Callable[..., None]] = {}
@@ -76,8 +76,6 @@ def test_what_a_user_wrote_alone_gets_them_nothing(
 ) -> None:
     """Each decision that gives a user something gives nothing on user-written facts alone
     (its proof below names the decision; a new decision must come with one)."""
-    if decision in PROVED_WITH_ITS_CHANGE:
-        pytest.skip(f"proved with its change: {PROVED_WITH_ITS_CHANGE[decision]}")
     assert decision in PROOFS, f"{decision.name}: add its proof to tests/test_trust_rule.py"
     proof = PROOFS[decision]
     proof(**{name: request.getfixturevalue(name) for name in inspect.signature(proof).parameters})
@@ -132,6 +130,31 @@ def a_lease(lease_id: str, owner: int, *gpus: LeasedGpu) -> Lease:
         bound=True,
         pid_start_time=0,
     )
+
+
+# alice's holder: a bound lease through the API, then a child; prints the id and the child.
+HOLDS_AND_FORKS = """
+import os, sys, time
+from gpulease import Client
+lease = Client(sys.argv[1]).allocate(1, bind_to_process=True)
+child = os.fork()
+if child == 0:
+    time.sleep(600)
+    os._exit(0)
+print(lease.id, child, flush=True)
+time.sleep(600)
+"""
+# bob's process clones a child beside itself (CLONE_PARENT: its parent is bob's parent),
+# which runs `sleep` with bob's environment.
+BOB_CLONES_BESIDE = """
+import ctypes, os, time
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}[os.uname().machine]
+child = ctypes.CDLL(None, use_errno=True).syscall(SYS_CLONE, 0x00008000 | 17, 0, 0, 0, 0)
+if child == 0:
+    os.execv("/bin/sleep", ["sleep", "600"])
+print("ready", flush=True)
+time.sleep(600)
+"""
 
 
 # The proofs, one per decision ---------------------------------------------------------------
@@ -245,7 +268,7 @@ def inherited_work_joins_its_owners_lease(
     wait_for(lambda: b"bbbb" in Path(f"/proc/{twice}/environ").read_bytes(), 10, what="exec")
     alices = as_user("alice", environ={"GPUALLOCD_LEASE_ID": hers.id})
     found = inheritors(read_process_table(), {hers.id: hers, his.id: his}, covered=())
-    assert [(lease_id, member[0]) for lease_id, member, _ in found] == [(hers.id, alices)]
+    assert [(lease_id, member[0]) for lease_id, member in found] == [(hers.id, alices)]
     assert not belongs(inherited(bobs), hers) and not belongs(inherited(twice), his)
 
 
@@ -265,6 +288,185 @@ def a_name_decides_nothing() -> None:
         name: actions("python3") for name in DEFAULT_EXEMPT_COMMANDS
     }
     assert actions("python3") == ["reported", "terminated"]
+
+
+@proves(Decision.DESCENT)
+def descent_is_the_kernels_parent_chain(
+    start_daemon: Callable[..., ThreadDaemon],
+    system_users: SystemUsers,
+    as_user: Callable[..., int],
+) -> None:
+    """alice's holder takes a bound lease through the API (nothing in any environment names
+    it) and forks a child: the child is in her lease by its parent. bob's process naming her
+    lease id in its environment, and its child cloned (`CLONE_PARENT`) beside her holder,
+    where a child of hers would join by that id, are not; nor after the process events are
+    lost and the daemon reads the environments again."""
+    daemon = start_daemon(default_policy="simple", process_tracking="connector")
+    open_to_everyone(daemon.paths.root)
+    log = daemon.paths.root / "holder.log"
+    holder = system_users.start("alice", ["-c", HOLDS_AND_FORKS, str(daemon.paths.socket)], log)
+    child = cloned = 0
+    try:
+        wait_for(lambda: log.read_text().strip() != "", 30, what="alice's bound lease")
+        lease_id, forked = log.read_text().split()
+        child = int(forked)
+        with daemon.client() as client:
+            family = sorted([holder.pid, child])
+            wait_for(lambda: client.lease(lease_id).raw["processes"] == family, 10)
+        bobs = as_user("bob", BOB_CLONES_BESIDE, {"GPUALLOCD_LEASE_ID": lease_id})
+        cloned = _cloned_beside(bobs, system_users.uid("bob"))
+        assert read_parent(cloned) == read_parent(holder.pid) == os.getpid()
+        carried = f"GPUALLOCD_LEASE_ID={lease_id}".encode()
+        assert carried in Path(f"/proc/{cloned}/environ").read_bytes()
+        lose_events_while(daemon, lambda: None)
+        with daemon.client() as client:
+            assert client.health()["process_tracking"] == "connector"
+            assert client.lease(lease_id).raw["processes"] == family
+    finally:
+        holder.kill()
+        holder.wait(10)
+        for pid in [pid for pid in (child, cloned) if pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if cloned:
+            os.waitpid(cloned, 0)  # its parent is this process, by CLONE_PARENT
+
+
+def _cloned_beside(pid: int, uid: int) -> int:
+    """The child `pid` cloned beside itself (a child of this process's, as `pid` is), once
+    it runs `sleep`."""
+
+    def found() -> list[int]:
+        return [
+            child
+            for child in children_of(os.getpid())
+            if child != pid
+            and process_owner(child) == uid
+            and Path(f"/proc/{child}/comm").read_text().strip() == "sleep"
+        ]
+
+    wait_for(lambda: len(found()) == 1, 10, what="the child cloned beside its parent")
+    return found()[0]
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """One `gpuallocd --recover` after alice's lease lost its units' rows and their index,
+    with bob's processes carrying her lease id and naming every GPU: its lines, the leases
+    the recovered ledger holds, and who ran where."""
+
+    lines: list[str]
+    leases: dict[str, Held]
+    lease_id: str
+    alice: str
+    bob: str
+    hers: str  # her lease's GPU, where NVML shows her job
+    named: str  # a free GPU her job's environment names too; nobody runs on it
+    bobs_alone: tuple[str, int]  # a free GPU where only bob's process runs, and its pid
+    shared: tuple[str, int, int]  # a free GPU where bob's and alice's processes run: pids
+
+
+@pytest.fixture(scope="module")
+def recovered(system_users: SystemUsers) -> Iterator[Recovered]:
+    """The recovery the rows REBUILT and HELD are proved on (one for both: it takes the
+    daemon as shipped, a stop, a damage and `gpuallocd --recover`)."""
+    root = Path(tempfile.mkdtemp(prefix="ga-", dir="/tmp"))
+    paths = DaemonPaths(root)
+    open_to_everyone(root)
+    machine = Node(system_users, paths)
+    crashed: Crash | None = None
+    try:
+        crashed = Crash(system_users, machine, paths, "")
+        alices = crashed.allocate("alice")
+        lease_id, hers = alices["id"], alices["gpus"][0]["uuid"]
+        named, alone, shared = [gpu for gpu in GPUS[:7] if gpu != hers][:3]
+        machine.put(hers, machine.start("alice", carrying(lease_id, f"{hers},{named}")))
+        every = ",".join(GPUS)
+        bobs_alone = machine.start("bob", carrying(lease_id, every))
+        machine.put(alone, bobs_alone)
+        bobs = machine.start("bob", carrying(lease_id, every))
+        alices_beside = machine.start("alice")
+        machine.put(shared, bobs)
+        machine.put(shared, alices_beside)
+        crashed.stop()
+        damage_btrees(crashed.ledger, "lease_gpus", "sqlite_autoindex_lease_gpus_1")
+        lines = crashed.recover()
+        yield Recovered(
+            lines,
+            leases_in(crashed.ledger),
+            lease_id,
+            crashed.name("alice"),
+            crashed.name("bob"),
+            hers,
+            named,
+            (alone, bobs_alone),
+            (shared, bobs, alices_beside),
+        )
+    finally:
+        if crashed is not None:
+            crashed.close()
+        machine.stop_all()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@proves(Decision.REBUILT)
+def a_rebuilt_lease_is_what_the_records_back(recovered: Recovered) -> None:
+    """alice's lease comes back hers, on the GPU NVML shows her job on and no other (not
+    the one more her environment names); bob's processes carrying her id get nothing of it,
+    and a line says whose id they carried."""
+    found = recovered.leases[recovered.lease_id]
+    assert (found.owner, found.units) == (recovered.alice, {recovered.hers}), recovered.lines
+    assert lines_with(
+        recovered.lines, f"rebuilt: lease {recovered.lease_id} of {recovered.alice}", recovered.hers
+    ), recovered.lines
+    assert lines_with(
+        recovered.lines,
+        "set aside",
+        f"{recovered.bob}'s pid",
+        recovered.lease_id,
+        f"that lease is {recovered.alice}'s",
+    ), recovered.lines
+
+
+@proves(Decision.HELD)
+def a_held_gpu_is_for_whose_processes_run_there(recovered: Recovered) -> None:
+    """A GPU only bob's process runs on is held for bob, though that process names alice's
+    lease; one where both run is held for the admins, naming both; a GPU only an environment
+    names is held for nobody."""
+    (alone, pid) = recovered.bobs_alone
+    (shared, bobs, hers) = recovered.shared
+    holds = {gpu: held for held in recovered.leases.values() for gpu in held.units}
+    assert (holds[alone].owner, holds[alone].bound) == (recovered.bob, True), recovered.lines
+    assert lines_with(recovered.lines, f"for {recovered.bob}, bound to pid {pid}"), recovered.lines
+    assert (holds[shared].owner, holds[shared].bound) == ("root", False), recovered.lines
+    label = holds[shared].label or ""
+    assert f"{recovered.alice} (pid {hers})" in label and f"{recovered.bob} (pid {bobs})" in label
+    assert recovered.named not in holds, recovered.lines
+
+
+@proves(Decision.CHARGE)
+def a_charge_is_the_owner_of_the_process(node: Node, system_users: SystemUsers) -> None:
+    """bob's process naming alice's lease id and her GPU in its environment runs on her
+    leased GPU: a sample charges it to bob (its owner by the kernel), her lease nothing;
+    her own process beside it is her lease's, by memory. (The daemon charges the same:
+    tests/test_energy_others.py.)"""
+    alice, bob = system_users.uid("alice"), system_users.uid("bob")
+    lease = a_lease("aaaaaaaaaaaa", alice, LeasedGpu(GPU2, 2))
+    bobs = node.start("bob", carrying(lease.id, GPU2))
+    wait_for(lambda: lease.id.encode() in Path(f"/proc/{bobs}/environ").read_bytes(), 10)
+    node.put(GPU2, bobs)
+    holders = holders_by_gpu([lease])[GPU2]
+
+    def parts() -> Parts:
+        inventory = open_inventory(node.inventory)
+        try:
+            return sample_parts(inventory.sample()[GPU2].processes, holders)
+        finally:
+            inventory.close()
+
+    assert parts() == Parts({lease.id: 0.0}, {bob: 1.0})
+    node.put(GPU2, node.start("alice"))
+    assert parts() == Parts({lease.id: 0.5}, {bob: 0.5})
 
 
 # The rule itself ----------------------------------------------------------------------------
@@ -330,16 +532,34 @@ def test_user_written_facts_are_read_only_through_the_trust_module() -> None:
             elif isinstance(found, ast.Constant) and isinstance(found.value, str):
                 last = found.value.rsplit("/", 1)[-1]
                 paths += [name] if last in ("environ", "cmdline", "comm") else []
-    assert sorted(set(readers)) == sorted({"gpuallocd.host.trust", *READS_NOT_YET_ROUTED})
+    assert sorted(set(readers)) == ["gpuallocd.host.trust"]
     assert set(paths) <= {"gpuallocd.host.proc"}
 
 
-def test_the_docs_show_every_decision() -> None:
-    """docs/security.md's table of the trust rule names every decision and its module."""
+def _table_rows() -> dict[str, list[str]]:
+    """docs/security.md's table of the trust rule: its cells by decision."""
     text = (ROOT / "docs" / "security.md").read_text()
-    table = text[text.index("## The trust rule") :]
+    section = text[text.index("## The trust rule") : text.index("## Defences, case by case")]
+    rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| `")]
+    return {cells[0].strip().strip("`"): [c.strip() for c in cells[1:]] for cells in rows}
+
+
+def test_the_docs_show_every_decision() -> None:
+    """docs/security.md's table of the trust rule has a row for each decision and no other,
+    naming its module, the facts it rests on, and the roles of the user-written facts it
+    reads ("none" where it reads none)."""
+    rows = _table_rows()
+    assert set(rows) == {decision.name for decision in Decision}
     for decision in Decision:
-        assert f"`{decision.name}`" in table and f"`{decision.rule.home}`" in table, decision
+        _gives, home, rests_on, written = rows[decision.name]
+        rule = decision.rule
+        assert home == f"`{rule.home}`", decision
+        named = {fact.name.lower().replace("_", " ") for fact in rule.rests_on}
+        assert {fact.strip().lower() for fact in rests_on.split(",")} == named, decision
+        roles = {r"chooses?": rule.chooses, r"takes? away": rule.takes_away, "shown": rule.shown}
+        for role, facts in roles.items():
+            assert bool(re.search(rf"\b{role}\b", written)) == bool(facts), (decision, role)
+        assert (written == "none") == (not rule.reads), decision
 
 
 def test_the_readers_refuse_a_decision_that_does_not_read_that_fact() -> None:

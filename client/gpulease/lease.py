@@ -185,7 +185,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         lease = self._watched(client, lease, relay=outer is None and self._raise_preempt_signal)
         self._client, self.lease = client, lease
         env = visible_devices_env(lease, self._visible)
-        if self._on_revoke == "terminate":  # the daemon finds the work again after a restart
+        if self._on_revoke == "terminate":  # for the work to read; the daemon reads the ledger
             env["GPUALLOCD_ON_REVOKE"] = "terminate"
         self._set_env(env)
         if outer is not None:

@@ -154,7 +154,7 @@ class Decision(enum.Enum):
     )  # fmt: skip
     INHERITED = _rule(
         "membership of a lease by the id its work inherited", "processes/inherited.py",
-        {_F.OWNER, _F.START_TIME, _F.LEASES}, chooses={_F.ENVIRONMENT}, takes_away={_F.ENVIRONMENT},
+        {_F.OWNER, _F.START_TIME, _F.LEASES}, chooses={_F.ENVIRONMENT},
     )  # fmt: skip
     NAMING = _rule(
         "nothing: a process's name, shown in records and views", "enforcement/proc_facts.py",

@@ -1,16 +1,15 @@
 """The lease a process's work inherits through its environment, for when its ancestry was lost.
 
 `gpu_lease` (and so `gpuallocctl run`) puts `GPUALLOCD_LEASE_ID` in the environment of what
-it starts, and `GPUALLOCD_ON_REVOKE=terminate` where the lease asked a revoke to stop its
-work; every process started below inherits both. Where the daemon cannot tell a process's
-family by its parents (events lost to an overrun, a restart after the holder died, a
+it starts; every process started below inherits it. Where the daemon cannot tell a
+process's family by its parents (events lost to an overrun, a restart after the holder died, a
 `clone(CLONE_PARENT)` child whose parent is not a member), it reads them from
 /proc/PID/environ: the environment the process was started with (what it sets later is not
 there). A user can write anything there, so what it says only chooses among the leases of
 the process's owner (its effective uid), started before it (`Decision.INHERITED`,
 host/trust.py): nobody can hang their work on another user's lease, nor have another user's
-revoke stop it. An id written twice with two values chooses nothing; `terminate` written
-anywhere stops the work at a revoke (it only takes away from its own user).
+revoke stop it. An id written twice with two values chooses nothing. Whether a revoke stops
+the work is the ledger's word (the lease's `on_revoke`), never the environment's.
 """
 
 from __future__ import annotations
@@ -22,14 +21,13 @@ from pathlib import Path
 from gpulease.lease_id import LEASE_ID_VARIABLE
 
 from gpuallocd.host.proc import ProcessTable, own_uid, process_owner
-from gpuallocd.host.trust import Decision, Written, choose, environment, takes_away
+from gpuallocd.host.trust import Decision, Written, choose, environment
 from gpuallocd.model import Lease
 from gpuallocd.processes.families import Member
 
 __all__ = ["Inherited", "belongs", "inherited", "inheritors"]
 
 LEASE_KEY = LEASE_ID_VARIABLE.encode()
-ON_REVOKE_KEY = b"GPUALLOCD_ON_REVOKE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +36,6 @@ class Inherited:
 
     uid: int
     claims: tuple[Written, ...]  # every GPUALLOCD_LEASE_ID it holds
-    terminate: bool  # GPUALLOCD_ON_REVOKE=terminate, anywhere
 
     @property
     def lease_id(self) -> str:
@@ -52,11 +49,10 @@ def inherited(pid: int, proc: str = "/proc") -> Inherited | None:
     user's environment takes CAP_SYS_PTRACE, which the unit grants), or when the process is
     nobody's own (a set-user-ID program: `own_uid`)."""
     uid = own_uid(pid, Path(proc))
-    found = environment(Decision.INHERITED, pid, LEASE_KEY, ON_REVOKE_KEY, proc=Path(proc))
+    found = environment(Decision.INHERITED, pid, LEASE_KEY, proc=Path(proc))
     if uid is None or found is None or not found[LEASE_KEY]:
         return None
-    stop = [claim for claim in found[ON_REVOKE_KEY] if claim.value == "terminate"]
-    return Inherited(uid, found[LEASE_KEY], takes_away(Decision.INHERITED, stop))
+    return Inherited(uid, found[LEASE_KEY])
 
 
 def belongs(found: Inherited | None, lease: Lease | None) -> bool:
@@ -69,9 +65,9 @@ def belongs(found: Inherited | None, lease: Lease | None) -> bool:
 
 def inheritors(
     table: ProcessTable, leases: Mapping[str, Lease], covered: Iterable[int], proc: str = "/proc"
-) -> list[tuple[str, Member, bool]]:
+) -> list[tuple[str, Member]]:
     """The processes of `table` outside every family whose environment names one of
-    `leases` of their own owner, started after its holder: (lease id, member, terminate)."""
+    `leases` of their own owner, started after its holder: (lease id, member)."""
     if not leases:
         return []
     by_owner: dict[int, dict[str, Lease]] = {}
@@ -90,5 +86,5 @@ def inheritors(
         before = {i: lease for i, lease in theirs.items() if start >= (lease.pid_start_time or 0)}
         chosen = choose(Decision.INHERITED, got.claims, before)
         if chosen is not None:
-            found.append((chosen.id, (pid, start), got.terminate))
+            found.append((chosen.id, (pid, start)))
     return found

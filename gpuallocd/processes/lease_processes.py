@@ -266,7 +266,7 @@ class LeaseProcesses:
 
     def _reattach(self, table: ProcessTable) -> None:
         found = inheritors(table, self._leases, self._families.covered())
-        for lease_id, member, _terminate in found:
+        for lease_id, member in found:
             self._families.attach(lease_id, member)
         if found:
             log.info("process tracking: %d processes found again by their lease", len(found))

@@ -4,11 +4,12 @@ Given by the kernel and the driver, and believed: which processes run on which G
 (NVML), each one's owner (its effective uid) and start time, read through a pidfd so a
 recycled pid is never taken for the process NVML listed, and its parent chain (/proc).
 
-Written by the process's user, and believed only to choose: the lease id in its
-environment (`GPUALLOCD_LEASE_ID`). A carried id counts only where the records know that
-lease and it is the same user's as the process's; any other (an id no record knows,
-another user's id, read from memory the process may have rewritten since it started) is
-set aside, and the recovery says so. `CUDA_VISIBLE_DEVICES` is never evidence of a GPU.
+Written by the process's user, and believed only to choose (`Decision.REBUILT`,
+host/trust.py): the lease id in its environment (`GPUALLOCD_LEASE_ID`). A carried id
+counts only where the records know that lease and it is the same user's as the process's;
+any other (an id no record knows, another user's id, read from memory the process may have
+rewritten since it started) is set aside, and the recovery says so. `CUDA_VISIBLE_DEVICES`
+is never evidence of a GPU.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gpuallocd.allocator.unleased.adoption import unit_of
 from gpuallocd.daemon.ledger_care.records import Recorded, Records, user_name
 from gpuallocd.enforcement.proc_facts import owner_and_start
 from gpuallocd.host.proc import ProcessTable, read_process_table
+from gpuallocd.host.trust import Decision, choose
 from gpuallocd.model import Gpu, LiveState, Topology
 from gpuallocd.processes.lease_environ import LeaseCarrier
 
@@ -110,7 +112,8 @@ def _judge_carriers(
     aside: dict[tuple[int, str], tuple[LeaseCarrier, str]] = {}
     for carrier in carriers:
         lease = records.of(carrier.lease_id)
-        if lease is not None and lease.owner_uid == carrier.uid:
+        theirs = {lease.id: lease} if lease is not None and lease.owner_uid == carrier.uid else {}
+        if choose(Decision.REBUILT, carrier.claims, theirs) is not None:
             believed.setdefault(carrier.lease_id, []).append(carrier)
             continue
         why = "no record knows that lease" if lease is None else f"that lease is {lease.owner}'s"
