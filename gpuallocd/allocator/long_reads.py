@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from gpuallocd.errors import UnknownLease
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import HistoryEvent, LeaseSpan, UserUsage, gpu_hours_per_day
+from gpuallocd.model import HistoryEvent, LeaseSpan, UserUsage
 
 __all__ = ["LeaseSpans", "LongReads"]
 
@@ -55,11 +55,15 @@ class LongReads:
         return await self._off_loop(self._reader.usage, since, until)
 
     async def gpu_hours_per_day(self, bounds: Sequence[float]) -> list[dict[str, float]]:
-        """Each user's GPU-hours in each day between consecutive `bounds` (one read)."""
+        """Each user's GPU-hours in each day between consecutive `bounds` (one point of each
+        user's running totals a bound)."""
         return await self._off_loop(self._daily, bounds)
 
     def _daily(self, bounds: Sequence[float]) -> list[dict[str, float]]:
-        return gpu_hours_per_day(self._reader.lease_spans(bounds[0], bounds[-1]), bounds)
+        return [
+            {user: used.gpu_seconds / 3600 for user, used in day.items() if used.gpu_seconds > 0}
+            for day in self._reader.daily_totals(bounds)
+        ]
 
     async def lease_spans_of(self, use: Callable[[LeaseSpans], T]) -> T:
         """`use(lease_spans)` in the reads thread, where `lease_spans(since, until)` reads

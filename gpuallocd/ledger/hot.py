@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpuallocd.ledger.totals import ended, granted
 from gpuallocd.model.lease import ENDING_EVENT, Lease, LeaseEvent
 
 __all__ = ["HotWriter", "end_steps", "grant_steps"]
@@ -42,7 +43,8 @@ _GRANTED = LeaseEvent.GRANTED.value
 
 
 def grant_steps(lease: Lease, actor_uid: int, request_id: str | None = None) -> list[Step]:
-    """The lease, its GPUs, its `granted` event, and the client's request id if given."""
+    """The lease, its GPUs, its `granted` event, the client's request id if given, and its
+    owner's running totals (totals.py)."""
     steps: list[Step] = [
         (
             _INSERT_LEASE,
@@ -69,11 +71,13 @@ def grant_steps(lease: Lease, actor_uid: int, request_id: str | None = None) -> 
     steps.append((_INSERT_EVENT, (lease.id, _GRANTED, actor_uid, lease.created_at, None)))
     if request_id is not None:
         steps.append((_INSERT_REQUEST, (lease.id, lease.owner_uid, request_id)))
+    steps += granted(lease).steps()
     return steps
 
 
 def end_steps(leases: Sequence[Lease], actor_uid: int, detail: str | None) -> list[Step]:
-    """Each ended lease's new state, its GPUs released, and its ending event."""
+    """Each ended lease's new state, its GPUs released, its ending event, and its owner's
+    running totals."""
     steps: list[Step] = []
     for lease in leases:
         at = lease.ended_at if lease.ended_at is not None else lease.expires_at
@@ -82,6 +86,7 @@ def end_steps(leases: Sequence[Lease], actor_uid: int, detail: str | None) -> li
         steps.append((_RELEASE_GPUS, (lease.id,)))
         steps.append((_FORGET_REQUEST, (lease.id,)))
         steps.append((_INSERT_EVENT, (lease.id, event, actor_uid, at, detail)))
+        steps += ended(lease, at).steps()
     return steps
 
 

@@ -53,6 +53,7 @@ from gpuallocd.ledger.rows import (
     leased_gpu_from_row,
     unit_rows,
 )
+from gpuallocd.ledger.totals_records import TotalsRecords
 from gpuallocd.ledger.unleased_records import UnleasedRecords
 from gpuallocd.ledger.usage_records import UsageRecords
 from gpuallocd.model import Gpu
@@ -121,10 +122,11 @@ class Ledger(
     CleanupRecords,
     EnergyRecords,
     PowerRecords,
+    TotalsRecords,
 ):
     """GPUs, leases and their history, in one SQLite file (drains, admin actions, accounting
-    reads, advance reservations, unleased use, pending cleanups, energy and power caps in
-    the base classes).
+    reads, advance reservations, unleased use, pending cleanups, energy, power caps and the
+    users' running totals in the base classes).
 
     `cleanup_plans` say what each ended lease owes the machine (one plan per feature that
     needs cleaning up after a lease: device ACLs); it is recorded in the transaction that

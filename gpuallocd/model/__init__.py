@@ -40,8 +40,6 @@ from gpuallocd.model.usage import (
     LeaseSpan,
     UserUsage,
     day_bounds,
-    gpu_hours_per_day,
-    gpu_seconds,
     local_midnights,
 )
 
@@ -74,8 +72,6 @@ __all__ = [
     "UnitKind",
     "UserUsage",
     "day_bounds",
-    "gpu_hours_per_day",
-    "gpu_seconds",
     "lease_gpu_weight",
     "local_midnights",
     "pair_key",

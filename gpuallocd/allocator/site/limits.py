@@ -52,7 +52,7 @@ class Limits:
     max_gpus: float | None = _limit(whole=False, minimum=0.0)
     max_ttl_seconds: float | None = _limit(whole=False, minimum=1e-9)
     max_waiting: int | None = _limit(whole=True, minimum=0.0)
-    max_gpu_hours_per_day: float | None = _limit(whole=False, minimum=0.0)
+    max_gpu_hours_per_day: float | None = budget_field("gpu_hours", "day")
     max_shares: int | None = _limit(whole=True, minimum=0.0)
     max_gpu_hours_per_week: float | None = budget_field("gpu_hours", "week")
     max_gpu_hours_per_month: float | None = budget_field("gpu_hours", "month")
@@ -149,7 +149,6 @@ class Usage:
 
     gpus: float = 0.0
     waiting: int = 0
-    gpu_hours_per_day: float = 0.0
     shares: int = 0
     budgets: Mapping[str, float] = field(default_factory=dict)  # use in each budget's window
 
@@ -158,7 +157,6 @@ class Usage:
         return {
             "max_gpus": self.gpus,
             "max_waiting": float(self.waiting),
-            "max_gpu_hours_per_day": self.gpu_hours_per_day,
             "max_shares": float(self.shares),
             **self.budgets,
         }.get(name)
@@ -215,7 +213,8 @@ def _refuse(limits: AppliedLimits, name: str, current: float, message: str) -> Q
 
 def check_grant(limits: AppliedLimits, usage: Usage, *, gpus: float, shares: int = 0) -> None:
     """Refuse (QuotaExceeded) a grant of `gpus` (`shares` of them memory shares) that would
-    pass a limit. A lease's lifetime is checked where it is decided (`ttl.py`)."""
+    pass a limit. A lease's lifetime is checked where it is decided (`ttl.py`), the budgets
+    (GPU-hours and kWh per rolling window) in `budgets.py`."""
     max_gpus = limits.value("max_gpus")
     if max_gpus is not None and usage.gpus + gpus > max_gpus:
         message = f"{limits.user} holds {usage.gpus:g} GPU(s) and asks for {gpus:g} more"
@@ -224,11 +223,6 @@ def check_grant(limits: AppliedLimits, usage: Usage, *, gpus: float, shares: int
     if shares and max_shares is not None and usage.shares + shares > max_shares:
         message = f"{limits.user} holds {usage.shares} share(s) and asks for {shares} more"
         raise _refuse(limits, "max_shares", usage.shares, message)
-    max_hours = limits.value("max_gpu_hours_per_day")
-    if max_hours is not None and usage.gpu_hours_per_day >= max_hours:
-        used = usage.gpu_hours_per_day
-        message = f"{limits.user} used {used:.2f} GPU-hours in the last 24 hours"
-        raise _refuse(limits, "max_gpu_hours_per_day", used, message)
 
 
 def check_waiting(limits: AppliedLimits, waiting: int) -> None:
