@@ -9,7 +9,9 @@ two points per user, never the leases in between.
 The totals are kept as marks: one row per user per minute in which one of them changed,
 holding the totals just after the last change in that minute (`at`) and the GPUs the user
 held from then on. Between two changes GPU-seconds grow at that rate, so the totals at any
-time are the last mark at or before it, carried forward (`TotalsReader.at`). Each change is
+time (of what happened before it) are the last mark before it, carried forward
+(`TotalsReader.at`); a window [a, b) counts the leases granted and the readings taken from a
+up to, not including, b. Each change is
 two statements in the transaction of the grant, end or reading that made it (`total_steps`).
 
 Exact at every minute; within the minute of a window's start, changes made in that minute
@@ -80,8 +82,8 @@ _MARK = (
     f"ON CONFLICT (owner_uid, minute) DO UPDATE SET {_TAKE} WHERE use_marks.at <= excluded.at"
 )
 _COLUMNS = f"at, gpus, gpu_seconds, {', '.join(_COUNTED)}, owner_name"
-_AT_OR_BEFORE = (
-    f"SELECT {_COLUMNS} FROM use_marks WHERE owner_uid = ? AND minute <= ? AND at <= ? "
+_BEFORE = (
+    f"SELECT {_COLUMNS} FROM use_marks WHERE owner_uid = ? AND minute <= ? AND at < ? "
     "ORDER BY minute DESC LIMIT 1"
 )
 # Every user with a mark, one index seek each (a loose scan of the key's first column).
@@ -204,10 +206,11 @@ class TotalsReader:
         self.purged_before = float(row[0]) if row is not None else float("-inf")
 
     def at(self, uid: int, when: float) -> Totals:
-        """`uid`'s totals at `when`: the last mark at or before it, carried forward. Before
-        the marks were purged, the totals at the purge (what is kept counts from there)."""
+        """`uid`'s totals at `when` (of what happened before it): the last mark before it,
+        carried forward. Before the marks were purged, the totals at the purge (what is kept
+        counts from there)."""
         when = max(when, self.purged_before)
-        row = self.connection.execute(_AT_OR_BEFORE, (uid, _minute(when), when)).fetchone()
+        row = self.connection.execute(_BEFORE, (uid, _minute(when), when)).fetchone()
         if row is None:
             return Totals()
         at, gpus, gpu_seconds, leases, waited, joules, estimates, unleased, seconds, name = row
@@ -229,7 +232,7 @@ class TotalsReader:
 
 # Rebuilding --------------------------------------------------------------------------------
 
-_EVENTS = """
+_LEASE_EVENTS = """
 SELECT owner_uid, owner_name, created_at AS at,
   (SELECT total(fraction) FROM lease_gpus WHERE lease_id = leases.id) AS gpus,
   1 AS leases, waited_seconds, 0.0, 0, 0.0, 0.0
@@ -238,6 +241,8 @@ UNION ALL
 SELECT owner_uid, owner_name, max(ended_at, created_at),
   -(SELECT total(fraction) FROM lease_gpus WHERE lease_id = leases.id), 0, 0.0, 0.0, 0, 0.0, 0.0
 FROM leases WHERE ended_at IS NOT NULL
+"""
+_ENERGY_EVENTS = """
 UNION ALL
 SELECT owner_uid, owner_name, at, 0.0, 0, 0.0,
   CASE WHEN lease_id IS NOT NULL THEN joules ELSE 0.0 END,
@@ -245,8 +250,8 @@ SELECT owner_uid, owner_name, at, 0.0, 0, 0.0,
   CASE WHEN lease_id IS NULL THEN joules ELSE 0.0 END,
   CASE WHEN lease_id IS NULL THEN gpu_seconds ELSE 0.0 END
 FROM energy_use
-ORDER BY 1, 3
 """
+_HAS_ENERGY = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'energy_use'"
 _INSERT = (
     "INSERT INTO use_marks (owner_uid, minute, at, owner_name, gpus, gpu_seconds, "
     f"{', '.join(_COUNTED)}) VALUES ({', '.join('?' * (6 + len(_COUNTED)))})"
@@ -273,12 +278,13 @@ def _marks(events: Iterable[Sequence[Any]]) -> Iterator[tuple[Any, ...]]:
 
 def rebuild_totals(connection: sqlite3.Connection) -> int:
     """Replace every mark with those the leases and energy readings give (inside the caller's
-    transaction); how many marks."""
+    transaction; a ledger older than energy readings has none); how many marks."""
     connection.execute("DELETE FROM use_marks")
     connection.execute("DELETE FROM meta WHERE key = 'totals_purged_before'")
     written = 0
     batch: list[tuple[Any, ...]] = []
-    for mark in _marks(connection.execute(_EVENTS)):
+    energy = _ENERGY_EVENTS if connection.execute(_HAS_ENERGY).fetchone() else ""
+    for mark in _marks(connection.execute(f"{_LEASE_EVENTS}{energy} ORDER BY 1, 3")):
         batch.append(mark)
         if len(batch) >= _BATCH:
             connection.executemany(_INSERT, batch)
@@ -321,7 +327,7 @@ GROUP BY owner_uid
 """
 _SCAN_GRANTED = """
 SELECT owner_uid, count(*), total(waited_seconds) FROM leases
-WHERE created_at > ?1 AND created_at <= ?2 GROUP BY owner_uid
+WHERE created_at >= ?1 AND created_at < ?2 GROUP BY owner_uid
 """
 _SCAN_ENERGY = """
 SELECT owner_uid,
@@ -329,12 +335,12 @@ SELECT owner_uid,
   total(CASE WHEN lease_id IS NOT NULL AND estimate THEN 1 END),
   total(CASE WHEN lease_id IS NULL THEN joules END),
   total(CASE WHEN lease_id IS NULL THEN gpu_seconds END)
-FROM energy_use WHERE at > ?1 AND at <= ?2 GROUP BY owner_uid
+FROM energy_use WHERE at >= ?1 AND at < ?2 GROUP BY owner_uid
 """
 
 
 def scan_totals(connection: sqlite3.Connection, since: float, until: float) -> dict[int, Totals]:
-    """Each user's use over (since, until] added up from every lease and reading (slow: for
+    """Each user's use over [since, until) added up from every lease and reading (slow: for
     the check, never for a grant)."""
     found: dict[int, dict[str, float]] = {}
     window = (since, until)
