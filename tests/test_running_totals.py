@@ -28,7 +28,7 @@ START = 1_700_000_040.0  # a whole minute
 
 def driver_of(ledger: Ledger) -> sqlite3.Connection:
     """The sqlite3 connection the ledger writes and reads on (to count its work)."""
-    return cast(sqlite3.Connection, ledger._conn.connection.driver_connection)  # noqa: SLF001
+    return cast(sqlite3.Connection, ledger._conn.connection.driver_connection)
 
 
 # A history: each step grants (and maybe later ends) a lease, or records energy, at a time
