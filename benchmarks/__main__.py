@@ -30,6 +30,7 @@ from benchmarks.process_tracking import process_tracking_rows
 from benchmarks.reads import read_rows
 from benchmarks.soak import soak_rows
 from benchmarks.startup import cli_run_ms, compile_bytecode, python_pass_ms
+from benchmarks.totals import budget_rows, history_rows, ledger_pair_rows
 
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
@@ -219,6 +220,7 @@ def main() -> None:
         (root / "soak").mkdir()
         rows += soak_rows(root / "soak")  # BENCH_SOAK_SECONDS (default 60; 0 skips it)
         rows += energy_rows(root)
+    rows += ledger_pair_rows() + budget_rows() + history_rows()  # benchmarks/totals.py
     rows += process_tracking_rows()
     _print(rows)
 

@@ -6,9 +6,13 @@ user with no limit (the one running the benchmark) does the same: the other user
 p99, and the budgeted user's own allocate p50, at both sizes. Needs root (the budgeted
 client runs as `nobody`).
 
-History: `usage --since 30d` (`GET /v1/usage`) and the dashboard's page with its charts
-drawn, over a ledger of 0 or BENCH_HISTORY_LEASES (default 1,000,000) ended leases of 40
-users in the last 30 days, each with one energy reading.
+History: `usage --since 30d` (`GET /v1/usage`, and the ledger's accounting read alone, in
+the process) and the dashboard's page with its charts drawn, over a ledger of 0 or
+BENCH_HISTORY_LEASES (default 1,000,000) ended leases of 40 users in the last 30 days, each
+with one energy reading.
+
+Bookkeeping: what the ledger's own grant and end of one lease cost (CPU time in the process,
+durable commits), the figure the running totals add to.
 
 `python -m benchmarks.totals` prints the rows alone (BENCH_SECONDS, BENCH_REPEATS).
 """
@@ -35,9 +39,10 @@ from typing import Any
 from benchmarks.daemon import INVENTORY, wait_until_serving
 from benchmarks.load import BenchResult, run_bench
 from gpuallocd.inventory import open_inventory
-from gpuallocd.ledger import Ledger
+from gpuallocd.ledger import Ledger, LedgerReader
+from gpuallocd.model import Lease, LeasedGpu, LeaseState
 
-__all__ = ["budget_rows", "history_rows", "seed_month"]
+__all__ = ["budget_rows", "history_rows", "ledger_pair_rows", "seed_month"]
 
 Row = tuple[str, str, str, str]
 
@@ -242,8 +247,20 @@ def _usage_ms(socket: Path, now: float) -> float:
         return (time.perf_counter() - started) * 1e3
 
 
-def _history_round(size: int, repeats: int) -> tuple[float, float]:
-    """usage --since 30d (the median of `repeats`), and the dashboard's first page."""
+def _read_usage_ms(path: Path, now: float) -> float:
+    """The ledger's accounting read of the month alone, as the API's reads thread runs it."""
+    reader = LedgerReader(path)
+    try:
+        started = time.perf_counter()
+        reader.usage(now - MONTH, now)
+        return (time.perf_counter() - started) * 1e3
+    finally:
+        reader.close()
+
+
+def _history_round(size: int, repeats: int) -> tuple[float, float, float]:
+    """usage --since 30d (the median of `repeats`), the dashboard's first page, and the
+    accounting read alone."""
     now = time.time()
     owners = [(2000 + n, f"user{n}") for n in range(USERS)]
     with tempfile.TemporaryDirectory(prefix="gpuallocd-history-") as tmp:
@@ -254,24 +271,70 @@ def _history_round(size: int, repeats: int) -> tuple[float, float]:
         with _daemon(root, "", environment) as socket:
             page = _page_ms(f"http://127.0.0.1:{port}/")
             usage = statistics.median(_usage_ms(socket, now) for _ in range(repeats))
-    return usage, page
+        path = root / "state" / "ledger.sqlite3"
+        read = statistics.median(_read_usage_ms(path, now) for _ in range(repeats))
+    return usage, page, read
 
 
 def history_rows(size: int = HISTORY_LEASES, repeats: int = REPEATS) -> list[Row]:
     """History 0 / `size` ended leases in the month: usage --since 30d, the dashboard."""
     usage: tuple[list[float], list[float]] = ([], [])
     page: tuple[list[float], list[float]] = ([], [])
+    read: tuple[list[float], list[float]] = ([], [])
     for index, leases in enumerate((0, size)):
         found = _history_round(leases, repeats)
         usage[index].append(found[0])
         page[index].append(found[1])
+        read[index].append(found[2])
     label = f"history 0 / {size:,} ended leases in the month"
     return [
         *_ratio_rows(f"{label}: usage --since 30d", *usage, "ms"),
+        *_ratio_rows(f"{label}: usage's accounting read alone", *read, "ms"),
         *_ratio_rows(f"{label}: dashboard page, charts drawn", *page, "ms"),
     ]
 
 
+def _pair_cpu_us(path: Path, pairs: int) -> float:
+    """CPU time of the ledger's grant and end of one lease (durable commits), per pair."""
+    gpus = open_inventory(INVENTORY).topology().gpus
+    ledger = Ledger(path)
+    try:
+        ledger.sync_gpus(gpus, 0.0)
+        now = time.time()
+        started = time.process_time()
+        for n in range(pairs):
+            at = now + n
+            lease = Lease(
+                id=f"pair{n:08x}",
+                gpus=(LeasedGpu(gpus[0].uuid, gpus[0].index),),
+                owner_uid=1000,
+                owner_name="bench",
+                pid=None,
+                label=None,
+                policy="simple",
+                created_at=at,
+                expires_at=at + 3600.0,
+            )
+            ledger.grant(lease, 1000)
+            ledger.end([lease.ended(LeaseState.FREED, at + 0.5)], 1000)
+        return (time.process_time() - started) / pairs * 1e6
+    finally:
+        ledger.close()
+
+
+def ledger_pair_rows(pairs: int = 2000, repeats: int = REPEATS) -> list[Row]:
+    """The ledger's own grant+end, CPU per pair (median of `repeats` fresh ledgers)."""
+    found = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory(prefix="gpuallocd-pair-") as tmp:
+            found.append(_pair_cpu_us(Path(tmp) / "ledger.sqlite3", pairs))
+    spread = f"{min(found):.0f}-{max(found):.0f}" if len(found) > 1 else ""
+    note = "grant + end statements and 2 durable commits, in the process"
+    return [
+        ("ledger grant+end of one lease, CPU", f"{statistics.median(found):.0f} us", spread, note)
+    ]
+
+
 if __name__ == "__main__":
-    for row in budget_rows() + history_rows():
+    for row in ledger_pair_rows() + budget_rows() + history_rows():
         print("| " + " | ".join(row) + " |")

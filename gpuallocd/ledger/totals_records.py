@@ -11,6 +11,7 @@ import itertools
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import cast
 
 from sqlalchemy import Connection
@@ -84,19 +85,26 @@ class TotalsRecords(LedgerAccess):
                     found.append(user_usage(uid, used))
         return sorted(found, key=lambda u: (-u.gpu_hours, u.user))
 
-    def daily_totals(self, bounds: Sequence[float]) -> list[dict[str, Totals]]:
-        """Each user's use (by name) in each day between consecutive `bounds`: one point of
-        their totals per bound, whatever they did in between."""
-        days: list[dict[str, Totals]] = [{} for _ in bounds[1:]]
+    def totals_between(self, bounds: Sequence[float]) -> list[dict[int, Totals]]:
+        """Each user's use (by uid, with their name) between each two consecutive `bounds`:
+        one point of their totals per bound, whatever they did in between."""
+        pieces: list[dict[int, Totals]] = [{} for _ in bounds[1:]]
         with self._snapshot() as totals:
             for uid in totals.owners():
                 points = [totals.at(uid, bound) for bound in bounds]
                 name = next((p.name for p in reversed(points) if p.name), str(uid))
-                for day, (start, end) in enumerate(itertools.pairwise(points)):
+                for piece, (start, end) in enumerate(itertools.pairwise(points)):
                     used = end.since(start)
                     if _used(used):
-                        days[day][name] = used
-        return days
+                        pieces[piece][uid] = replace(used, name=name)
+        return pieces
+
+    def daily_totals(self, bounds: Sequence[float]) -> list[dict[str, Totals]]:
+        """Each user's use (by name) in each day between consecutive `bounds`."""
+        return [
+            {used.name or str(uid): used for uid, used in day.items()}
+            for day in self.totals_between(bounds)
+        ]
 
     def rebuild_totals(self) -> int:
         """Rebuild every user's running totals from the leases and energy readings (one
