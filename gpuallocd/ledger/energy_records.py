@@ -8,7 +8,7 @@ from sqlalchemy import delete, func, select
 
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.access import LedgerAccess
-from gpuallocd.ledger.totals import energy_changes, total_steps
+from gpuallocd.ledger.totals import energy_changes
 from gpuallocd.model.energy import EnergyUse, LeaseEnergy
 
 __all__ = ["EnergyRecords"]
@@ -28,7 +28,7 @@ class EnergyRecords(LedgerAccess):
         owners' running totals."""
         if uses:
             rows = [(_INSERT, tuple(use.to_row().values())) for use in uses]
-            self._hot_write(rows + total_steps(energy_changes(uses)))
+            self._hot_write(rows + self._total_steps(energy_changes(uses)))
 
     def lease_energy(self, lease_id: str) -> LeaseEnergy | None:
         """The energy a lease drew so far; None where none was read for it."""

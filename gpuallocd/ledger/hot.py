@@ -16,10 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpuallocd.ledger.totals import ended, granted
 from gpuallocd.model.lease import ENDING_EVENT, Lease, LeaseEvent
 
-__all__ = ["HotWriter", "end_steps", "grant_steps"]
+__all__ = ["HotWriter", "end_steps", "end_time", "grant_steps"]
 
 Step = tuple[str, Sequence[Any]]
 
@@ -43,8 +42,7 @@ _GRANTED = LeaseEvent.GRANTED.value
 
 
 def grant_steps(lease: Lease, actor_uid: int, request_id: str | None = None) -> list[Step]:
-    """The lease, its GPUs, its `granted` event, the client's request id if given, and its
-    owner's running totals (totals.py)."""
+    """The lease, its GPUs, its `granted` event, and the client's request id if given."""
     steps: list[Step] = [
         (
             _INSERT_LEASE,
@@ -71,23 +69,25 @@ def grant_steps(lease: Lease, actor_uid: int, request_id: str | None = None) -> 
     steps.append((_INSERT_EVENT, (lease.id, _GRANTED, actor_uid, lease.created_at, None)))
     if request_id is not None:
         steps.append((_INSERT_REQUEST, (lease.id, lease.owner_uid, request_id)))
-    steps += granted(lease).steps()
     return steps
 
 
 def end_steps(leases: Sequence[Lease], actor_uid: int, detail: str | None) -> list[Step]:
-    """Each ended lease's new state, its GPUs released, its ending event, and its owner's
-    running totals."""
+    """Each ended lease's new state, its GPUs released, and its ending event."""
     steps: list[Step] = []
     for lease in leases:
-        at = lease.ended_at if lease.ended_at is not None else lease.expires_at
+        at = end_time(lease)
         event = ENDING_EVENT[lease.state].value
         steps.append((_END_LEASE, (lease.state.value, lease.ended_at, lease.id)))
         steps.append((_RELEASE_GPUS, (lease.id,)))
         steps.append((_FORGET_REQUEST, (lease.id,)))
         steps.append((_INSERT_EVENT, (lease.id, event, actor_uid, at, detail)))
-        steps += ended(lease, at).steps()
     return steps
+
+
+def end_time(lease: Lease) -> float:
+    """When an ended lease ended (its expiry where no end was given)."""
+    return lease.ended_at if lease.ended_at is not None else lease.expires_at
 
 
 class HotWriter:

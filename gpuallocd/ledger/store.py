@@ -42,7 +42,7 @@ from gpuallocd.ledger import schema
 from gpuallocd.ledger.admin_records import AdminRecords
 from gpuallocd.ledger.cleanup_records import CleanupPlan, CleanupRecords, cleanup_steps
 from gpuallocd.ledger.energy_records import EnergyRecords
-from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
+from gpuallocd.ledger.hot import HotWriter, end_steps, end_time, grant_steps
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.ledger.power_records import PowerRecords
 from gpuallocd.ledger.reader import ENDINGS, LedgerReader
@@ -53,6 +53,7 @@ from gpuallocd.ledger.rows import (
     leased_gpu_from_row,
     unit_rows,
 )
+from gpuallocd.ledger.totals import ended, granted
 from gpuallocd.ledger.totals_records import TotalsRecords
 from gpuallocd.ledger.unleased_records import UnleasedRecords
 from gpuallocd.ledger.usage_records import UsageRecords
@@ -214,9 +215,9 @@ class Ledger(
     # Leases ---------------------------------------------------------------------------------
 
     def grant(self, lease: Lease, actor_uid: int, request_id: str | None = None) -> None:
-        """Record a new active lease (and the client's request id, if given); GpuBusy if any
-        of its GPUs is in another active lease."""
-        steps = grant_steps(lease, actor_uid, request_id)
+        """Record a new active lease (and the client's request id, if given), added to its
+        owner's running totals; GpuBusy if any of its GPUs is in another active lease."""
+        steps = grant_steps(lease, actor_uid, request_id) + self._total_steps([granted(lease)])
         try:
             self._hot.write(steps, nested=self._batch is not None)
         except sqlite3.IntegrityError as exc:
@@ -233,12 +234,13 @@ class Ledger(
             _record(conn, lease_id, LeaseEvent.RENEWED, actor_uid, now, None)
 
     def end(self, leases: Sequence[Lease], actor_uid: int, detail: str | None = None) -> None:
-        """Record leases as ended (freed, expired or revoked), their GPUs free again."""
+        """Record leases as ended (freed, expired or revoked), their GPUs free again, and
+        their ends in their owners' running totals."""
         if not leases:
             return
-        self._hot_write(
-            end_steps(leases, actor_uid, detail) + cleanup_steps(leases, self.cleanup_plans)
-        )
+        totals = self._total_steps([ended(lease, end_time(lease)) for lease in leases])
+        cleanups = cleanup_steps(leases, self.cleanup_plans)
+        self._hot_write(end_steps(leases, actor_uid, detail) + totals + cleanups)
 
     def _hot_write(self, steps: Sequence[tuple[str, Sequence[Any]]]) -> None:
         try:

@@ -12,7 +12,8 @@ held from then on. Between two changes GPU-seconds grow at that rate, so the tot
 time (of what happened before it) are the last mark before it, carried forward
 (`TotalsReader.at`); a window [a, b) counts the leases granted and the readings taken from a
 up to, not including, b. Each change is
-two statements in the transaction of the grant, end or reading that made it (`total_steps`).
+one statement in the transaction of the grant, end or reading that made it (`MarkSteps`),
+two where it is dated before a later mark.
 
 Exact at every minute; within the minute of a window's start, changes made in that minute
 before the start count as after it: the error is at most a minute of each GPU granted or
@@ -39,6 +40,7 @@ from gpuallocd.model.lease import Lease, lease_gpu_weight
 __all__ = [
     "MARK_SECONDS",
     "Change",
+    "MarkSteps",
     "Totals",
     "TotalsReader",
     "ended",
@@ -47,7 +49,6 @@ __all__ = [
     "purge_totals_before",
     "rebuild_totals",
     "scan_totals",
-    "total_steps",
     "whole_minute",
 ]
 
@@ -95,8 +96,13 @@ _OWNERS = (
 _PURGED = "SELECT value FROM meta WHERE key = 'totals_purged_before'"
 
 
+FARTHEST = 1e15  # seconds from 1970 a time is taken down to (years: 30 million)
+
+
 def _minute(at: float) -> int:
-    return int(at // MARK_SECONDS)
+    """The minute of `at` (a time asked for past any mark's is taken at the farthest one a
+    SQLite integer holds with room to spare)."""
+    return int(max(-FARTHEST, min(at, FARTHEST)) // MARK_SECONDS)
 
 
 def whole_minute(at: float) -> float:
@@ -164,8 +170,33 @@ def energy_changes(uses: Iterable[EnergyUse]) -> list[Change]:
     return list(found.values())
 
 
-def total_steps(changes: Iterable[Change]) -> list[Step]:
-    return [step for change in changes for step in change.steps()]
+_LATEST = "SELECT at FROM use_marks WHERE owner_uid = ? ORDER BY minute DESC LIMIT 1"
+
+
+class MarkSteps:
+    """The statements of changes, without the move of later marks where their owner has no
+    mark after the change (nearly always: changes come in time order). Each owner's latest
+    mark time is read once, then kept as an upper bound: a write rolled back leaves it higher
+    than the ledger's, which costs only a move that finds nothing."""
+
+    def __init__(self) -> None:
+        self._latest: dict[int, float] = {}
+
+    def steps(self, connection: sqlite3.Connection, changes: Iterable[Change]) -> list[Step]:
+        found: list[Step] = []
+        for change in changes:
+            latest = self._latest.get(change.owner_uid)
+            if latest is None:
+                row = connection.execute(_LATEST, (change.owner_uid,)).fetchone()
+                latest = float("-inf") if row is None else float(row[0])
+            move, mark = change.steps()
+            found += [move, mark] if change.at < latest else [mark]
+            self._latest[change.owner_uid] = max(latest, change.at)
+        return found
+
+    def forget(self) -> None:
+        """After the marks were rebuilt or purged: read each owner's latest again."""
+        self._latest.clear()
 
 
 @dataclass(frozen=True, slots=True)

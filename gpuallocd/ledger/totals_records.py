@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import cast
@@ -18,6 +18,9 @@ from sqlalchemy import Connection
 
 from gpuallocd.ledger.access import LedgerAccess
 from gpuallocd.ledger.totals import (
+    Change,
+    MarkSteps,
+    Step,
     Totals,
     TotalsReader,
     purge_totals_before,
@@ -66,6 +69,13 @@ class TotalsRecords(LedgerAccess):
     """Reads and upkeep of `use_marks`."""
 
     _totals: TotalsReader | None = None  # the writer's, kept while no purge changes it
+    _marks: MarkSteps | None = None
+
+    def _total_steps(self, changes: Iterable[Change]) -> list[Step]:
+        if self._marks is None:
+            self._marks = MarkSteps()
+        with self._read() as conn:
+            return self._marks.steps(driver(conn), changes)
 
     def totals_at(self, uid: int, when: float) -> Totals:
         """`uid`'s running totals at `when` (two index seeks, whatever the history)."""
@@ -111,7 +121,7 @@ class TotalsRecords(LedgerAccess):
         transaction); how many marks. Recovery calls this once the rows are laid down."""
         with self._write() as conn:
             written = rebuild_totals(driver(conn))
-        self._totals = None
+        self._totals = self._marks = None
         return written
 
     def purge_totals_before(self, cutoff: float, batch: int) -> int:
@@ -119,7 +129,7 @@ class TotalsRecords(LedgerAccess):
         stays); how many went."""
         with self._write() as conn:
             done = purge_totals_before(driver(conn), cutoff, batch)
-        self._totals = None
+        self._totals = self._marks = None
         return done
 
     def totals_disagree(self, since: float, until: float) -> list[str]:
