@@ -30,7 +30,7 @@ from the leases, for the check that both agree.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -46,6 +46,7 @@ __all__ = [
     "ended",
     "energy_changes",
     "granted",
+    "latest_mark_at",
     "purge_totals_before",
     "rebuild_totals",
     "scan_totals",
@@ -102,7 +103,9 @@ FARTHEST = 1e15  # seconds from 1970 a time is taken down to (years: 30 million)
 def _minute(at: float) -> int:
     """The minute of `at` (a time asked for past any mark's is taken at the farthest one a
     SQLite integer holds with room to spare)."""
-    return int(max(-FARTHEST, min(at, FARTHEST)) // MARK_SECONDS)
+    if not -FARTHEST < at < FARTHEST:
+        at = FARTHEST if at > 0 else -FARTHEST
+    return int(at // MARK_SECONDS)
 
 
 def whole_minute(at: float) -> float:
@@ -125,11 +128,23 @@ class Change:
     unleased_joules: float = 0.0
     unleased_seconds: float = 0.0
 
-    def steps(self) -> list[Step]:
-        """The two statements that apply this change: later marks first, then its own."""
-        counted = tuple(getattr(self, name) for name in _COUNTED)
-        values = (self.owner_uid, _minute(self.at), self.at, self.owner_name, self.gpus)
-        return [(_MOVE_LATER, values + counted), (_MARK, values + counted)]
+    def steps(self, *, move_later: bool = True) -> list[Step]:
+        """The statements that apply this change: later marks first (where there may be
+        any), then its own."""
+        values = (
+            self.owner_uid,
+            _minute(self.at),
+            self.at,
+            self.owner_name,
+            self.gpus,
+            self.leases,
+            self.waited_seconds,
+            self.joules,
+            self.estimates,
+            self.unleased_joules,
+            self.unleased_seconds,
+        )
+        return [(_MOVE_LATER, values), (_MARK, values)] if move_later else [(_MARK, values)]
 
 
 def granted(lease: Lease) -> Change:
@@ -173,25 +188,30 @@ def energy_changes(uses: Iterable[EnergyUse]) -> list[Change]:
 _LATEST = "SELECT at FROM use_marks WHERE owner_uid = ? ORDER BY minute DESC LIMIT 1"
 
 
+def latest_mark_at(connection: sqlite3.Connection, uid: int) -> float:
+    """When `uid`'s latest mark was made (-inf: none)."""
+    row = connection.execute(_LATEST, (uid,)).fetchone()
+    return float("-inf") if row is None else float(row[0])
+
+
 class MarkSteps:
     """The statements of changes, without the move of later marks where their owner has no
     mark after the change (nearly always: changes come in time order). Each owner's latest
-    mark time is read once, then kept as an upper bound: a write rolled back leaves it higher
-    than the ledger's, which costs only a move that finds nothing."""
+    mark time is read once (`latest_of`), then kept as an upper bound: a write rolled back
+    leaves it higher than the ledger's, which costs only a move that finds nothing."""
 
     def __init__(self) -> None:
         self._latest: dict[int, float] = {}
 
-    def steps(self, connection: sqlite3.Connection, changes: Iterable[Change]) -> list[Step]:
+    def steps(self, latest_of: Callable[[int], float], changes: Iterable[Change]) -> list[Step]:
         found: list[Step] = []
         for change in changes:
-            latest = self._latest.get(change.owner_uid)
+            uid = change.owner_uid
+            latest = self._latest.get(uid)
             if latest is None:
-                row = connection.execute(_LATEST, (change.owner_uid,)).fetchone()
-                latest = float("-inf") if row is None else float(row[0])
-            move, mark = change.steps()
-            found += [move, mark] if change.at < latest else [mark]
-            self._latest[change.owner_uid] = max(latest, change.at)
+                latest = latest_of(uid)
+            found += change.steps(move_later=change.at < latest)
+            self._latest[uid] = max(latest, change.at)
         return found
 
     def forget(self) -> None:

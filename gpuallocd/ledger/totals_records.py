@@ -23,6 +23,7 @@ from gpuallocd.ledger.totals import (
     Step,
     Totals,
     TotalsReader,
+    latest_mark_at,
     purge_totals_before,
     rebuild_totals,
     scan_totals,
@@ -74,8 +75,11 @@ class TotalsRecords(LedgerAccess):
     def _total_steps(self, changes: Iterable[Change]) -> list[Step]:
         if self._marks is None:
             self._marks = MarkSteps()
+        return self._marks.steps(self._latest_mark_at, changes)
+
+    def _latest_mark_at(self, uid: int) -> float:
         with self._read() as conn:
-            return self._marks.steps(driver(conn), changes)
+            return latest_mark_at(driver(conn), uid)
 
     def totals_at(self, uid: int, when: float) -> Totals:
         """`uid`'s running totals at `when` (two index seeks, whatever the history)."""
