@@ -5,6 +5,7 @@ whatever the history; purged without losing a budget's month."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import cast
@@ -52,16 +53,22 @@ reading = st.tuples(
     st.booleans(),  # under a lease (else unleased use)
     st.booleans(),  # an estimate
 )
-history = st.lists(st.one_of(grant, reading), min_size=1, max_size=25)
+# At most 10 leases of 3 GPUs at once: the 32 GPUs hold them all while none has ended.
+history = st.tuples(
+    st.lists(grant, min_size=1, max_size=10), st.lists(reading, max_size=15)
+).flatmap(lambda parts: st.permutations(parts[0] + parts[1]))
 
 
-def write(ledger: Ledger, gpus: tuple[Gpu, ...], steps: list[tuple[object, ...]]) -> None:
+def write(ledger: Ledger, gpus: tuple[Gpu, ...], steps: Sequence[tuple[object, ...]]) -> None:
     """Write `steps` in order; ends come after every step that followed their grant."""
     ends = []
-    for n, step in enumerate(steps):
+    granted = 0
+    for step in steps:
         if step[0] == "lease":
             _, uid, start, length, count, waited = step
-            lease = a_lease(gpus, uid, start, count=count, first=3 * n, waited=waited)  # type: ignore[arg-type]
+            first = 3 * granted  # its own GPUs: every lease is active until the ends below
+            granted += 1
+            lease = a_lease(gpus, uid, start, count=count, first=first, waited=waited)  # type: ignore[arg-type]
             ledger.grant(lease, lease.owner_uid)
             if length is not None:
                 ends.append(lease.ended(LeaseState.EXPIRED, start + length))  # type: ignore[operator]
@@ -77,7 +84,7 @@ def write(ledger: Ledger, gpus: tuple[Gpu, ...], steps: list[tuple[object, ...]]
 @given(steps=history, windows=st.lists(st.tuples(times, times), min_size=1, max_size=4))
 def test_running_totals_equal_the_history_added_up_anew(
     tmp_path_factory: pytest.TempPathFactory,
-    steps: list[tuple[object, ...]],
+    steps: Sequence[tuple[object, ...]],
     windows: list[tuple[float, float]],
 ) -> None:
     """Over any window of whole minutes, each user's GPU-seconds, leases, waiting and energy
