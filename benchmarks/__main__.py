@@ -33,6 +33,7 @@ from benchmarks.process_tracking import process_tracking_rows
 from benchmarks.reads import read_rows
 from benchmarks.soak import soak_rows
 from benchmarks.startup import cli_run_ms, compile_bytecode, python_pass_ms
+from benchmarks.totals import budget_rows, history_rows, ledger_pair_rows
 from benchmarks.waiters import waiter_rows
 
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
@@ -224,6 +225,7 @@ def main() -> None:
         rows += soak_rows(root / "soak")  # BENCH_SOAK_SECONDS (default 60; 0 skips it)
         rows += energy_rows(root)
         rows += waiter_rows(root / "waiters")
+    rows += ledger_pair_rows() + budget_rows() + history_rows()  # benchmarks/totals.py
     rows += process_tracking_rows()
     rows += notice_rows()
     rows += membership_rows()  # BENCH_CHILDREN, BENCH_MODES

@@ -21,21 +21,22 @@ from gpuallocd.api.tcp_address import parse_host_port
 from gpuallocd.charts import (
     BarGroup,
     Interval,
-    daily_hours,
     stacked_bars,
     timeline,
-    waiting_buckets,
+    waiting_bars,
 )
-from gpuallocd.charts.daily import day_starts
+from gpuallocd.charts.daily import WAIT_BOUNDS, day_starts
 from gpuallocd.daemon.config.machine_checks import config_warnings
 from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.dashboard.admission import BUSY, TOO_FAST, FairAdmission, TokenBucket
+from gpuallocd.dashboard.source import read_charts
 from gpuallocd.errors import ConfigError
-from gpuallocd.model import LeaseSpan
+from gpuallocd.ledger import LedgerReader
 from gpuallocd.model.addresses import is_loopback
 from gpuallocd.notify.http_send import Forbidden
 from tests.dashboard_scene import free_port
 from tests.harness import DaemonPaths, HandClock, ThreadDaemon, ctl_argv, wait_for
+from tests.ledger_history import held, open_ledger
 from tests.test_daemon_lifecycle import run_daemon_once
 from tests.test_usage_per_day import two_days_of_use
 
@@ -198,17 +199,36 @@ def test_history_events_name_their_actor(dashboard: tuple[ThreadDaemon, str]) ->
     assert json.loads(shown.stdout)["events"][0]["actor"] == {"uid": 0, "user": "root"}
 
 
-def test_daily_hours_split_leases_at_midnight() -> None:
+def test_daily_hours_split_leases_at_midnight(tmp_path: Path) -> None:
     """A lease of 2 GPUs from 22:00 to 02:00 counts 4 GPU-hours on each of the two days."""
     midnight = day_starts(1, 1_800_000_000.0)[0]
-    span = LeaseSpan(1000, "ana", 2.0, midnight - 2 * HOUR, midnight + 2 * HOUR)
-    days = daily_hours([span], 3, midnight + 10 * HOUR)
-    assert [d.values.get("ana", 0.0) for d in days] == pytest.approx([0.0, 4.0, 4.0])
+    ledger, gpus = open_ledger(tmp_path / "ledger.sqlite3")
+    held(ledger, gpus, 1000, midnight - 2 * HOUR, midnight + 2 * HOUR, count=2)
+    ledger.close()
+    reader = LedgerReader(tmp_path / "ledger.sqlite3")
+    try:
+        data = read_charts(reader, midnight + 10 * HOUR)
+    finally:
+        reader.close()
+    assert [day.get("u1000", 0.0) for day in data.hours[-3:]] == pytest.approx([0.0, 4.0, 4.0])
 
 
-def test_waiting_buckets_count_requests_by_time_waited() -> None:
-    buckets = waiting_buckets([("ana", 0.2), ("ben", 30.0), ("ana", 7200.0), ("ana", 7300.0)])
-    assert [dict(b.values) for b in buckets] == [{"ana": 1}, {"ben": 1}, {}, {}, {"ana": 2}]
+def test_waiting_buckets_count_requests_by_time_waited(tmp_path: Path) -> None:
+    """Each granted request of the last week counts once, in the bucket of how long it
+    waited (counted by the ledger); an older one not at all."""
+    now = 1_800_000_000.0
+    ledger, gpus = open_ledger(tmp_path / "ledger.sqlite3")
+    waits = [(1, 0.2), (2, 30.0), (1, 7200.0), (1, 7300.0)]
+    for n, (uid, waited) in enumerate(waits):
+        held(ledger, gpus, uid, now - HOUR, None if n == 3 else now - 60, first=n, waited=waited)
+    held(ledger, gpus, 2, now - 8 * 86400, now - 8 * 86400 + 60, first=5, waited=30.0)
+    ledger.close()
+    reader = LedgerReader(tmp_path / "ledger.sqlite3")
+    try:
+        buckets = waiting_bars(reader.waiting_counts(now - 7 * 86400, WAIT_BOUNDS))
+    finally:
+        reader.close()
+    assert [dict(b.values) for b in buckets] == [{"u1": 1}, {"u2": 1}, {}, {}, {"u1": 2}]
 
 
 def test_bar_chart_is_valid_svg_with_every_user_named() -> None:

@@ -11,10 +11,11 @@ import pytest
 from gpuallocd.allocator.power.caps import PowerCaps
 from gpuallocd.allocator.power.energy import EnergyMeter, charges
 from gpuallocd.allocator.power.split import Parts
-from gpuallocd.allocator.site.budgets import Readings, frees_at, use_in_window
+from gpuallocd.allocator.site.budgets import TotalsUse, frees_at, use_in_window
 from gpuallocd.errors import NvmlError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Lease, LeasedGpu, LeaseState, PowerReading, UnitKind
+from gpuallocd.model.energy import EnergyUse
 from gpuallocd.model.power import PowerCap
 
 
@@ -119,16 +120,19 @@ def test_unleased_use_of_several_owners_is_split_by_their_memory_as_an_estimate(
     ]
 
 
-def test_a_budget_frees_up_when_enough_use_leaves_its_window() -> None:
+def test_a_budget_frees_up_when_enough_use_leaves_its_window(tmp_path: Path) -> None:
     """kWh in a window add up the readings inside it; `frees_at` is when the use falls below
-    the budget if nothing more is used (readings in any order)."""
+    the budget if nothing more is used (readings recorded in any order)."""
     day = 86400.0
-    energy = [(1000.0, 3.6e6), (500.0, 3.6e6), (2000.0, 3.6e6)]  # 1 kWh each
-    found = Readings([], energy, now=2500.0)
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    for at in (1000.0, 500.0, 2000.0):  # 1 kWh each
+        ledger.record_energy([EnergyUse("x", 7, "u7", at, 3.6e6, False)])
+    found = TotalsUse(lambda when: ledger.totals_at(7, when), now=2500.0)
     assert use_in_window(found, "kwh", day) == 3.0
     assert found.use("kwh", 600.0, 2500.0) == 2.0
-    assert frees_at(found, "kwh", day, 2.5) == pytest.approx(500.0 + day, abs=1e-3)
-    assert frees_at(found, "kwh", day, 1.0) == pytest.approx(2000.0 + day, abs=1e-3)
+    assert frees_at(found, "kwh", day, 2.5) == pytest.approx(500.0 + day, abs=1.0)
+    assert frees_at(found, "kwh", day, 1.0) == pytest.approx(2000.0 + day, abs=1.0)
+    ledger.close()
 
 
 class _Cards:

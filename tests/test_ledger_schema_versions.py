@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine
 
 from gpuallocd.ledger import Ledger, schema
 from gpuallocd.ledger.migrations import MIGRATIONS
@@ -35,6 +36,7 @@ FINGERPRINTS = {
     3: "1405c15956a0bbe0",
     4: "c71f1faa9bae7efb",
     5: "040bfdb86c6c23cb",
+    6: "c14573affe80b081",
 }
 
 # The first schema, as its daemon made it (its metadata's SQL).
@@ -114,7 +116,12 @@ def _at_version(path: Path, version: int) -> Path:
         conn.executescript(SCHEMA_1)
         for step in range(2, version + 1):
             for statement in MIGRATIONS[step]:
-                conn.execute(statement)
+                if isinstance(statement, str):
+                    conn.execute(statement)
+                else:  # a step in Python (a table built from the rows already kept)
+                    engine = create_engine("sqlite://", creator=lambda: conn)
+                    with engine.connect() as connection:
+                        statement(connection)
             conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(step),))
     finally:
         conn.close()
@@ -183,8 +190,9 @@ def _set_version(path: Path, version: int) -> None:
 
 def test_an_upgrade_from_the_last_version_keeps_every_lease(tmp_path: Path) -> None:
     """A ledger of version 4 as its migrations made it, with an active lease and an ended
-    one, opens as version 5: both leases and their history as they were, the active one
-    still holding its GPU, the tables of version 5 there (empty)."""
+    one, opens as the newest version: both leases and their history as they were, the active
+    one still holding its GPU, the tables of version 5 there (empty), and the running totals
+    of version 6 built from the leases (ben's 19 seconds of one GPU)."""
     path = _at_version(tmp_path / "v4.db", 4)
     with sqlite3.connect(path) as conn:
         for uuid, index in GPU_ROWS:
@@ -207,13 +215,15 @@ def test_an_upgrade_from_the_last_version_keeps_every_lease(tmp_path: Path) -> N
     conn.close()
     ledger = Ledger(path)
     try:
-        assert ledger.schema_version() == schema.SCHEMA_VERSION == 5
+        assert ledger.schema_version() == schema.SCHEMA_VERSION == 6
         (held,) = ledger.active_leases()
         assert (held.id, held.owner_name, held.uuids) == ("held", "ana", ("GPU-0",))
         done = ledger.lease("done")
         assert done is not None and done.state is LeaseState.FREED and done.ended_at == 20.0
         assert [e.event.value for e in ledger.events_after("done", 0)] == ["granted", "freed"]
         assert ledger.pending_cleanups() == [] and ledger.power_caps() == []
+        bens = ledger.totals_at(1001, 30.0)
+        assert (bens.leases, bens.gpu_seconds) == (1, 19.0)
     finally:
         ledger.close()
     with sqlite3.connect(path) as conn:
@@ -245,7 +255,7 @@ def test_an_upgrade_of_a_ledger_labelled_4_with_the_new_tables_keeps_their_rows(
     _set_version(path, 4)
     ledger = Ledger(path)
     try:
-        assert ledger.schema_version() == 5
+        assert ledger.schema_version() == schema.SCHEMA_VERSION
         assert [lease.id for lease in ledger.active_leases()] == ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
         assert ledger.active_request_ids() == {(1000, "retry-1"): "aaaaaaaaaaaa"}
         assert [c.cleanup.target for c in ledger.pending_cleanups()] == ["/dev/nvidia0"]
@@ -259,7 +269,7 @@ def test_the_daemon_backs_up_before_an_upgrade_and_refuses_a_newer_ledger_in_one
 ) -> None:
     """A version-4 ledger: the daemon takes a backup first (named for the versions, version 4
     inside), says where, and serves every lease. Rolled back over a ledger a newer daemon
-    upgraded to 6, it exits 65 with one line naming version 6, the versions it reads and the
+    upgraded to 7, it exits 65 with one line naming version 7, the versions it reads and the
     backup taken before that upgrade; `--recover` refuses it the same way, changing nothing."""
     daemon = process_daemon(inventory="example:dgx1-volta", ledger_backups=2)
     with daemon.client() as client:
@@ -270,20 +280,20 @@ def test_the_daemon_backs_up_before_an_upgrade_and_refuses_a_newer_ledger_in_one
     upgraded = process_daemon(inventory="example:dgx1-volta", ledger_backups=2, initialise=False)
     with upgraded.client() as client:
         assert {lease.id for lease in client.leases()} == held
-    (before,) = (paths.state_dir / "backups").glob("upgrade-from-v4-to-v5-*.sqlite3")
+    (before,) = (paths.state_dir / "backups").glob("upgrade-from-v4-to-v6-*.sqlite3")
     with sqlite3.connect(f"file:{before}?mode=ro", uri=True) as conn:
         assert conn.execute("SELECT value FROM meta").fetchone() == ("4",)
     conn.close()
     assert str(before) in upgraded.stderr()
     assert upgraded.stop() == 0
 
-    way_back = paths.state_dir / "backups" / "upgrade-from-v5-to-v6-20991231T000000.000000Z.sqlite3"
+    way_back = paths.state_dir / "backups" / "upgrade-from-v6-to-v7-20991231T000000.000000Z.sqlite3"
     shutil.copyfile(ledger, way_back)  # what the newer daemon took before its upgrade
-    _set_version(ledger, 6)
+    _set_version(ledger, 7)
     code, printed = start_refused(upgraded)
     assert code == 65, printed
     (line,) = printed.strip().splitlines()
-    assert "schema version 6" in line and "reads versions up to 5" in line, line
+    assert "schema version 7" in line and "reads versions up to 6" in line, line
     assert str(way_back) in line and "docs/recovery.md" in line, line
     refused = recover(upgraded)
     assert refused.returncode == 65, refused.stderr

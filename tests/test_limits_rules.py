@@ -9,8 +9,16 @@ from typing import Any
 
 import pytest
 
+from gpuallocd.allocator.site.budgets import TotalsUse, check_budgets
 from gpuallocd.allocator.site.idle import IdleRules, IdleTracker
-from gpuallocd.allocator.site.limits import Limits, LimitsTable, Usage, check_grant, check_waiting
+from gpuallocd.allocator.site.limits import (
+    BUDGETS,
+    Limits,
+    LimitsTable,
+    Usage,
+    check_grant,
+    check_waiting,
+)
 from gpuallocd.allocator.site.ttl import TtlBounds, expected_ttl, granted_ttl, longest_ttl
 from gpuallocd.cli.looking.limits import parse_since
 from gpuallocd.daemon.config.loading import load_config
@@ -58,7 +66,12 @@ def test_a_limit_set_nowhere_is_no_limit() -> None:
         None,
         "none",
     )
-    check_grant(dave, Usage(gpus=0, gpu_hours_per_day=1e9), gpus=1)
+    check_grant(dave, Usage(gpus=0), gpus=1)
+
+    def no_reading() -> TotalsUse:
+        raise AssertionError("no budget applies: the use is never read")
+
+    check_budgets(BUDGETS, dave.value, dave.sources.__getitem__, "dave", no_reading)
 
 
 @pytest.mark.parametrize(

@@ -206,7 +206,8 @@ def test_leases_of_one_user_and_free_mine(node: tuple[ThreadDaemon, SystemUsers]
 
 def test_gpu_hours_per_day_is_a_rolling_24_hours_from_the_ledger(paths: DaemonPaths) -> None:
     """With max_gpu_hours_per_day = 10, two GPUs held 5 hours use the day's budget: the next
-    request is refused with the hours used; a day later it is granted again."""
+    request is refused as every budget is, with the hours used and when enough frees up;
+    `limits` shows what remains of it; a day later it is granted again."""
     clock = SteppedClock()
     text = 'default_policy = "simple"\n[limits]\nmax_gpu_hours_per_day = 10\n'
     daemon = daemon_with_config(paths, text, clock=clock).start()
@@ -218,6 +219,13 @@ def test_gpu_hours_per_day_is_a_rolling_24_hours_from_the_ledger(paths: DaemonPa
                 client.allocate(1)
             assert refused.value.details["limit"] == "max_gpu_hours_per_day"
             assert refused.value.details["current"] == pytest.approx(10, abs=0.01)
+            assert "GPU-hours of 10 in the last 1 day(s): max_gpu_hours_per_day = 10" in str(
+                refused.value
+            )
+            began = clock() - 5 * 3600  # the use leaves the window from its start on
+            assert refused.value.details["frees_at"] == pytest.approx(began + 86400, abs=5)
+            shown = {row["limit"]: row for row in client.limits()["limits"]}
+            assert shown["max_gpu_hours_per_day"]["remaining"] == 0.0
             client.free(lease.id)
             clock.advance(24 * 3600)
             assert client.allocate(1).state == "active"

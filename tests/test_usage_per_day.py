@@ -11,8 +11,9 @@ import pytest
 from gpulease import Client
 from gpulease.errors import InvalidRequest
 
-from gpuallocd.charts import daily_hours
+from gpuallocd.charts import daily_bars
 from gpuallocd.cli.looking.usage_plot import _days
+from gpuallocd.dashboard.source import read_charts
 from gpuallocd.ledger import LedgerReader
 from tests.harness import HandClock, ThreadDaemon
 
@@ -59,7 +60,8 @@ def test_usage_per_day_is_one_request_with_the_dashboards_sums(
         assert client.requests == 1
     reader = LedgerReader(daemon.paths.state_dir / "ledger.sqlite3")
     try:
-        shown = daily_hours(reader.lease_spans(now - 31 * DAY, now), 31, now)
+        data = read_charts(reader, now)
+        shown = daily_bars(data.bounds, data.hours)
     finally:
         reader.close()
     plotted = {g.label: g.values for g in groups if g.values}

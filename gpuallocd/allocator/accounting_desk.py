@@ -88,4 +88,5 @@ class AccountingDesk:
 
     async def purge_history(self, retention_seconds: float) -> int:
         """Delete what ended more than `retention_seconds` ago, in batches (purge.py)."""
-        return await purge_before(self._worker, self._ledger, self._clock() - retention_seconds)
+        now = self._clock()
+        return await purge_before(self._worker, self._ledger, now - retention_seconds, now)

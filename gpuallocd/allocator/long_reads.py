@@ -16,19 +16,18 @@ from typing import Any, Protocol, TypeVar
 
 from gpuallocd.errors import UnknownLease
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import HistoryEvent, LeaseSpan, UserUsage, gpu_hours_per_day
+from gpuallocd.ledger.totals import Totals
+from gpuallocd.model import HistoryEvent, UserUsage
 
-__all__ = ["LeaseSpans", "LongReads"]
+__all__ = ["LongReads", "TotalsBetween"]
 
 T = TypeVar("T")
 
 
-class LeaseSpans(Protocol):
-    """`lease_spans(since, until)` of a ledger or a reader (ledger/usage_records.py)."""
+class TotalsBetween(Protocol):
+    """`totals_between(bounds)` of a ledger or a reader (ledger/totals_records.py)."""
 
-    def __call__(
-        self, since: float, until: float, *, with_unleased: bool = False
-    ) -> list[LeaseSpan]: ...
+    def __call__(self, bounds: Sequence[float]) -> list[dict[int, Totals]]: ...
 
 
 class LongReads:
@@ -55,16 +54,20 @@ class LongReads:
         return await self._off_loop(self._reader.usage, since, until)
 
     async def gpu_hours_per_day(self, bounds: Sequence[float]) -> list[dict[str, float]]:
-        """Each user's GPU-hours in each day between consecutive `bounds` (one read)."""
+        """Each user's GPU-hours in each day between consecutive `bounds` (one point of each
+        user's running totals a bound)."""
         return await self._off_loop(self._daily, bounds)
 
     def _daily(self, bounds: Sequence[float]) -> list[dict[str, float]]:
-        return gpu_hours_per_day(self._reader.lease_spans(bounds[0], bounds[-1]), bounds)
+        return [
+            {user: used.gpu_seconds / 3600 for user, used in day.items() if used.gpu_seconds > 0}
+            for day in self._reader.daily_totals(bounds)
+        ]
 
-    async def lease_spans_of(self, use: Callable[[LeaseSpans], T]) -> T:
-        """`use(lease_spans)` in the reads thread, where `lease_spans(since, until)` reads
-        the read-only connection (fair share's decayed use of a week of leases)."""
-        return await self._off_loop(use, self._reader.lease_spans)
+    async def totals_of(self, use: Callable[[TotalsBetween], T]) -> T:
+        """`use(totals_between)` in the reads thread, where `totals_between(bounds)` reads
+        the read-only connection (fair share's decayed use, a point per user and piece)."""
+        return await self._off_loop(use, self._reader.totals_between)
 
     async def energy_after(self, seq: int) -> tuple[dict[str, float], int]:
         """Joules per user in the energy readings after `seq`, and the last one's seq."""

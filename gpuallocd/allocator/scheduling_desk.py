@@ -50,9 +50,9 @@ class SchedulingDesk:
 
     async def fair_share_usage(self) -> dict[str, float]:
         """Each account's decayed GPU-hours now (the figure fair share orders by), read off
-        the event loop: a week of leases is no short read."""
+        the event loop."""
         use = functools.partial(self._order.usage, self._clock())
-        return await self._reads.lease_spans_of(use)
+        return await self._reads.totals_of(use)
 
     async def reserve(self, caller: Caller, spec: ReserveSpec) -> dict[str, Any]:
         return await self._worker.run(self._reserve, caller, spec)

@@ -4,22 +4,15 @@ day, a timeline of leases per GPU, and waiting times. Pure: data in, an SVG docu
 from __future__ import annotations
 
 from gpuallocd.charts.bars import BarGroup, stacked_bars
-from gpuallocd.charts.daily import (
-    Interval,
-    daily_energy,
-    daily_hours,
-    gpu_timelines,
-    waiting_buckets,
-)
+from gpuallocd.charts.daily import Interval, daily_bars, gpu_timelines, waiting_bars
 from gpuallocd.charts.timeline import timeline
 
 __all__ = [
     "BarGroup",
     "Interval",
-    "daily_energy",
-    "daily_hours",
+    "daily_bars",
     "gpu_timelines",
     "stacked_bars",
     "timeline",
-    "waiting_buckets",
+    "waiting_bars",
 ]

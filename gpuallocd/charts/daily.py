@@ -1,29 +1,30 @@
-"""What the charts show, from the ledger's records: GPU-hours per user per day, each GPU's
-leases over a window, and how long granted requests waited."""
+"""What the charts show, from the ledger's records: GPU-hours and kWh per user per day (from
+the users' running totals), each GPU's leases over a window, and how long granted requests
+waited."""
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuallocd.charts.bars import BarGroup
-from gpuallocd.model import LeaseSpan, gpu_hours_per_day, local_midnights
+from gpuallocd.model import local_midnights
 
 __all__ = [
+    "WAIT_BOUNDS",
     "WAIT_BUCKETS",
     "Interval",
     "daily_bars",
-    "daily_energy",
-    "daily_hours",
+    "day_starts",
     "gpu_timelines",
-    "waiting_buckets",
+    "waiting_bars",
 ]
 
 # Upper bounds in seconds, and their labels; the last bucket is everything longer.
 WAIT_BUCKETS = ((1.0, "<1 s"), (60.0, "<1 min"), (600.0, "<10 min"), (3600.0, "<1 h"))
 LAST_BUCKET = ">1 h"
+WAIT_BOUNDS = tuple(bound for bound, _ in WAIT_BUCKETS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,35 +43,11 @@ def day_starts(days: int, now: float) -> list[float]:
     return local_midnights(days, now)
 
 
-def daily_hours(spans: Iterable[LeaseSpan], days: int, now: float) -> list[BarGroup]:
-    """Each of the last `days` days (today so far included) with each user's GPU-hours."""
-    bounds = day_starts(days, now)
-    bounds[-1] = min(bounds[-1], now)
-    return daily_bars(bounds, gpu_hours_per_day(spans, bounds))
-
-
-def daily_bars(bounds: Sequence[float], hours: Sequence[Mapping[str, float]]) -> list[BarGroup]:
-    """One bar group a day, labelled with its date, from each day's hours per user."""
+def daily_bars(bounds: Sequence[float], values: Sequence[Mapping[str, float]]) -> list[BarGroup]:
+    """One bar group a day, labelled with its date, from each day's figure per user."""
     return [
-        BarGroup(time.strftime("%m-%d", time.localtime(start)), dict(values))
-        for start, values in zip(bounds, hours, strict=False)
-    ]
-
-
-def daily_energy(
-    readings: Iterable[tuple[float, str, float]], days: int, now: float
-) -> list[BarGroup]:
-    """Each of the last `days` days with each user's kWh, from (time, user, joules) readings
-    (or sums of them by the hour: each counts on the day its time falls in)."""
-    bounds = day_starts(days, now)
-    kwh: list[dict[str, float]] = [{} for _ in range(days)]
-    for at, user, joules in readings:
-        day = bisect.bisect_right(bounds, at) - 1
-        if 0 <= day < days:
-            kwh[day][user] = kwh[day].get(user, 0.0) + joules / 3_600_000
-    return [
-        BarGroup(time.strftime("%m-%d", time.localtime(start)), values)
-        for start, values in zip(bounds, kwh, strict=False)
+        BarGroup(time.strftime("%m-%d", time.localtime(start)), dict(day))
+        for start, day in zip(bounds, values, strict=False)
     ]
 
 
@@ -88,11 +65,11 @@ def gpu_timelines(
     return list(rows.items())
 
 
-def waiting_buckets(waits: Iterable[tuple[str, float]]) -> list[BarGroup]:
-    """How many granted requests waited how long, per user: (user, seconds) in."""
-    counts: list[dict[str, float]] = [{} for _ in range(len(WAIT_BUCKETS) + 1)]
-    for user, seconds in waits:
-        index = next((i for i, (bound, _) in enumerate(WAIT_BUCKETS) if seconds < bound), -1)
-        counts[index][user] = counts[index].get(user, 0.0) + 1
+def waiting_bars(counts: Iterable[tuple[str, int, int]]) -> list[BarGroup]:
+    """How many granted requests waited how long, per user: (user, bucket, count) in, the
+    bucket an index of WAIT_BUCKETS (its length: longer than the last)."""
+    groups: list[dict[str, float]] = [{} for _ in range(len(WAIT_BUCKETS) + 1)]
+    for user, bucket, count in counts:
+        groups[bucket][user] = groups[bucket].get(user, 0.0) + count
     labels = [label for _, label in WAIT_BUCKETS] + [LAST_BUCKET]
-    return [BarGroup(label, values) for label, values in zip(labels, counts, strict=True)]
+    return [BarGroup(label, values) for label, values in zip(labels, groups, strict=True)]

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from gpuallocd.charts import (
     Interval,
-    daily_energy,
-    daily_hours,
+    daily_bars,
     gpu_timelines,
     stacked_bars,
     timeline,
-    waiting_buckets,
+    waiting_bars,
 )
-from gpuallocd.charts.daily import day_starts
 from gpuallocd.charts.svg import colors_by_rank, ranked
-from gpuallocd.dashboard.source import NodeNow
+from gpuallocd.dashboard.source import NodeNow, read_charts
 from gpuallocd.ledger.reader import LedgerReader
 
 __all__ = ["charts_html"]
@@ -30,24 +28,21 @@ def charts_html(reader: LedgerReader, node: NodeNow) -> str:
     """GPU-hours per user per day (7 and 30 days), kWh per user per day (30 days, where
     energy was read), leases per GPU (24 h), waiting times."""
     now = node.now
-    spans = reader.lease_spans(day_starts(30, now)[0], now)
-    month = daily_hours(spans, 30, now)
+    data = read_charts(reader, now)
+    month = daily_bars(data.bounds, data.hours)
     week = month[-7:]
     held = [
-        Interval(s.gpu_uuid, s.created_at, s.ended_at, s.owner_name, s.label)
-        for s in reader.gpu_spans(now - DAY, now)
+        Interval(s.gpu_uuid, s.created_at, s.ended_at, s.owner_name, s.label) for s in data.held
     ]
     rows = gpu_timelines(node.gpu_names(), held)
-    waits = waiting_buckets(
-        (s.owner_name, s.waited_seconds) for s in spans if s.created_at >= now - 7 * DAY
-    )
+    waits = waiting_bars(data.waits)
     # One colour per user on the whole page, by GPU-hours over the month: the same user
     # reads the same in every chart, and no two users share one.
     totals: dict[str, float] = {}
     for day in month:
         for user, hours in day.values.items():
             totals[user] = totals.get(user, 0.0) + hours
-    energy = daily_energy(reader.energy_by_hour(day_starts(30, now)[0]), 30, now)
+    energy = daily_bars(data.bounds, data.kwh)
     others = {it.user for it in held} | {user for day in energy for user in day.values}
     colors = colors_by_rank(ranked(totals) + sorted(others - totals.keys()))
     unit = "GPU-hours"

@@ -6,11 +6,13 @@ are its bases, so each group of tables keeps its SQL in a module of its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 from sqlalchemy import Connection
+
+from gpuallocd.ledger.totals import Change
 
 __all__ = ["LedgerAccess"]
 
@@ -22,6 +24,10 @@ class LedgerAccess:
         raise NotImplementedError
 
     def _read(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError
+
+    def _total_steps(self, changes: Iterable[Change]) -> list[tuple[str, Sequence[Any]]]:
+        """The statements that add `changes` to their owners' running totals (totals.py)."""
         raise NotImplementedError
 
     def _hot_write(self, steps: Sequence[tuple[str, Sequence[Any]]]) -> None:

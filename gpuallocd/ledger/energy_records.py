@@ -8,6 +8,7 @@ from sqlalchemy import delete, func, select
 
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.access import LedgerAccess
+from gpuallocd.ledger.totals import energy_changes
 from gpuallocd.model.energy import EnergyUse, LeaseEnergy
 
 __all__ = ["EnergyRecords"]
@@ -23,9 +24,11 @@ class EnergyRecords(LedgerAccess):
     """The `energy_use` table."""
 
     def record_energy(self, uses: Sequence[EnergyUse]) -> None:
-        """Rows of energy drawn since the previous reading (nothing for none)."""
+        """Rows of energy drawn since the previous reading (nothing for none), added to their
+        owners' running totals."""
         if uses:
-            self._hot_write([(_INSERT, tuple(use.to_row().values())) for use in uses])
+            rows = [(_INSERT, tuple(use.to_row().values())) for use in uses]
+            self._hot_write(rows + self._total_steps(energy_changes(uses)))
 
     def lease_energy(self, lease_id: str) -> LeaseEnergy | None:
         """The energy a lease drew so far; None where none was read for it."""

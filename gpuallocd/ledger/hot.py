@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuallocd.model.lease import ENDING_EVENT, Lease, LeaseEvent
 
-__all__ = ["HotWriter", "end_steps", "grant_steps"]
+__all__ = ["HotWriter", "end_steps", "end_time", "grant_steps"]
 
 Step = tuple[str, Sequence[Any]]
 
@@ -77,13 +77,18 @@ def end_steps(leases: Sequence[Lease], actor_uid: int, detail: str | None) -> li
     """Each ended lease's new state, its GPUs released, and its ending event."""
     steps: list[Step] = []
     for lease in leases:
-        at = lease.ended_at if lease.ended_at is not None else lease.expires_at
+        at = end_time(lease)
         event = ENDING_EVENT[lease.state].value
         steps.append((_END_LEASE, (lease.state.value, lease.ended_at, lease.id)))
         steps.append((_RELEASE_GPUS, (lease.id,)))
         steps.append((_FORGET_REQUEST, (lease.id,)))
         steps.append((_INSERT_EVENT, (lease.id, event, actor_uid, at, detail)))
     return steps
+
+
+def end_time(lease: Lease) -> float:
+    """When an ended lease ended (its expiry where no end was given)."""
+    return lease.ended_at if lease.ended_at is not None else lease.expires_at
 
 
 class HotWriter:

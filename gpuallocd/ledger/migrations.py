@@ -15,15 +15,27 @@ the statements of both, under the one number.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from sqlalchemy import Connection
 
-from gpuallocd.ledger.schema import UNIT_TRIGGERS
+from gpuallocd.ledger.schema import UNIT_TRIGGERS, use_marks
+from gpuallocd.ledger.totals import rebuild_totals
 
 __all__ = ["MIGRATIONS", "migrate", "stored_version"]
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {
+Step = str | Callable[[Connection], None]
+
+
+def _add_running_totals(conn: Connection) -> None:
+    """The users' running totals, built from the leases and energy readings already kept."""
+    use_marks.create(conn, checkfirst=True)
+    rebuild_totals(cast(sqlite3.Connection, conn.connection.driver_connection))
+
+
+MIGRATIONS: dict[int, tuple[Step, ...]] = {
     # 2: leases may be bound to the requesting process (pid + start time).
     2: (
         "ALTER TABLE leases ADD COLUMN bound BOOLEAN NOT NULL DEFAULT 0",
@@ -135,14 +147,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS open_preemptions ON preemptions (state) "
         "WHERE state IN ('warned', 'signalled')",
     ),
+    # 6: each user's running totals (ledger/totals.py), rebuilt from the history.
+    6: (_add_running_totals,),
 }
 
 
 def migrate(conn: Connection, found: int, target: int) -> None:
     """Apply every migration after `found` up to `target`, in order."""
     for version in range(found + 1, target + 1):
-        for statement in MIGRATIONS.get(version, ()):
-            conn.exec_driver_sql(statement)
+        for step in MIGRATIONS.get(version, ()):
+            if isinstance(step, str):
+                conn.exec_driver_sql(step)
+            else:
+                step(conn)
         conn.exec_driver_sql(
             "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),)
         )

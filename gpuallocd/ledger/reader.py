@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
-from sqlalchemy import Connection, case, create_engine, event, func, or_, select
+from sqlalchemy import Connection, create_engine, event, func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from gpuallocd.errors import LedgerError
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.rows import event_from_row
+from gpuallocd.ledger.totals_records import TotalsRecords
 from gpuallocd.ledger.usage_records import GPU_COUNT, UsageRecords
 from gpuallocd.model import HistoryEvent, UserUsage
 from gpuallocd.model.energy import LeaseEnergy
@@ -69,15 +70,6 @@ SELECT coalesce(json_group_array(json(event)), '[]') FROM (
   ORDER BY seq
 )
 """
-# Energy per user over (since, until]: under leases, and by unleased use (no lease).
-_ENERGY_BY_USER = """
-SELECT owner_uid AS uid, max(owner_name) AS name,
-  total(CASE WHEN lease_id IS NOT NULL THEN joules END) AS joules,
-  coalesce(max(CASE WHEN lease_id IS NOT NULL THEN estimate END), 0) AS estimate,
-  total(CASE WHEN lease_id IS NULL THEN joules END) AS unleased_joules,
-  total(CASE WHEN lease_id IS NULL THEN gpu_seconds END) AS unleased_seconds
-FROM energy_use WHERE at > ? AND at <= ? GROUP BY owner_uid
-"""
 _ACTORS = """
 SELECT DISTINCT actor_uid FROM (SELECT actor_uid FROM history {where} ORDER BY seq DESC LIMIT ?)
 """
@@ -90,9 +82,10 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
 
 
-class LedgerReader(UsageRecords):
+class LedgerReader(UsageRecords, TotalsRecords):
     """History, accounting and the dashboard's reads over a read-only connection (one
-    thread at a time: the API's reads and the dashboard each have their own reader)."""
+    thread at a time: the API's reads and the dashboard each have their own reader);
+    accounting from the users' running totals (totals_records.py)."""
 
     def __init__(self, path: Path) -> None:
         try:
@@ -152,48 +145,27 @@ class LedgerReader(UsageRecords):
             return conn.execute(select(_L.c.id).where(_L.c.id == lease_id)).first() is not None
 
     def usage(self, since: float, until: float) -> list[UserUsage]:
-        """Each user's GPU-hours, leases and waiting inside [since, until], added up in SQL
-        as tests' `usage_by_user` oracle adds up spans; most GPU-hours first."""
+        """Each user's use inside [since, until] from their running totals (TotalsRecords),
+        with the part held in preemptible leases beside it (`preemptible_hours`)."""
+        found = super().usage(since, until)
+        hours = self.preemptible_hours(since, until)
+        return [replace(u, preemptible_gpu_hours=hours.get(u.uid, 0.0)) for u in found]
+
+    def preemptible_hours(self, since: float, until: float) -> dict[int, float]:
+        """GPU-hours each user held in preemptible leases inside [since, until]. It reads the
+        preemptible leases only (their own table, joined to their rows by key), so a history
+        of ordinary leases costs it nothing."""
         end = func.min(func.coalesce(_L.c.ended_at, until), until)
         held = func.max(end - func.max(_L.c.created_at, since), 0.0)
-        created_inside = (_L.c.created_at >= since) & (_L.c.created_at < until)
-        preemptible = select(_T.c.lease_id).where(_T.c.lease_id == _L.c.id).exists()
         query = (
-            select(
-                _L.c.owner_uid,
-                func.max(_L.c.owner_name).label("name"),
-                func.total(GPU_COUNT * held).label("seconds"),
-                func.total(case((preemptible, GPU_COUNT * held), else_=0.0)).label("preemptible"),
-                func.total(case((created_inside, 1), else_=0)).label("leases"),
-                func.total(case((created_inside, _L.c.waited_seconds), else_=0.0)).label("waited"),
-            )
+            select(_L.c.owner_uid, func.total(GPU_COUNT * held).label("seconds"))
+            .select_from(_T.join(_L, _T.c.lease_id == _L.c.id))
             .where((_L.c.ended_at.is_(None)) | (_L.c.ended_at > since), _L.c.created_at < until)
             .group_by(_L.c.owner_uid)
         )
         with self._read() as conn:
-            rows = conn.execute(query).mappings().all()
-            energy = conn.exec_driver_sql(_ENERGY_BY_USER, (since, until)).mappings().all()
-        found = {
-            r["owner_uid"]: UserUsage(
-                r["owner_uid"],
-                r["name"],
-                r["seconds"] / 3600.0,
-                int(r["leases"]),
-                r["waited"],
-                preemptible_gpu_hours=r["preemptible"] / 3600.0,
-            )
-            for r in rows
-        }
-        for e in energy:
-            usage = found.get(e["uid"]) or UserUsage(e["uid"], e["name"], 0.0, 0, 0.0)
-            found[e["uid"]] = replace(
-                usage,
-                energy_joules=e["joules"],
-                energy_estimate=bool(e["estimate"]),
-                unleased_gpu_hours=e["unleased_seconds"] / 3600.0,
-                unleased_energy_joules=e["unleased_joules"],
-            )
-        return sorted(found.values(), key=lambda u: (-u.gpu_hours, u.user))
+            rows = conn.execute(query).all()
+        return {uid: seconds / 3600.0 for uid, seconds in rows if seconds > 0}
 
     def energy_after(self, seq: int) -> tuple[dict[str, float], int]:
         """Joules per user in the energy readings after `seq`, and the last reading's seq."""
@@ -207,16 +179,21 @@ class LedgerReader(UsageRecords):
             rows = conn.execute(query).all()
         return {name: float(j) for name, j, _ in rows}, max((r[2] for r in rows), default=seq)
 
-    def energy_by_hour(self, since: float) -> list[tuple[float, str, float]]:
-        """(hour, user, joules): each user's energy readings after `since`, summed by the
-        hour in SQL (a month of readings a minute is tens of thousands of rows)."""
+    def waiting_counts(self, since: float, bounds: Sequence[float]) -> list[tuple[str, int, int]]:
+        """(user, bucket, count): how many leases granted since `since` (active or not)
+        waited less than each of `bounds` (bucket `len(bounds)`: longer), counted in SQL over
+        the leases that ended since then and the active ones, not the whole history."""
+        bucket = " ".join(f"WHEN waited_seconds < ?{n + 2} THEN {n}" for n in range(len(bounds)))
         query = (
-            "SELECT CAST(at / 3600 AS INTEGER) * 3600.0 + 1800.0 AS hour, owner_name, "
-            "total(joules) FROM energy_use WHERE at > ? GROUP BY hour, owner_name"
+            f"SELECT owner_name, CASE {bucket} ELSE {len(bounds)} END AS bucket, count(*) "
+            "FROM (SELECT owner_name, waited_seconds FROM leases "
+            "WHERE ended_at >= ?1 AND created_at >= ?1 UNION ALL "
+            "SELECT owner_name, waited_seconds FROM leases "
+            "WHERE state = 'active' AND created_at >= ?1) GROUP BY owner_name, bucket"
         )
         with self._read() as conn:
-            rows = conn.exec_driver_sql(query, (since,)).all()
-        return [(float(hour), str(user), float(joules)) for hour, user, joules in rows]
+            rows = conn.exec_driver_sql(query, (since, *bounds)).all()
+        return [(str(user), int(index), int(count)) for user, index, count in rows]
 
     def gpu_spans(self, since: float, until: float) -> list[GpuSpan]:
         """Each lease on each GPU held at some time inside [since, until) (the dashboard's

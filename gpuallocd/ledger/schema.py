@@ -47,11 +47,12 @@ __all__ = [
     "preemptible_leases",
     "preemptions",
     "reservation_events",
+    "use_marks",
 ]
 
 # A change to any table, column, index or trigger below is a new version, with its
 # migration in migrations.py (tests/test_ledger_schema_versions.py holds the two together).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 metadata = MetaData()
 
@@ -387,4 +388,26 @@ preemptions = Table(
     Column("checkpoint", Text),
     Column("late", Boolean, nullable=False, default=False),
     Index("open_preemptions", "state", sqlite_where=text("state IN ('warned', 'signalled')")),
+)
+
+# Each user's running totals (ledger/totals.py): one row per user per minute in which they
+# changed, written in the transaction of the grant, end or energy reading that changed them.
+# Derived from `leases` and `energy_use`, and rebuilt from them by the migration that adds the
+# table and by recovery; budgets, `usage` and the dashboard read two rows per user.
+use_marks = Table(
+    "use_marks",
+    metadata,
+    Column("owner_uid", Integer, primary_key=True),
+    Column("minute", Integer, primary_key=True),  # at // 60
+    Column("at", Float, nullable=False),  # the minute's last change
+    Column("owner_name", String, nullable=False),
+    Column("gpus", Float, nullable=False),  # GPUs held from `at` on
+    Column("gpu_seconds", Float, nullable=False),  # the totals at `at`, from here on
+    Column("leases", Integer, nullable=False),
+    Column("waited_seconds", Float, nullable=False),
+    Column("joules", Float, nullable=False),  # under leases
+    Column("estimates", Integer, nullable=False),  # readings under leases that are estimates
+    Column("unleased_joules", Float, nullable=False),
+    Column("unleased_seconds", Float, nullable=False),
+    sqlite_with_rowid=False,  # one b-tree: a user's marks lie together, in time order
 )

@@ -42,7 +42,7 @@ from gpuallocd.ledger import schema
 from gpuallocd.ledger.admin_records import AdminRecords
 from gpuallocd.ledger.cleanup_records import CleanupPlan, CleanupRecords, cleanup_steps
 from gpuallocd.ledger.energy_records import EnergyRecords
-from gpuallocd.ledger.hot import HotWriter, end_steps, grant_steps
+from gpuallocd.ledger.hot import HotWriter, end_steps, end_time, grant_steps
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.ledger.notice_records import NoticeRecords, notice_steps
 from gpuallocd.ledger.power_records import PowerRecords
@@ -55,6 +55,8 @@ from gpuallocd.ledger.rows import (
     leased_gpu_from_row,
     unit_rows,
 )
+from gpuallocd.ledger.totals import ended, granted
+from gpuallocd.ledger.totals_records import TotalsRecords
 from gpuallocd.ledger.unleased_records import UnleasedRecords
 from gpuallocd.ledger.usage_records import UsageRecords
 from gpuallocd.model import Gpu
@@ -127,10 +129,11 @@ class Ledger(
     PowerRecords,
     NoticeRecords,
     PreemptionRecords,
+    TotalsRecords,
 ):
     """GPUs, leases and their history, in one SQLite file (drains, admin actions, accounting
     reads, advance reservations, unleased use, pending cleanups, energy, power caps, the
-    notices' feed and preemptions in the base classes).
+    notices' feed, preemptions and the users' running totals in the base classes).
 
     `cleanup_plans` say what each ended lease owes the machine (one plan per feature that
     needs cleaning up after a lease: device ACLs); it is recorded in the transaction that
@@ -218,11 +221,11 @@ class Ledger(
     # Leases ---------------------------------------------------------------------------------
 
     def grant(self, lease: Lease, actor_uid: int, request_id: str | None = None) -> None:
-        """Record a new active lease (and the client's request id, if given); GpuBusy if any
-        of its GPUs is in another active lease. A grant after a wait is told to its owner
-        (the notices' feed) in the same transaction."""
+        """Record a new active lease (and the client's request id, if given), added to its
+        owner's running totals; GpuBusy if any of its GPUs is in another active lease. A grant
+        after a wait is told to its owner (the notices' feed) in the same transaction."""
         steps = grant_steps(lease, actor_uid, request_id) + terms_steps(lease)
-        steps += notice_steps([granted_notice(lease)])
+        steps += self._total_steps([granted(lease)]) + notice_steps([granted_notice(lease)])
         try:
             self._hot.write(steps, nested=self._batch is not None)
         except sqlite3.IntegrityError as exc:
@@ -239,14 +242,15 @@ class Ledger(
             _record(conn, lease_id, LeaseEvent.RENEWED, actor_uid, now, None)
 
     def end(self, leases: Sequence[Lease], actor_uid: int, detail: str | None = None) -> None:
-        """Record leases as ended (freed, expired or revoked), their GPUs free again; an end
-        the owner did not ask for is told to them (the notices' feed), in the same transaction."""
+        """Record leases as ended (freed, expired or revoked), their GPUs free again, and
+        their ends in their owners' running totals; an end the owner did not ask for is told
+        to them (the notices' feed), in the same transaction."""
         if not leases:
             return
+        totals = self._total_steps([ended(lease, end_time(lease)) for lease in leases])
+        cleanups = cleanup_steps(leases, self.cleanup_plans)
         told = notice_steps(end_notice(lease, actor_uid, detail) for lease in leases)
-        self._hot_write(
-            end_steps(leases, actor_uid, detail) + cleanup_steps(leases, self.cleanup_plans) + told
-        )
+        self._hot_write(end_steps(leases, actor_uid, detail) + totals + cleanups + told)
 
     def _hot_write(self, steps: Sequence[tuple[str, Sequence[Any]]]) -> None:
         try:

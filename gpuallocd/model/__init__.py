@@ -46,8 +46,6 @@ from gpuallocd.model.usage import (
     LeaseSpan,
     UserUsage,
     day_bounds,
-    gpu_hours_per_day,
-    gpu_seconds,
     local_midnights,
 )
 
@@ -84,8 +82,6 @@ __all__ = [
     "UnitKind",
     "UserUsage",
     "day_bounds",
-    "gpu_hours_per_day",
-    "gpu_seconds",
     "lease_gpu_weight",
     "local_midnights",
     "pair_key",

@@ -1,15 +1,15 @@
-"""Accounting: how much each user held and waited over a window of time, from lease spans.
+"""Accounting: how much each user held and waited over a window of time.
 
-Pure: the ledger gives the spans, these functions add them up. A lease counts for the part
-of its life inside the window, times its GPUs; an active lease counts up to the window's end.
+Pure. A lease counts for the part of its life inside the window, times its GPUs; an active
+lease counts up to the window's end. The ledger adds it up from each user's running totals
+(ledger/totals.py); fair share's decayed use reads lease spans (`LeaseSpan`).
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +20,6 @@ __all__ = [
     "LeaseSpan",
     "UserUsage",
     "day_bounds",
-    "gpu_hours_per_day",
-    "gpu_seconds",
     "local_midnights",
     "usage_by_group",
 ]
@@ -75,11 +73,6 @@ class UserUsage:
         }
 
 
-def gpu_seconds(spans: Iterable[LeaseSpan], since: float, until: float) -> float:
-    """GPU-seconds held by these spans inside [since, until]."""
-    return sum(span.gpus * span.seconds_within(since, until) for span in spans)
-
-
 def local_midnights(days: int, now: float) -> list[float]:
     """Local midnights of the last `days` days, today's last, and the next midnight: the
     bounds of `days` calendar days as the box's clock shows them."""
@@ -102,30 +95,6 @@ def day_bounds(since: float, until: float) -> list[float]:
     bounds = local_midnights(days, until)
     bounds[0], bounds[-1] = max(bounds[0], since), until
     return bounds
-
-
-def gpu_hours_per_day(
-    spans: Iterable[LeaseSpan], bounds: Sequence[float]
-) -> list[dict[str, float]]:
-    """Each user's GPU-hours in each day between consecutive `bounds` (by user name): the one
-    per-day sum that the dashboard's charts and `usage --plot` both show.
-
-    Each span is added to the days it touches only (found by bisection): a year of
-    thousands of leases costs one pass, not one pass a day. An active span counts up to
-    the last bound."""
-    days = len(bounds) - 1
-    hours: list[dict[str, float]] = [{} for _ in range(days)]
-    for span in spans:
-        start = max(span.created_at, bounds[0])
-        end = min(bounds[-1] if span.ended_at is None else span.ended_at, bounds[-1])
-        day = max(0, bisect.bisect_right(bounds, start) - 1)
-        while day < days and bounds[day] < end:
-            held = min(end, bounds[day + 1]) - max(start, bounds[day])
-            if held > 0:
-                totals = hours[day]
-                totals[span.owner_name] = totals.get(span.owner_name, 0.0) + span.gpus * held / 3600
-            day += 1
-    return hours
 
 
 def usage_by_group(

@@ -58,8 +58,7 @@ class BudgetWatch:
             return []
         now = self._clock()
         caller = caller_of_uid(uid)
-        longest = max(BUDGETS[name][1] for name in budgets)
-        readings = self._quota.readings(uid, longest)
+        readings = self._quota.budget_use(uid)
         rate = gpus_held(active, uid)  # GPU-hours per hour, now
         notices: list[Notice] = []
         soonest = RECHECK_SECONDS if rate > 0 else None

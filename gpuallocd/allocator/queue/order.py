@@ -1,7 +1,9 @@
 """The order the wait queue is served in: first come, first served, or fair share.
 
 Under `fair-share` the order comes from the pure `policies.fair_share` over the waiters and
-each account's decayed GPU-hours, read from the ledger's record of leases. That use changes
+each account's decayed GPU-hours, weighed over pieces of the horizon read from the users'
+running totals (a fixed number of points per user, whatever the history: ledger/totals.py,
+`decayed_from_pieces`), never from the leases one by one. That use changes
 only as time passes (a grant adds nothing at the moment it is made), so it is read again at
 most once a minute of the daemon's clock while the queue is served.
 """
@@ -12,16 +14,16 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from gpuallocd.allocator.leases.specs import AllocatorSettings
-from gpuallocd.allocator.long_reads import LeaseSpans
+from gpuallocd.allocator.long_reads import TotalsBetween
 from gpuallocd.host.users import primary_group_name
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller
 from gpuallocd.policies.fair_share import (
     FairShareWaiter,
     Priority,
-    decayed_gpu_hours,
+    decayed_from_pieces,
     fair_share_order,
-    horizon_seconds,
+    piece_bounds,
     priority_of,
 )
 
@@ -116,19 +118,26 @@ class QueueOrder:
         return -self._cached_usage(self._clock()).get(self.account(caller), 0.0)
 
     def usage(
-        self, now: float | None = None, lease_spans: LeaseSpans | None = None
+        self, now: float | None = None, totals_between: TotalsBetween | None = None
     ) -> dict[str, float]:
-        """Each account's decayed GPU-hours now, from `lease_spans` (the ledger's own
-        connection by default; a reader's off the event loop for `usage`)."""
+        """Each account's decayed GPU-hours now, from the users' running totals at the bounds
+        of the horizon's pieces (the ledger's own connection by default; a reader's off the
+        event loop for `usage`)."""
         at = self._clock() if now is None else now
         half_life = self._settings.fair_share_half_life_hours
-        read = self._ledger.lease_spans if lease_spans is None else lease_spans
+        read = self._ledger.totals_between if totals_between is None else totals_between
         unleased = self._settings.fair_share_counts_unleased
-        spans = read(at - horizon_seconds(half_life), at, with_unleased=unleased)
-        account_of = None
-        if self._settings.fair_share_by == "group":
-            account_of = {s.owner_uid: primary_group_name(s.owner_uid) for s in spans}
-        return decayed_gpu_hours(spans, at, half_life, account_of)
+        bounds = piece_bounds(at, half_life)
+        by_group = self._settings.fair_share_by == "group"
+        pieces: list[dict[str, float]] = []
+        for piece in read(bounds):
+            used: dict[str, float] = {}
+            for uid, totals in piece.items():
+                account = primary_group_name(uid) if by_group else (totals.name or str(uid))
+                seconds = totals.gpu_seconds + (totals.unleased_seconds if unleased else 0.0)
+                used[account] = used.get(account, 0.0) + seconds
+            pieces.append(used)
+        return decayed_from_pieces(bounds, pieces, at, half_life)
 
     def due(self, now: float) -> bool:
         """Whether the decayed figures should be read again ahead of need (a fair queue whose

@@ -4,27 +4,37 @@ A budget is a field of `Limits` declared with `budget_field` (docs/limits.md): s
 everyone, a group or a user like every limit, checked at each grant. A request is refused
 (`quota_exceeded`) while the user's use in the window is at or over the budget, naming the
 budget, the use and when enough of it will have left the window (if nothing more is used). A
-running lease is never cut: budgets are checked at grants only. GPU-hours come from the
-ledger's leases (active ones up to now), kWh from its energy readings (docs/accounting.md).
+running lease is never cut: budgets are checked at grants only. The use comes from the user's
+running totals in the ledger (ledger/totals.py): GPU-hours of their leases (active ones up to
+now) and kWh of their energy readings, leased and unleased (docs/accounting.md), each window
+two points of the totals, whatever the history holds.
 """
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import Any
 
 from gpuallocd.errors import QuotaExceeded
-from gpuallocd.model import LeaseSpan, gpu_seconds
+from gpuallocd.ledger.totals import Totals
 from gpuallocd.model.energy import JOULES_PER_KWH
 
-__all__ = ["WINDOWS", "budget_field", "check_budgets", "frees_at", "use_in_window"]
+__all__ = [
+    "LONGEST_WINDOW",
+    "WINDOWS",
+    "TotalsUse",
+    "budget_field",
+    "check_budgets",
+    "frees_at",
+    "use_in_window",
+]
 
 WINDOWS = {"day": 86400.0, "week": 7 * 86400.0, "month": 30 * 86400.0}
+LONGEST_WINDOW = max(WINDOWS.values())
 UNITS = {"gpu_hours": "GPU-hours", "kwh": "kWh"}
+PRECISION_SECONDS = 1.0  # how close `frees_at` gets
 
 
 def budget_field(measure: str, window: str) -> Any:
@@ -40,45 +50,37 @@ def budget_field(measure: str, window: str) -> Any:
     return field(default=None, metadata=metadata)
 
 
-class Readings:
-    """A user's use as it happened: lease spans (GPU-hours) and energy readings (kWh)."""
+class TotalsUse:
+    """A user's use as the running totals give it at `now`, where nothing more is used after
+    now: an active lease counts up to now (the budget says what was used, not what will be)."""
 
-    def __init__(
-        self, spans: Iterable[LeaseSpan], energy: Iterable[tuple[float, float]], now: float
-    ) -> None:
+    def __init__(self, totals_at: Callable[[float], Totals], now: float) -> None:
         self.now = now
-        # A lease still active counts up to now: the budget says what was used, not what will be.
-        self.spans = [s if s.ended_at is not None else _ended(s, now) for s in spans]
-        readings = sorted(energy)
-        self._times = [at for at, _ in readings]
-        self._joules = list(itertools.accumulate((j for _, j in readings), initial=0.0))
+        self._totals_at = totals_at
+        self._now = totals_at(now)
+
+    def _at(self, when: float) -> Totals:
+        return self._now if when >= self.now else self._totals_at(when)
 
     def use(self, measure: str, start: float, end: float) -> float:
-        """GPU-hours or kWh used inside [start, end] (kWh in O(log n): a month of readings
-        every minute is tens of thousands of rows)."""
+        """GPU-hours or kWh used inside [start, end]: two points of the totals."""
+        used = self._at(end).since(self._at(start))
         if measure == "kwh":
-            low = bisect.bisect_right(self._times, start)
-            high = bisect.bisect_right(self._times, end)
-            return (self._joules[high] - self._joules[low]) / JOULES_PER_KWH
-        return gpu_seconds(self.spans, start, end) / 3600.0
+            return used.all_joules / JOULES_PER_KWH
+        return used.gpu_seconds / 3600.0
 
 
-def _ended(span: LeaseSpan, now: float) -> LeaseSpan:
-    return LeaseSpan(
-        span.owner_uid, span.owner_name, span.gpus, span.created_at, now, span.waited_seconds
-    )
+def use_in_window(found: TotalsUse, measure: str, window: float) -> float:
+    return found.use(measure, found.now - window, found.now)
 
 
-def use_in_window(readings: Readings, measure: str, window: float) -> float:
-    return readings.use(measure, readings.now - window, readings.now)
-
-
-def frees_at(readings: Readings, measure: str, window: float, budget: float) -> float:
-    """When the use in the window falls below `budget`, if nothing more is used."""
-    low, high = readings.now, readings.now + window
-    for _ in range(40):  # use in the window only falls as it slides past now (to ~1 s)
+def frees_at(found: TotalsUse, measure: str, window: float, budget: float) -> float:
+    """When the use in the window falls below `budget`, if nothing more is used (to the
+    second: about twenty reads of the totals for a month)."""
+    low, high = found.now, found.now + window
+    while high - low > PRECISION_SECONDS:  # the use in the window only falls as it slides
         middle = (low + high) / 2
-        if readings.use(measure, middle - window, middle) < budget:
+        if found.use(measure, middle - window, middle) < budget:
             high = middle
         else:
             low = middle
@@ -96,15 +98,15 @@ def check_budgets(
     value_of: Callable[[str], float | None],
     source_of: Callable[[str], str],
     user: str,
-    readings: Callable[[float], Readings],
+    use: Callable[[], TotalsUse],
 ) -> None:
     """Refuse (QuotaExceeded) where the user's use in a budget's window is at or over it;
-    `readings(since)` reads the use once, over the longest window that applies."""
+    `use()` is asked only where a budget applies."""
     applied = {name: value_of(name) for name in budgets}
     set_ = {name: value for name, value in applied.items() if value is not None}
     if not set_:
         return
-    found = readings(max(budgets[name][1] for name in set_))
+    found = use()
     for name, budget in sorted(set_.items()):
         measure, window = budgets[name]
         used = use_in_window(found, measure, window)

@@ -53,7 +53,7 @@ class Limits:
     max_gpus: float | None = _limit(whole=False, minimum=0.0)
     max_ttl_seconds: float | None = _limit(whole=False, minimum=1e-9)
     max_waiting: int | None = _limit(whole=True, minimum=0.0)
-    max_gpu_hours_per_day: float | None = _limit(whole=False, minimum=0.0)
+    max_gpu_hours_per_day: float | None = budget_field("gpu_hours", "day")
     max_shares: int | None = _limit(whole=True, minimum=0.0)
     max_gpu_hours_per_week: float | None = budget_field("gpu_hours", "week")
     max_gpu_hours_per_month: float | None = budget_field("gpu_hours", "month")
@@ -172,7 +172,6 @@ class Usage:
 
     gpus: float = 0.0  # counted against max_gpus (preemptible ones apart where they count apart)
     waiting: int = 0
-    gpu_hours_per_day: float = 0.0
     shares: int = 0
     budgets: Mapping[str, float] = field(default_factory=dict)  # use in each budget's window
     preemptible_gpus: float = 0.0  # held in preemptible leases
@@ -184,7 +183,6 @@ class Usage:
             "max_gpus": self.gpus,
             "max_preemptible_gpus": self.preemptible_gpus,
             "max_waiting": float(self.waiting),
-            "max_gpu_hours_per_day": self.gpu_hours_per_day,
             "max_shares": float(self.shares),
             **self.budgets,
         }.get(name)
@@ -265,11 +263,6 @@ def check_grant(
     if shares and max_shares is not None and usage.shares + shares > max_shares:
         message = f"{limits.user} holds {usage.shares} share(s) and asks for {shares} more"
         raise _refuse(limits, "max_shares", usage.shares, message)
-    max_hours = limits.value("max_gpu_hours_per_day")
-    if max_hours is not None and usage.gpu_hours_per_day >= max_hours:
-        used = usage.gpu_hours_per_day
-        message = f"{limits.user} used {used:.2f} GPU-hours in the last 24 hours"
-        raise _refuse(limits, "max_gpu_hours_per_day", used, message)
 
 
 def _check_gpus(limits: AppliedLimits, name: str, held: float, gpus: float, kind: str = "") -> None:

@@ -1,9 +1,9 @@
 """A caller's use of the node held against the limits that apply to them.
 
 Use is measured where it lives: GPUs held from the active leases, waiting requests from the
-queue, GPU-hours of the last 24 hours and the use against budgets (allocator/site/budgets.py) from
-the ledger's record of leases and energy (read only when a limit on them applies, so a node
-without that limit pays nothing on a grant).
+queue, and the use against budgets (allocator/site/budgets.py) from the user's running totals
+in the ledger (read only when a budget applies, so a node without one pays nothing on a
+grant; where one does, two or three index seeks, whatever the history).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gpuallocd.allocator.site.budgets import Readings, check_budgets, use_in_window
+from gpuallocd.allocator.site.budgets import TotalsUse, check_budgets, use_in_window
 from gpuallocd.allocator.site.limits import (
     BUDGETS,
     LIMIT_NAMES,
@@ -27,11 +27,9 @@ from gpuallocd.allocator.site.limits import (
 from gpuallocd.allocator.site.rules import SiteRules
 from gpuallocd.allocator.site.ttl import TtlBounds
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import Caller, Lease, LeasedGpu, UnitKind, gpu_seconds
+from gpuallocd.model import Caller, Lease, LeasedGpu, UnitKind
 
-__all__ = ["DAY_SECONDS", "Quota"]
-
-DAY_SECONDS = 24 * 3600.0
+__all__ = ["Quota"]
 
 
 class Quota:
@@ -45,31 +43,22 @@ class Quota:
     def applied(self, caller: Caller) -> AppliedLimits:
         return self.rules.limits.applied(caller.user, caller.groups)
 
-    def gpu_hours_per_day(self, uid: int) -> float:
-        """GPU-hours `uid` held in the last 24 hours (active leases up to now)."""
-        now = self._clock()
-        spans = self._ledger.lease_spans(now - DAY_SECONDS, now, uid=uid)
-        return gpu_seconds(spans, now - DAY_SECONDS, now) / 3600.0
-
     def usage(
         self,
         uid: int,
         active: Iterable[Lease],
         waiting: int = 0,
         *,
-        with_hours: bool = True,
         with_budgets: bool = False,
         apart: bool = False,
     ) -> Usage:
         """`apart`: preemptible leases count apart from `max_gpus` (`counts_apart`)."""
-        hours = self.gpu_hours_per_day(uid) if with_hours else 0.0
         active = list(active)
         preemptible = [lease for lease in active if lease.preemptible is not None]
         held, held_preemptible = gpus_held(active, uid), gpus_held(preemptible, uid)
         return Usage(
             gpus=held - held_preemptible if apart else held,
             waiting=waiting,
-            gpu_hours_per_day=hours,
             shares=len(shares_held(active, uid)),
             budgets=self._budget_use(uid) if with_budgets else {},
             preemptible_gpus=held_preemptible,
@@ -87,24 +76,22 @@ class Quota:
             user_max_source=applied.sources["max_ttl_seconds"],
         )
 
-    def readings(self, uid: int, window: float) -> Readings:
-        """`uid`'s lease spans and energy readings of the last `window` seconds."""
-        now = self._clock()
-        spans = self._ledger.lease_spans(now - window, now, uid=uid)
-        return Readings(spans, self._ledger.energy_readings(uid, now - window), now)
+    def budget_use(self, uid: int) -> TotalsUse:
+        """`uid`'s use now, from their running totals (ledger/totals.py)."""
+        return TotalsUse(lambda when: self._ledger.totals_at(uid, when), self._clock())
 
     def _budget_use(self, uid: int) -> dict[str, float]:
-        found = self.readings(uid, max(window for _, window in BUDGETS.values()))
+        found = self.budget_use(uid)
         return {name: use_in_window(found, *BUDGETS[name]) for name in BUDGETS}
 
     def _check_budgets(self, caller: Caller, applied: AppliedLimits) -> None:
         def source(name: str) -> str:
             return applied.sources[name]
 
-        def readings(window: float) -> Readings:
-            return self.readings(caller.uid, window)
+        def use() -> TotalsUse:
+            return self.budget_use(caller.uid)
 
-        check_budgets(BUDGETS, applied.value, source, caller.user, readings)
+        check_budgets(BUDGETS, applied.value, source, caller.user, use)
 
     def check_grant(
         self, caller: Caller, active: Iterable[Lease], *, gpus: float, preemptible: bool = False
@@ -113,9 +100,7 @@ class Quota:
         applied = self.applied(caller)
         if all(value is None for value in applied.values.values()):
             return  # no limit at all applies (the common case): nothing to count
-        with_hours = applied.value("max_gpu_hours_per_day") is not None
-        apart = counts_apart(applied)
-        usage = self.usage(caller.uid, active, with_hours=with_hours, apart=apart)
+        usage = self.usage(caller.uid, active, apart=counts_apart(applied))
         check_grant(applied, usage, gpus=gpus, preemptible=preemptible)
         self._check_budgets(caller, applied)
 
@@ -134,10 +119,9 @@ class Quota:
         active = list(active)
         units = list(units)
         shared_already = {u.gpu_uuid for u in shares_held(active, caller.uid)}
-        with_hours = applied.value("max_gpu_hours_per_day") is not None
         check_grant(
             applied,
-            self.usage(caller.uid, active, with_hours=with_hours, apart=counts_apart(applied)),
+            self.usage(caller.uid, active, apart=counts_apart(applied)),
             gpus=units_weight(units, shared_already),
             shares=sum(unit.kind is UnitKind.SHARE for unit in units),
             preemptible=preemptible,

@@ -212,6 +212,7 @@ def rebuild(
         lifecycle.node.update_live(evidence.live)
         outcome.rebuilt = restored.rebuilt
         outcome.held = hold_unexplained(lifecycle, machine, now)
+        ledger.rebuild_totals()  # the users' running totals, from the leases restored
         outcome.notes = [
             *restored.ended,
             *machine.set_aside,
