@@ -22,9 +22,8 @@ daemon: $(STAMP)
 	$(VENV)/bin/gpuallocd --init --inventory $(TOPOLOGY) \
 		--socket $(RUNDIR)/gpuallocd.sock --state-dir $(RUNDIR)/state
 
-## Run the test suite, on TEST_WORKERS processes (pytest-xdist). Much of it waits on timers and
-## processes, so more workers than CPUs pay (measured in docs/testing.md); plain `pytest` runs
-## it on one.
+## Run the test suite, on TEST_WORKERS processes (pytest-xdist). Much of it waits on daemons,
+## processes and timers, so more workers than CPUs pay; plain `pytest` runs it on one.
 test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS)
 
