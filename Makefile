@@ -6,6 +6,7 @@ STAMP   := $(VENV)/.installed
 USER_ID := $(shell id -un)
 RUNDIR  ?= /tmp/gpuallocd-$(USER_ID)
 TOPOLOGY ?= example:workstation-4gpu-nvbridge
+TEST_WORKERS ?= 4
 
 .PHONY: daemon test system-test lint check bench clean
 
@@ -21,9 +22,10 @@ daemon: $(STAMP)
 	$(VENV)/bin/gpuallocd --init --inventory $(TOPOLOGY) \
 		--socket $(RUNDIR)/gpuallocd.sock --state-dir $(RUNDIR)/state
 
-## Run the test suite.
+## Run the test suite, on TEST_WORKERS processes (pytest-xdist). Much of it waits on daemons,
+## processes and timers, so more workers than CPUs pay; plain `pytest` runs it on one.
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 ## The service as shipped, under a real systemd (PID 1) in a systemd-nspawn container,
 ## installed as the README says (tests/system; needs root, systemd-container, debootstrap).

@@ -33,22 +33,20 @@ def _read(path: Path) -> bytes:
         return b""
 
 
-def _parent(pid: int) -> int:
-    for line in _read(Path(f"/proc/{pid}/status")).decode(errors="replace").splitlines():
-        if line.startswith("PPid:"):
-            return int(line.split()[1])
-    return 0
-
-
-def _is_zombie(pid: int) -> bool:
+def _parent_and_state(pid: int) -> tuple[int, str]:
+    """The parent's pid and the one-letter state, from /proc/PID/stat (after the name, which
+    may hold spaces and parentheses); (0, "X") when the process is gone."""
     stat = _read(Path(f"/proc/{pid}/stat")).decode(errors="replace")
-    return not stat or stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] in ("Z", "X")
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if len(fields) < 2:
+        return 0, "X"
+    return int(fields[1]), fields[0]
 
 
-def _descends_from(pid: int, ancestor: int) -> bool:
+def _descends_from(pid: int, ancestor: int, parents: dict[int, int]) -> bool:
     seen = 0
     while pid > 1 and seen < 64:
-        pid = _parent(pid)
+        pid = parents.get(pid, 0)
         if pid == ancestor:
             return True
         seen += 1
@@ -56,15 +54,24 @@ def _descends_from(pid: int, ancestor: int) -> bool:
 
 
 def started_by_this_run(me: int) -> dict[int, str]:
-    """pid -> command line of every live process of this run but pytest itself."""
+    """pid -> command line of every live process of this run but pytest itself.
+
+    Each process's stat is read once (a machine may run thousands of processes; walking
+    every one's ancestry through /proc again for each would take seconds)."""
     marker = f"{MARKER}={me}".encode()
-    found: dict[int, str] = {}
+    parents: dict[int, int] = {}
+    live: list[int] = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
+        if not entry.name.isdigit():
             continue
         pid = int(entry.name)
-        environ = _read(entry / "environ").split(b"\0")
-        if (marker in environ or _descends_from(pid, me)) and not _is_zombie(pid):
+        parents[pid], state = _parent_and_state(pid)
+        if pid != me and state not in ("Z", "X"):
+            live.append(pid)
+    found: dict[int, str] = {}
+    for pid in live:
+        entry = Path(f"/proc/{pid}")
+        if _descends_from(pid, me, parents) or marker in _read(entry / "environ").split(b"\0"):
             argv = _read(entry / "cmdline").replace(b"\0", b" ").decode(errors="replace")
             found[pid] = argv.strip() or f"[{pid}]"
     return found

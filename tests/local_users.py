@@ -24,6 +24,7 @@ from tests.harness import DaemonPaths
 
 CLIENT_DIR = str(Path(gpulease.__file__).resolve().parent.parent)
 USER_NAMES = ("gahost-ana", "gahost-ben")
+USERADD_NAME_IN_USE = 9  # useradd(8): "username or group name already in use"
 
 
 @dataclass(frozen=True)
@@ -42,14 +43,19 @@ def _system_python() -> str:
 
 
 def _ensure(name: str) -> LocalUser:
+    """The user `name`, made if missing. Several test processes (xdist's workers, another
+    checkout's run) may find it missing at once: whichever useradd comes second is told the
+    name is taken (exit 9), and the user the first one made is the one to use."""
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(
+        made = subprocess.run(
             ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-            check=True,
             capture_output=True,
+            text=True,
         )
+        if made.returncode not in (0, USERADD_NAME_IN_USE):
+            raise AssertionError(f"useradd {name}: {made.stderr.strip()}") from None
         entry = pwd.getpwnam(name)
     return LocalUser(name, entry.pw_uid, entry.pw_gid)
 

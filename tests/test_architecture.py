@@ -102,7 +102,9 @@ def _targets(base: str, names: list[str]) -> Iterator[str]:
         yield base
 
 
+@functools.cache
 def _graph() -> dict[str, set[str]]:
+    """Each module's gpuallocd imports (parsed once: the tests only read it)."""
     modules = _modules()
     return {
         name: {target for target in _imports(path, name) if target in modules and target != name}

@@ -9,6 +9,7 @@ import os
 import sqlite3
 import stat
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,7 @@ def test_a_pending_cleanup_is_finished_after_a_crash(
     daemon = start(paths, devices, daemons)
     alice, swapped = leased_and_freed_by_alice(daemon, system_users, devices)
     daemon.kill()
-    with sqlite3.connect(paths.state_dir / "ledger.sqlite3") as db:
+    with closing(sqlite3.connect(paths.state_dir / "ledger.sqlite3")) as db, db:
         rows = db.execute("SELECT kind, target, attempts FROM pending_cleanups").fetchall()
     assert rows == [("device_acl", str(swapped.node), 1)]
     swapped.put_back()

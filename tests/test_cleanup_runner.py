@@ -3,6 +3,7 @@ at all), done by kind, retried with backoff on the ledger's clock, never dropped
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,12 @@ def owes(ended: Lease) -> list[Cleanup]:
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
     found = Ledger(tmp_path / "ledger.sqlite3")
     found.sync_gpus([Gpu(index=0, uuid=UUID, name="A100")], now=0.0)
     found.cleanup_plans = (owes,)
-    return found
+    yield found
+    found.close()
 
 
 def test_the_end_of_a_lease_writes_what_it_owes_in_the_same_transaction(ledger: Ledger) -> None:

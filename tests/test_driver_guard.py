@@ -66,6 +66,29 @@ def test_a_hung_call_holds_one_thread_and_later_calls_are_skipped() -> None:
     assert driver_threads() == 0
 
 
+def test_a_rescan_that_meets_a_running_sample_waits_for_it() -> None:
+    """A rescan asked while a sample runs (not overdue) runs after it, not refused."""
+    guard = DriverGuard(CallWatch(HandClock(0.0)), deadline_seconds=30.0)
+    started, release = threading.Event(), threading.Event()
+
+    def sample() -> str:
+        started.set()
+        release.wait(60)
+        return "sampled"
+
+    async def scenario() -> None:
+        sampling = asyncio.create_task(guard.run("sample", sample))
+        await until(started.is_set)
+        rescan = asyncio.create_task(guard.answer("rescan", lambda: "rescanned"))
+        await asyncio.sleep(0)  # the rescan finds the sample running
+        assert guard.busy and not rescan.done()
+        release.set()
+        assert await rescan == "rescanned"
+        assert await sampling == "sampled"
+
+    asyncio.run(scenario())
+
+
 def test_an_error_of_the_call_reaches_the_caller() -> None:
     """A call that fails in time raises its own error on the loop."""
     guard = DriverGuard(None, deadline_seconds=30.0)

@@ -85,6 +85,19 @@ def test_every_json_decoding_failure_is_malformed_json(
     assert (status, answer["error"]["code"]) == (400, "malformed_json"), why
 
 
+def test_nesting_past_the_limit_is_malformed_json_on_every_python(daemon: ThreadDaemon) -> None:
+    """101 levels of arrays are malformed_json whatever depth this Python's parser takes;
+    100 levels decode (and the label is refused as not a string)."""
+    deep = b"[" * 100 + b"]" * 100
+    at_limit = b'{"count": 1, "label": ' + deep[1:-1] + b"}"  # 100 levels with the object
+    past = b'{"count": 1, "label": ' + deep + b"}"
+    status, answer = exchange(daemon.paths.socket, "POST", "/v1/leases", past)
+    assert (status, answer["error"]["code"]) == (400, "malformed_json")
+    assert "more than 100 levels" in answer["error"]["message"]
+    status, answer = exchange(daemon.paths.socket, "POST", "/v1/leases", at_limit)
+    assert (status, answer["error"]["code"]) == (400, "invalid_request")
+
+
 @pytest.mark.parametrize("limit", ["%C2%B2", "%D9%A1%D9%A0", "1e3", "-1", "+5", "%EF%BC%95"])
 def test_history_limit_takes_ascii_digits_only(daemon: ThreadDaemon, limit: str) -> None:
     """`history?limit=²` (or Arabic-Indic, fullwidth, signed, exponent): 400 invalid_request."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import tempfile
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -42,17 +44,18 @@ def history_of(ledger: Ledger, lease_id: str | None = None) -> list[HistoryEvent
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     ledger.sync_gpus(GPUS, 0.0)
-    return ledger
+    yield ledger
+    ledger.close()
 
 
 def test_schema_refuses_double_booking_even_in_raw_sql(ledger: Ledger) -> None:
     """The unique index refuses a second active row for a GPU, bypassing Python entirely."""
     ledger.grant(make_lease("a", [0]), 0)
     ledger.grant(make_lease("b", [1]), 0)
-    with sqlite3.connect(ledger.path) as conn, pytest.raises(sqlite3.IntegrityError):
+    with closing(sqlite3.connect(ledger.path)) as conn, conn, pytest.raises(sqlite3.IntegrityError):
         conn.execute(
             "INSERT INTO lease_gpus (lease_id, gpu_uuid, gpu_index, position, active) "
             "VALUES ('b', 'GPU-0', 0, 1, 1)"
@@ -88,6 +91,7 @@ def test_ledger_reopens_with_its_leases(tmp_path: Path) -> None:
     assert [x.id for x in second.active_leases()] == ["a"]
     assert second.active_leases()[0].gpus == make_lease("a", [3, 4]).gpus
     assert second.schema_version() == schema.SCHEMA_VERSION
+    second.close()
 
 
 def test_what_a_revoke_does_to_a_leases_processes_is_kept_in_the_ledger(tmp_path: Path) -> None:
@@ -115,7 +119,7 @@ def test_what_a_revoke_does_to_a_leases_processes_is_kept_in_the_ledger(tmp_path
 def test_newer_ledger_is_refused(tmp_path: Path) -> None:
     """A ledger from a newer schema is refused with a message, not misread."""
     Ledger(tmp_path / "l.db").close()
-    with sqlite3.connect(tmp_path / "l.db") as conn:
+    with closing(sqlite3.connect(tmp_path / "l.db")) as conn, conn:
         conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(LedgerError, match="newer"):
         Ledger(tmp_path / "l.db")
@@ -203,7 +207,7 @@ INSERT INTO history VALUES (1, 'old', 'granted', 1000, 1.0, NULL);
 
 def test_ledger_of_schema_1_opens_and_is_upgraded(tmp_path: Path) -> None:
     """A ledger written by the first schema opens: upgraded, its leases and history intact."""
-    with sqlite3.connect(tmp_path / "v1.db") as conn:
+    with closing(sqlite3.connect(tmp_path / "v1.db")) as conn, conn:
         conn.executescript(SCHEMA_V1)
     ledger = Ledger(tmp_path / "v1.db")
     assert ledger.schema_version() == schema.SCHEMA_VERSION

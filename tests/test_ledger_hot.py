@@ -4,6 +4,8 @@ each, savepoints inside a group commit."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -15,15 +17,16 @@ from tests.test_ledger import GPUS, make_lease
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     ledger.sync_gpus(GPUS, 0.0)
-    return ledger
+    yield ledger
+    ledger.close()
 
 
 def seen_by_another_connection(ledger: Ledger) -> tuple[list[str], list[tuple[str, str]]]:
     """Active lease ids and (lease, event) history, as a second reader of the file sees them."""
-    with sqlite3.connect(ledger.path) as conn:
+    with closing(sqlite3.connect(ledger.path)) as conn, conn:
         active = [r[0] for r in conn.execute("SELECT id FROM leases WHERE state = 'active'")]
         events = list(conn.execute("SELECT lease_id, event FROM history ORDER BY seq"))
     return active, events
@@ -65,13 +68,13 @@ def test_a_refused_grant_leaves_no_transaction_open(ledger: Ledger) -> None:
     with pytest.raises(GpuBusy):
         ledger.grant(make_lease("b", [0]), 0)
     assert [lease.id for lease in ledger.active_leases()] == ["a"]
-    with sqlite3.connect(ledger.path, timeout=0) as other:  # the write lock is free
+    with closing(sqlite3.connect(ledger.path, timeout=0)) as other, other:  # the write lock is free
         other.execute("UPDATE gpus SET name = 'x' WHERE uuid = 'GPU-5'")
     ledger.grant(make_lease("c", [1]), 0)
 
 
 def _page_size(path: Path) -> int:
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         return int(db.execute("PRAGMA page_size").fetchone()[0])
 
 
@@ -85,7 +88,7 @@ def test_a_new_ledger_uses_small_pages_so_a_commit_syncs_less(tmp_path: Path) ->
 def test_a_ledger_made_with_larger_pages_keeps_them_and_its_leases(tmp_path: Path) -> None:
     """An existing ledger with 4 KiB pages opens as it is: its leases stay, its pages too."""
     path = tmp_path / "ledger.sqlite3"
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         db.execute("PRAGMA page_size=4096")
         db.execute("VACUUM")
     ledger = Ledger(path)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -43,10 +45,11 @@ INSTANCE = LeasedGpu("MIG-a", 1, kind=UnitKind.MIG, parent="GPU-1", profile="1g.
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     ledger.sync_gpus(GPUS, 0.0, CAPACITY)
-    return ledger
+    yield ledger
+    ledger.close()
 
 
 def test_shares_are_granted_while_they_fit_and_refused_beyond(ledger: Ledger) -> None:
@@ -62,7 +65,7 @@ def test_shares_are_granted_while_they_fit_and_refused_beyond(ledger: Ledger) ->
 def test_raw_sql_cannot_over_commit_a_gpu(ledger: Ledger) -> None:
     """The trigger refuses a share row past the GPU's capacity, bypassing Python entirely."""
     ledger.grant(lease_of("a", share(70)), 0)
-    with sqlite3.connect(ledger.path) as conn, pytest.raises(sqlite3.IntegrityError):
+    with closing(sqlite3.connect(ledger.path)) as conn, conn, pytest.raises(sqlite3.IntegrityError):
         conn.execute(
             "INSERT INTO lease_gpus (lease_id, gpu_uuid, gpu_index, position, active, kind, "
             f"gpu_of, memory_bytes) VALUES ('a', 'GPU-0', 0, 1, 1, 'share', 'GPU-0', {10 * GIB})"
@@ -72,7 +75,7 @@ def test_raw_sql_cannot_over_commit_a_gpu(ledger: Ledger) -> None:
 def test_a_gpu_that_is_not_shared_takes_no_share_even_in_raw_sql(ledger: Ledger) -> None:
     """No share_capacity_bytes (GPU-1 is not shared) means no share, whatever its size."""
     ledger.grant(lease_of("a", WHOLE_0), 0)
-    with sqlite3.connect(ledger.path) as conn, pytest.raises(sqlite3.IntegrityError):
+    with closing(sqlite3.connect(ledger.path)) as conn, conn, pytest.raises(sqlite3.IntegrityError):
         conn.execute(
             "INSERT INTO lease_gpus (lease_id, gpu_uuid, gpu_index, position, active, kind, "
             "gpu_of, memory_bytes) VALUES ('a', 'GPU-1', 1, 1, 1, 'share', 'GPU-1', 1)"
@@ -105,7 +108,7 @@ def test_an_ended_unit_cannot_be_made_active_again(ledger: Ledger) -> None:
     ledger.grant(lease, 0)
     ledger.end([lease.ended(LeaseState.FREED, 2.0)], 0)
     ledger.grant(lease_of("b", share(60)), 0)
-    with sqlite3.connect(ledger.path) as conn, pytest.raises(sqlite3.IntegrityError):
+    with closing(sqlite3.connect(ledger.path)) as conn, conn, pytest.raises(sqlite3.IntegrityError):
         conn.execute("UPDATE lease_gpus SET active = 1 WHERE lease_id = 'a'")
 
 
@@ -116,6 +119,7 @@ def test_units_come_back_from_the_ledger_as_granted(ledger: Ledger, tmp_path: Pa
     ledger.close()
     reopened = Ledger(tmp_path / "ledger.sqlite3")
     units = {lease.id: lease.gpus[0] for lease in reopened.active_leases()}
+    reopened.close()
     assert units == {"s": share(20), "m": INSTANCE}
 
 
@@ -145,7 +149,7 @@ INSERT INTO lease_gpus VALUES ('old', 'GPU-0', 0, 0, 1);
 
 def test_ledger_of_schema_2_is_upgraded_with_whole_gpu_leases(tmp_path: Path) -> None:
     """A schema-2 lease becomes a whole-GPU unit; the new invariants hold for it at once."""
-    with sqlite3.connect(tmp_path / "v2.db") as conn:
+    with closing(sqlite3.connect(tmp_path / "v2.db")) as conn, conn:
         conn.executescript(SCHEMA_V2)
     ledger = Ledger(tmp_path / "v2.db")
     assert ledger.schema_version() == schema.SCHEMA_VERSION == 6

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -103,10 +102,12 @@ def test_critical_xids_can_be_chosen() -> None:
 def test_close_stops_the_watcher_and_shuts_nvml_down(dgx: tuple[NvmlInventory, FakeNvml]) -> None:
     """close() ends the Xid thread, frees the event set and shuts NVML down; twice is fine."""
     inventory, fake = dgx
-    assert any(t.name == "gpuallocd-xid" for t in threading.enumerate())
+    # this inventory's own watcher: another test's, still winding down, is not its business
+    watcher = inventory._watcher._thread
+    assert watcher is not None and watcher.name == "gpuallocd-xid" and watcher.is_alive()
     inventory.close()
     inventory.close()
-    assert not any(t.name == "gpuallocd-xid" for t in threading.enumerate())
+    assert not watcher.is_alive()
     assert fake.open_event_sets == 0
     assert fake.initialised == 0
 

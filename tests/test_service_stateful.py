@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -17,6 +18,10 @@ from gpuallocd.errors import CapacityError, GpuallocError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller, Lease
 from gpuallocd.topology import load_topology
+
+# About 16 s of CPU (a restart every few steps reopens the ledger): past the suite's 120 s on a
+# loaded two-core machine running the suite on several workers.
+pytestmark = pytest.mark.timeout(300)
 
 TOPOLOGY = load_topology("example:dgx1-volta")
 PIDS = (101, 102, 103, 104)

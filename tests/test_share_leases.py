@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def shared(start_daemon: SharedDaemon) -> ThreadDaemon:
 def share_sums(daemon: ThreadDaemon) -> dict[str, int]:
     """The active shares' bytes per GPU, read straight from the ledger file."""
     path = Path(daemon.config.ledger_path)
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn, conn:
         rows = conn.execute(
             "SELECT gpu_of, SUM(memory_bytes) FROM lease_gpus "
             "WHERE active = 1 AND kind = 'share' GROUP BY gpu_of"

@@ -162,7 +162,9 @@ def test_a_long_trace_replays_quickly() -> None:
                 json.dumps({"op": "allocate", "id": f"j{i}", "count": rng.choice((1, 2, 4))})
             )
             active.append(f"j{i}")
-    start = time.perf_counter()
+    # The replay's own CPU time, not the wall clock: on a loaded machine (CI's two cores, the
+    # suite's other workers) the wall clock measures the neighbours.
+    start = time.process_time()
     result = simulate(node("dgx1-volta"), get_policy("best-effort"), read_trace(ops))
-    assert time.perf_counter() - start < 15
+    assert time.process_time() - start < 15
     assert result.summary.steps == 20_000

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 from gpuallocd.cli.leasing.revoke_watch import descendants
@@ -51,7 +52,8 @@ def test_a_process_on_someone_elses_gpu_is_reported_once_to_all(
         node.sampled(client)
     assert actions(daemon, pid) == ["reported"]  # once, not at every sample
     bob = system_users.name("bob")
-    message = f"pid {pid} of {bob} uses GPU 3 without a lease (python3"
+    program = Path(system_users.python).name[:15]  # its comm: the name it was run by
+    message = f"pid {pid} of {bob} uses GPU 3 without a lease ({program}"
     with daemon.client() as client:
         told = [e for e in client.history(lease.id) if e["event"] == "unleased-use"]
     assert len(told) == 1 and told[0]["detail"].startswith(message)

@@ -8,7 +8,7 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -59,7 +59,7 @@ def grant(gated: GatedLedger, lease_id: str, index: int) -> str:
 
 def committed(gated: GatedLedger) -> list[str]:
     """Active leases as another reader of the file sees them: only what was committed."""
-    with sqlite3.connect(gated.ledger.path) as db:
+    with closing(sqlite3.connect(gated.ledger.path)) as db, db:
         return sorted(r[0] for r in db.execute("SELECT id FROM leases WHERE state = 'active'"))
 
 

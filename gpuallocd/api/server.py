@@ -7,6 +7,7 @@ import contextlib
 import os
 import socket
 import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -235,9 +236,16 @@ class UnixApiServer:
     async def start(self) -> None:
         await self._runner.setup()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(
-            self._protocol, sock=self._sock, backlog=LISTEN_BACKLOG
-        )
+        if sys.version_info >= (3, 13):
+            # 3.13 removes a Unix server's socket file when it closes; which file goes is the
+            # daemon's call (a socket systemd made stays, a replaced one is left alone).
+            self._server = await loop.create_unix_server(
+                self._protocol, sock=self._sock, backlog=LISTEN_BACKLOG, cleanup_socket=False
+            )
+        else:
+            self._server = await loop.create_unix_server(
+                self._protocol, sock=self._sock, backlog=LISTEN_BACKLOG
+            )
 
     async def stop(self, grace_seconds: float = 1.0) -> None:
         """Stop accepting, let requests in flight finish (within the grace), close the rest."""

@@ -14,6 +14,10 @@ __all__ = ["Body", "first_unprintable", "parse_json_object"]
 
 MAX_LABEL_LENGTH = 200
 MAX_GPU_REFS = 1024
+# Far deeper than any request nests. Python's parser gives up at a depth of its own (about
+# 1,000 up to 3.11, tens of thousands since 3.12): this limit makes the answer the same on all.
+MAX_JSON_DEPTH = 100
+_NESTED_TOO_DEEPLY = f"the body is not valid JSON: nested more than {MAX_JSON_DEPTH} levels deep"
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -23,12 +27,30 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     try:
         data = json.loads(raw)
     except RecursionError:
-        raise MalformedJson("the body is not valid JSON: nested too deeply") from None
+        raise MalformedJson(_NESTED_TOO_DEEPLY) from None
     except ValueError as exc:  # bad syntax or encoding, or an integer with too many digits
         raise MalformedJson(f"the body is not valid JSON: {exc}") from None
+    if _nests_deeper_than(data, MAX_JSON_DEPTH):
+        raise MalformedJson(_NESTED_TOO_DEEPLY)
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object")
     return data
+
+
+def _nests_deeper_than(data: Any, limit: int) -> bool:
+    """Whether arrays and objects in `data` nest more than `limit` deep (walked with a stack
+    of its own: a deep value must not exhaust Python's recursion)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        elif not isinstance(value, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in value)
+    return False
 
 
 # Characters that steer a terminal or reorder text: C0/C1 controls, DEL, line and paragraph

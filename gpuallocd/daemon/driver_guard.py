@@ -4,7 +4,8 @@ loop, one at a time, each with a deadline.
 A driver call can hang rather than fail (a GPU in trouble, the kernel driver's lock held).
 The guard runs each call on a thread of its own, never on the loop and never in the loop's
 shared pool, and lets only one call run at a time: while one hangs, later samples are skipped
-(no thread piles up behind it) and a rescan is refused with the hung call's name. The API
+(no thread piles up behind it) and a rescan is refused with the hung call's name (a rescan
+that meets a sample merely running waits for it). The API
 keeps answering from the ledger and the last sample. When the call returns at last, its
 answer is dropped (it is stale), the driver is in service again and the next sample runs.
 
@@ -83,7 +84,10 @@ class DriverGuard:
         return future.result()
 
     async def answer(self, task: str, call: Callable[[], T]) -> T:
-        """`call()`'s answer, or InventoryError naming the hung call where there is none."""
+        """`call()`'s answer, or InventoryError naming the hung call where there is none.
+        A call that is running but not overdue (a sample) is waited for first, within the
+        deadline: only a hung driver refuses, never the timing of a routine sample."""
+        await self._settle()
         found = await self.run(task, call)
         if found is None:
             raise InventoryError(
@@ -91,6 +95,11 @@ class DriverGuard:
                 "it does (`gpuallocctl doctor` shows the call and how long it has hung)"
             )
         return found
+
+    async def _settle(self) -> None:
+        running = self._busy
+        if running is not None and not running.done() and not self.hung:
+            await asyncio.wait({running}, timeout=self._deadline)
 
     def _start(self, task: str, call: Callable[[], T]) -> asyncio.Future[T]:
         loop = asyncio.get_running_loop()

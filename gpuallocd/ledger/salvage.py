@@ -160,15 +160,19 @@ def read_tables(path: Path) -> SalvageReport:
     report = SalvageReport()
     try:
         conn = sqlite3.connect(str(path))
-        conn.execute("PRAGMA query_only=1")
     except sqlite3.Error as exc:
         report.unreadable = str(exc)
         return report
     try:
+        try:
+            conn.execute("PRAGMA query_only=1")
+        except sqlite3.Error as exc:
+            report.unreadable = str(exc)
+            return report
         for table in TABLES:
             _read_table(conn, table, report)
     finally:
-        conn.close()
+        conn.close()  # also when it is unreadable: an open handle is a leak
     if not report.rows and report.damaged_tables:
         report.unreadable = next(iter(report.damaged_tables.values()))
     return report

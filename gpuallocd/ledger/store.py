@@ -159,15 +159,25 @@ class Ledger(
             self._engine = _make_engine(path, sync)
             # One writer, one connection: kept open for the ledger's whole life.
             self._conn = self._engine.connect()
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"cannot open the ledger {path}: {exc}") from exc
+        try:
             with self._conn.begin():
                 _prepare_schema(self._conn)
             # grant and end go straight to the sqlite3 connection under self._conn
             driver = cast(sqlite3.Connection, self._conn.connection.driver_connection)
             self._hot = HotWriter(driver, self._commit_timer)
-        except SQLAlchemyError as exc:
-            raise LedgerError(f"cannot open the ledger {path}: {exc}") from exc
+        except BaseException as exc:
+            self._conn.close()  # a ledger refused (a newer schema, damage) keeps no handle open
+            self._engine.dispose()
+            if isinstance(exc, SQLAlchemyError):
+                raise LedgerError(f"cannot open the ledger {path}: {exc}") from exc
+            raise
 
     def close(self) -> None:
+        """Close the ledger's connection; a second close does nothing."""
+        if self._conn.closed:
+            return
         self._hot.close()
         self._conn.close()
         self._engine.dispose()

@@ -53,6 +53,13 @@ def containers(runtime: Path) -> list[Path]:
     return sorted((runtime.parent / "runtime" / "containers").iterdir())
 
 
+def exit_with(container: Path, status: int) -> None:
+    """End a container with `status`: its `exit` file appears whole (renamed into place), so
+    the runtime never reads it half written (empty, which it would take for 0)."""
+    (container / "exit.tmp").write_text(str(status))
+    (container / "exit.tmp").rename(container / "exit")
+
+
 def calls(runtime: Path) -> list[list[str]]:
     text = (runtime.parent / "runtime" / "calls.jsonl").read_text()
     return [json.loads(line) for line in text.splitlines()]
@@ -137,7 +144,7 @@ def test_detached_container_keeps_its_lease_after_the_cli_exits(
         assert f"io.gpuallocd.lease={lease.id}" in run_call
         wait_for(lambda: ["wait", cid] in calls(runtime), 20, what="the supervisor to wait")
         assert client.lease(lease.id).state == "active"
-        (containers(runtime)[0] / "exit").write_text("0")
+        exit_with(containers(runtime)[0], 0)
         wait_for(lambda: client.leases() == [], 20, what="the lease to end")
         assert client.lease(lease.id).state == "freed"
 
@@ -152,7 +159,7 @@ def test_foreground_run_passes_the_exit_status_and_frees_the_lease(
         with daemon.client() as client:
             (lease,) = client.leases()
             assert len(lease.gpus) == 1
-            (containers(runtime)[0] / "exit").write_text("3")
+            exit_with(containers(runtime)[0], 3)
             assert process.wait(60) == 3
             wait_for(lambda: client.leases() == [], 20, what="the lease to end")
     finally:

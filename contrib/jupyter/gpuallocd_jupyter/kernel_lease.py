@@ -23,7 +23,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from gpulease import (
     Client,
@@ -40,7 +40,8 @@ from gpulease.renewer import Renewer
 
 __all__ = ["KernelLease", "LeaseRequest", "kernel_env"]
 
-Logger = logging.Logger | logging.LoggerAdapter[Any]
+# A string: LoggerAdapter takes a type argument only from Python 3.11 on.
+Logger: TypeAlias = "logging.Logger | logging.LoggerAdapter[Any]"
 
 
 @dataclass(frozen=True)
