@@ -38,7 +38,7 @@ def test_a_request_over_a_kwh_budget_is_refused_and_a_running_lease_is_not_cut(
     try:
         first = ctl_json(users, "alice", machine, "allocate", "-n", "1", "--ttl", "8h")
         running = ctl_json(users, "alice", machine, "allocate", "-n", "1", "--ttl", "8h")
-        machine.clock.step(3600)
+        machine.step(3600)
         assert users.ctl("alice", socket, "free", first["id"]).returncode == 0
         before = time.time()
         refused = users.ctl("alice", socket, "allocate", "-n", "1")

@@ -1,6 +1,6 @@
 """The façade's part for energy: the energy timer's reading of every leased GPU and of GPUs
-used without a lease (docs/accounting.md). Grants and ends read their own GPUs in the
-lifecycle."""
+used without a lease (docs/accounting.md), from the counters the last live sample read (no
+driver call here). Grants and ends read their own GPUs in the lifecycle."""
 
 from __future__ import annotations
 
@@ -39,14 +39,15 @@ class EnergyDesk:
         return self._lifecycle.hardware.energy.enabled
 
     async def meter(self) -> None:
-        """Read the counter of every GPU a lease holds or someone used: what each lease, and
-        each user without a lease there, drew since the last reading (so a restart or a
-        driver reload loses at most one interval)."""
+        """Read every GPU a lease holds or someone used: what each lease, and each user
+        without a lease there, drew since the last reading (so a restart or a driver reload
+        loses at most one interval)."""
         await self._worker.run(self._meter)
 
     def _meter(self) -> None:
         leases = self._lifecycle.leases()
-        self._lifecycle.hardware.energy.record_all(self._ledger, leases, self._clock())
+        uses = self._lifecycle.hardware.energy.uses_of_all(leases, self._clock())
+        self._ledger.record_energy(uses)
 
     async def totals(self) -> dict[str, float]:
         """Joules per user since the daemon started counting (the metrics' counter): the

@@ -187,7 +187,7 @@ class Daemon:
             settings=allocator_settings(self.config),
             rules=self._rules,
             monotonic=self._monotonic,
-            hardware=lease_hardware(inventory, self.config, lambda: guard.hung),
+            hardware=lease_hardware(inventory, self.config, guard),
         )
         facade = AllocatorFacade(
             lifecycle,
@@ -249,7 +249,8 @@ class Daemon:
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
         guard = DriverGuard.of(inventory, deadline_seconds=self.config.driver_call_timeout_seconds)
         facade = self._facade(inventory, ledger, guard)
-        facade.cleanups = cleanup_runner(ledger, self._clock, self._device_access)
+        caps = facade.power.caps
+        facade.cleanups = cleanup_runner(ledger, self._clock, self._device_access, caps, guard)
         housekeeper = Housekeeper(
             facade,
             inventory,

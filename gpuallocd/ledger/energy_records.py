@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import delete, func, select
 
@@ -10,7 +11,7 @@ from gpuallocd.ledger import schema
 from gpuallocd.ledger.access import LedgerAccess
 from gpuallocd.model.energy import EnergyUse, LeaseEnergy
 
-__all__ = ["EnergyRecords"]
+__all__ = ["EnergyRecords", "energy_steps"]
 
 _E = schema.energy_use
 _INSERT = (
@@ -19,13 +20,18 @@ _INSERT = (
 )
 
 
+def energy_steps(uses: Sequence[EnergyUse]) -> list[tuple[str, Sequence[Any]]]:
+    """The inserts of readings, for the transaction of the grant or end that read them."""
+    return [(_INSERT, tuple(use.to_row().values())) for use in uses]
+
+
 class EnergyRecords(LedgerAccess):
     """The `energy_use` table."""
 
     def record_energy(self, uses: Sequence[EnergyUse]) -> None:
         """Rows of energy drawn since the previous reading (nothing for none)."""
         if uses:
-            self._hot_write([(_INSERT, tuple(use.to_row().values())) for use in uses])
+            self._hot_write(energy_steps(uses))
 
     def lease_energy(self, lease_id: str) -> LeaseEnergy | None:
         """The energy a lease drew so far; None where none was read for it."""

@@ -158,6 +158,7 @@ class LiveState:
     memory_used_bytes: int | None = None
     utilization_percent: float | None = None
     processes: tuple[GpuProcess, ...] = ()
+    energy_mj: int | None = None  # the energy counter (whole GPUs, Volta on; docs/accounting.md)
 
 
 HEALTHY = LiveState()

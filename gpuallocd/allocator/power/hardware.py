@@ -1,9 +1,11 @@
 """What a lease does to its GPUs besides holding them: it must fit the box's power budget
-(budget.py), its energy is read (energy.py) and its power cap set and put back
-(caps.py). The lifecycle calls `granted` and `ending` in the
-transaction of the change; once it is committed the caps follow, told as an observer. Each
-live sample is told too (`sampled`): who uses each GPU splits its energy, and names who draws
-without a lease when the budget refuses."""
+(budget.py), its energy is read (energy.py) and its power cap set and put back (caps.py).
+The lifecycle calls `granted` and `ending` in the transaction of the change: they return the
+rows to write with it (one transaction, no driver call: readings come from the last sample's
+cache, limits from what the daemon last set or read); once it is committed the caps follow,
+told as an observer. Each live sample is told too (`sampled`): each GPU's energy counter, and
+who uses it, which splits its energy and names who draws without a lease when the budget
+refuses."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from gpuallocd.allocator.power.caps import PowerCaps
 from gpuallocd.allocator.power.energy import EnergyMeter
 from gpuallocd.allocator.power.split import user_shares
 from gpuallocd.ledger import Ledger
+from gpuallocd.ledger.energy_records import energy_steps
+from gpuallocd.ledger.hot import Step
 from gpuallocd.model import Lease, LiveState, Topology
 
 __all__ = ["LeaseHardware"]
@@ -28,9 +32,9 @@ class LeaseHardware:
         caps: PowerCaps | None = None,
         budget: PowerBudget | None = None,
     ) -> None:
-        self.energy = energy or EnergyMeter(None)
+        self.energy = energy or EnergyMeter(enabled=False)
         self.caps = caps or PowerCaps(None)
-        self.budget = budget or PowerBudget(None, None, "wait")
+        self.budget = budget or PowerBudget(None, "wait")
         self._latest: Mapping[str, LiveState] = {}  # the last live sample
         self._topology: Topology | None = None
 
@@ -50,19 +54,22 @@ class LeaseHardware:
             for uuid, state in self._latest.items()
         }
 
-    def granted(self, ledger: Ledger, active: Collection[Lease], lease: Lease, at: float) -> Lease:
-        """The lease to record: as asked, or with a lower cap to fit the power budget
-        (GpusUnavailable where it does not fit)."""
+    def granted(
+        self, active: Collection[Lease], lease: Lease, at: float
+    ) -> tuple[Lease, list[Step]]:
+        """The lease to record (as asked, or with a lower cap to fit the power budget;
+        GpusUnavailable where it does not fit), and the rows to record with it."""
         lease = self.budget.fitted(active, lease, self.caps.in_force, self.drawers)
-        self.energy.record(ledger, active, [lease], at)
-        self.caps.granted(ledger, lease)
-        return lease
+        steps = energy_steps(self.energy.uses(active, [lease], at))
+        return lease, steps + self.caps.granted(lease, at)
 
-    def ending(
-        self, ledger: Ledger, active: Collection[Lease], leases: Sequence[Lease], at: float
-    ) -> None:
-        self.energy.record(ledger, active, leases, at)
-        self.caps.ending(ledger, leases)
+    def ending(self, active: Collection[Lease], leases: Sequence[Lease], at: float) -> list[Step]:
+        """The rows the end of `leases` writes with it: energy read, caps to put back."""
+        return energy_steps(self.energy.uses(active, leases, at)) + self.caps.ending(leases, at)
+
+    def reload(self, ledger: Ledger) -> None:
+        """After a failed commit: what the ledger holds of caps, again."""
+        self.caps.reload(ledger)
 
     # After the commit (allocator/observer.py) ------------------------------------------------
 
