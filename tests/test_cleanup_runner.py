@@ -85,7 +85,9 @@ def test_a_failing_cleanup_is_retried_with_backoff_until_done(ledger: Ledger) ->
     assert (owed.attempts, owed.next_try) == (1, 11.0)
     assert "Operation not supported" in (owed.last_error or "")
     clock.step(0.5)
-    assert asyncio.run(runner.run_due()) == 0 and ledger.pending_cleanups()[0].attempts == 1  # not due
+    assert (
+        asyncio.run(runner.run_due()) == 0 and ledger.pending_cleanups()[0].attempts == 1
+    )  # not due
     clock.step(0.5)
     assert asyncio.run(runner.run_due()) == 0 and ledger.pending_cleanups()[0].next_try == 13.0
     clock.step(2.0)

@@ -128,5 +128,3 @@ def test_a_budget_frees_up_when_enough_use_leaves_its_window() -> None:
     assert found.use("kwh", 600.0, 2500.0) == 2.0
     assert frees_at(found, "kwh", day, 2.5) == pytest.approx(500.0 + day, abs=1e-3)
     assert frees_at(found, "kwh", day, 1.0) == pytest.approx(2000.0 + day, abs=1e-3)
-
-

@@ -5,13 +5,18 @@ reload; the site's default and a user's maximum."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from gpulease import DaemonUnavailable
+
 from tests.harness import DaemonPaths, ProcessDaemon, wait_for
+from tests.ledger_damage import CRASH_ENV
 from tests.system_users import SystemUsers, open_to_everyone
 from tests.test_energy_leases import Machine, ctl_json
 
@@ -177,3 +182,34 @@ def test_hostile_power_limits_are_refused_and_change_nothing(
             assert report["budgets"] is None
     finally:
         machine.daemon.stop()
+
+
+def test_a_daemon_killed_once_a_cap_is_recorded_sets_it_at_its_next_start(
+    short_dir: Path, paths: DaemonPaths
+) -> None:
+    """A grant with a 170 W cap is durable, and the daemon is killed (SIGKILL) before it sets
+    the cap or answers: the restarted daemon answers the retry with the same lease, sets its
+    cap, and puts the limit back after its end."""
+    live = short_dir / "live.json"
+    live.write_text("{}")
+    limits = _limits(short_dir / "live.json.limits")
+    inventory = f"nvml-recording:dgx1-volta?live={live}"
+    settings = {"default_policy": "simple", "energy_interval_seconds": 0.05}
+    os.environ.update({**CRASH_ENV, "GPUALLOCD_TEST_CRASH_AT": "cap-recorded"})
+    daemon = ProcessDaemon(paths, inventory=inventory, **settings).start()
+    with daemon.client(timeout=30) as client, pytest.raises(DaemonUnavailable):
+        client.allocate(1, power_limit_watts=170, request_id="capped")
+    assert daemon.process is not None and daemon.process.wait(30) == -9
+    for key in (*CRASH_ENV, "GPUALLOCD_TEST_CRASH_AT"):
+        os.environ.pop(key, None)
+    daemon = ProcessDaemon(paths, inventory=inventory, initialise=False, **settings).start()
+    try:
+        with daemon.client() as client:
+            lease = client.allocate(1, power_limit_watts=170, request_id="capped")
+            assert [held.id for held in client.leases()] == [lease.id]
+            uuid = lease.gpus[0].uuid
+            wait_for(lambda: limits().get(uuid) == 170_000, 30, what="the cap set at start")
+            client.free(lease.id)
+            wait_for(lambda: limits().get(uuid) == DEFAULT_MW, 30, what="the limit put back")
+    finally:
+        daemon.stop()

@@ -81,7 +81,7 @@ class CleanupRunner:
 
     def wake(self, due: float = 0.0) -> None:
         """Work is owed from `due` on (0: now): the next round runs then at the latest."""
-        if self._due_at is None or due < self._due_at:
+        if self._due_at is None or due <= self._due_at:
             self._due_at = due
             self._woken.set()
 

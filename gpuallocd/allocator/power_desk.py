@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpuallocd.allocator.crash_points import crash_point
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.power.caps import PowerCaps, put_back, resolve_cap
@@ -66,6 +67,8 @@ class PowerDesk:
         """Once the cap of a lease just granted is set (at once where it needs no setting);
         NvmlError where the driver did not answer within its deadline (the caller withdraws
         the grant, whose end owes the limit back)."""
+        if lease.power_limit_watts is not None:
+            crash_point("cap-recorded")  # tests only (allocator/crash_points.py)
         await self._lifecycle.hardware.caps.settled(lease.id)
 
     @staticmethod
