@@ -71,10 +71,23 @@ def ctl_json(users: SystemUsers, who: str, machine: Machine, *args: str) -> Any:
     return json.loads(done.stdout)
 
 
-def end_event(users: SystemUsers, machine: Machine, lease_id: str) -> dict[str, Any]:
-    answer = ctl_json(users, "alice", machine, "history", "--lease", lease_id)
-    (ended,) = [e for e in answer["events"] if e["event"] in ("freed", "revoked", "expired")]
-    return dict(ended)
+def end_event(
+    users: SystemUsers, machine: Machine, lease_id: str, joules: float | None = None
+) -> dict[str, Any]:
+    """The lease's end event, once the energy its end read is recorded (within a second):
+    once it shows `joules`, where given."""
+    found: list[dict[str, Any]] = []
+
+    def recorded() -> bool:
+        answer = ctl_json(users, "alice", machine, "history", "--lease", lease_id)
+        found[:] = [e for e in answer["events"] if e["event"] in ("freed", "revoked", "expired")]
+        energy = found[0]["energy"] if len(found) == 1 else None
+        if energy is None:
+            return False
+        return joules is None or bool(energy["joules"] == pytest.approx(joules))
+
+    wait_for(recorded, 30, what="the end's energy recorded")
+    return dict(found[0])
 
 
 def users_usage(users: SystemUsers, machine: Machine, who: str = "carol") -> dict[str, Any]:
@@ -91,7 +104,7 @@ def test_a_whole_gpu_lease_is_charged_its_measured_energy(
     lease = ctl_json(users, "alice", machine, "allocate", "-n", "1", "--ttl", "8h")
     machine.step(3600)
     assert users.ctl("alice", machine.daemon.paths.socket, "free", lease["id"]).returncode == 0
-    energy = end_event(users, machine, lease["id"])["energy"]
+    energy = end_event(users, machine, lease["id"], FULL_LOAD_W * 3600)["energy"]
     assert energy == {"joules": FULL_LOAD_W * 3600, "kwh": 0.3, "estimate": False}
     with machine.daemon.client() as root:  # the holder's own stream of its lease's events
         _, events, _ = root.lease_events(lease["id"])
@@ -133,7 +146,7 @@ def test_the_energy_timer_charges_a_running_lease_and_a_driver_reload_costs_no_m
     machine.fake.reload_driver()
     machine.step(50)
     assert users.ctl("bob", machine.daemon.paths.socket, "free", lease["id"]).returncode == 0
-    energy = end_event(users, machine, lease["id"])["energy"]
+    energy = end_event(users, machine, lease["id"], 2 * FULL_LOAD_W * 150)["energy"]
     assert energy["joules"] == pytest.approx(2 * FULL_LOAD_W * 150)
     assert energy["estimate"] is False
 

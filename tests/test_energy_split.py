@@ -72,11 +72,11 @@ def test_an_interval_is_split_by_its_samples_not_by_the_last_one() -> None:
     presence = Presence()
     for processes in (on((2, BOB, GIB)), on((2, BOB, GIB)), (), ()):
         presence.sampled({"GPU-a": LiveState(processes=processes)}, holders)
-    found = presence.take("GPU-a", holders["GPU-a"])
+    found = presence.take("GPU-a", holders["GPU-a"]).parts()
     assert (found.leases, found.users) == ({"w": 0.5}, {BOB: 0.5})
     presence.sampled({"GPU-a": LiveState(processes=on((2, BOB, GIB)))}, holders)
     presence.take("GPU-a", holders["GPU-a"])
-    again = presence.take("GPU-a", holders["GPU-a"])
+    again = presence.take("GPU-a", holders["GPU-a"]).parts()
     assert (again.leases, again.users) == ({"w": 0.0}, {BOB: 1.0})
 
 

@@ -1,6 +1,7 @@
 """Power caps through the real driver guard over the recorded DGX-1 (fake NVML), with a real
-ledger and the owed-work runner, transactions driven by hand: what a grant and an end write,
-when the driver is called and when it is not."""
+ledger and the owed-work runner, transactions and the put-back's timer driven by hand: what
+a grant and an end write, when the driver is called and when it is not, and a put-back the
+driver refuses becoming owed work."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class Node:
     ledger: Ledger
     clock: HandClock
     woken: list[float]
+    timers: list[tuple[str, float]]
 
     @property
     def uuid(self) -> str:
@@ -62,12 +64,17 @@ class Node:
 
     def end(self, lease: Lease) -> None:
         ended = lease.ended(LeaseState.FREED, self.clock())
-        self.ledger.end([ended], 1000, None, self.caps.ending([lease], self.clock()))
+        self.ledger.end([ended], 1000, None, self.caps.ending([lease]))
         self.caps.lease_ended(ended)
 
-    def owed(self) -> list[tuple[str, float, int]]:
+    def records(self) -> list[tuple[str, int, int]]:
+        """The cap records: (lease, limit set, limit to put back)."""
+        return [(c.lease_id, c.set_mw, c.restore_mw) for c in self.ledger.power_caps()]
+
+    def owed(self) -> list[tuple[str, int, int]]:
+        """The put-backs owed as work: (GPU, attempts, limit to put back)."""
         return [
-            (p.cleanup.target, p.next_try, int(p.cleanup.payload["restore_mw"]))
+            (p.cleanup.target, p.attempts, int(p.cleanup.payload["restore_mw"]))
             for p in self.ledger.pending_cleanups()
             if p.cleanup.kind == POWER_LIMIT
         ]
@@ -80,19 +87,22 @@ def node(tmp_path: Path) -> Iterator[Node]:
     guard = DriverGuard.of(inventory, deadline_seconds=30.0)
     caps = PowerCaps(GuardedPower(inventory, guard))
     woken: list[float] = []
+    timers: list[tuple[str, float]] = []
     caps.wake = woken.append
+    caps.later = lambda uuid, delay: timers.append((uuid, delay))
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     ledger.sync_gpus(inventory.topology().gpus, now=0.0)
-    yield Node(fake, inventory, caps, ledger, HandClock(1000.0), woken)
+    yield Node(fake, inventory, caps, ledger, HandClock(1000.0), woken, timers)
     ledger.close()
     inventory.close()
 
 
 def test_the_gpus_next_lease_with_the_same_cap_keeps_it_without_a_driver_call(node: Node) -> None:
-    """alice's lease capped at 200 W ends: 300 W is owed back, a second later. Her next
-    lease of the GPU at 200 W, before that, takes the 300 W over in its own transaction: no
-    driver call (the card has 200 W, as the daemon set it), nothing owed; its own end owes
-    the 300 W again, and the runner puts it back."""
+    """alice's lease capped at 200 W ends: its record stays, owing 300 W back a second
+    later. Her next lease of the GPU at 200 W, before that, takes the record over in its own
+    transaction (one record, still owing 300 W): no driver call, the card has 200 W as the
+    daemon set it. After its end the 300 W is put back and the record goes with the next
+    change."""
 
     async def test() -> None:
         await node.read()
@@ -100,46 +110,43 @@ def test_the_gpus_next_lease_with_the_same_cap_keeps_it_without_a_driver_call(no
         await node.grant(first)
         assert node.limit() == 200_000 and node.fake.calls[SET] == 1
         node.end(first)
-        assert node.owed() == [(node.uuid, 1001.0, DEFAULT_MW)] and node.woken == [1001.0]
-        node.clock.step(0.2)
+        assert node.records() == [("L1", 200_000, DEFAULT_MW)] and node.owed() == []
+        assert node.timers == [(node.uuid, 1.0)]
         second = node.lease("L2", 200)
         await node.grant(second)
-        assert node.fake.calls[SET] == 1 and node.owed() == []
-        assert [c.restore_mw for c in node.ledger.power_caps()] == [DEFAULT_MW]
+        assert node.fake.calls[SET] == 1 and node.records() == [("L2", 200_000, DEFAULT_MW)]
         node.end(second)
-        node.clock.step(1.0)
-        runner = CleanupRunner(node.ledger, {POWER_LIMIT: node.caps.put_back}, clock=node.clock)
-        assert await runner.run_due() == 1
-        assert node.limit() == DEFAULT_MW and node.fake.calls[SET] == 2 and node.owed() == []
-        assert node.ledger.power_caps() == []
+        assert await node.caps.put_back_record(node.uuid) is None
+        assert node.limit() == DEFAULT_MW and node.fake.calls[SET] == 2
+        await node.grant(node.lease("L3", None))  # the next change carries the record away
+        assert node.records() == [] and node.owed() == []
 
     asyncio.run(test())
 
 
-def test_a_lease_without_a_cap_makes_the_limit_owed_back_due_at_once(node: Node) -> None:
-    """bob's lease asks for no cap on the GPU alice's 200 W lease just left: the put-back
-    owed for a second later is due now, in his grant's transaction, and the runner is woken
-    for it; his grant itself calls nothing."""
+def test_a_lease_without_a_cap_has_the_limit_put_back_at_once(node: Node) -> None:
+    """bob's lease asks for no cap on the GPU alice's 200 W lease just left: the put-back is
+    asked for at once, not a second later; his grant itself calls nothing."""
 
     async def test() -> None:
         await node.read()
         first = node.lease("L1", 200)
         await node.grant(first)
         node.end(first)
-        node.clock.step(0.1)
         await node.grant(node.lease("L2", None))
-        assert node.owed() == [(node.uuid, 1000.1, DEFAULT_MW)] and node.woken[-1] == 0.0
-        assert node.fake.calls[SET] == 1
+        assert node.timers[-1] == (node.uuid, 0.0) and node.fake.calls[SET] == 1
+        assert await node.caps.put_back_record(node.uuid) is None
+        assert node.limit() == DEFAULT_MW
 
     asyncio.run(test())
 
 
-def test_a_cap_on_a_gpu_that_fell_off_the_bus_leaves_the_put_back_owed_until_it_answers(
-    node: Node,
-) -> None:
+def test_a_put_back_the_driver_refuses_is_owed_work_until_the_gpu_answers(node: Node) -> None:
     """The GPU falls off the bus after the power reading: alice's grant at 200 W is served
-    uncapped (the driver refused, logged); its end still owes the 300 W back, which fails
-    while the GPU is lost and is done once it answers again."""
+    uncapped (the driver refused, logged); putting back the 300 W after her lease fails too,
+    and becomes owed work in one transaction (her record goes, a `power_limit` row comes),
+    the runner woken; the runner's tries fail while the GPU is lost and succeed once it
+    answers."""
 
     async def test() -> None:
         await node.read()
@@ -148,8 +155,12 @@ def test_a_cap_on_a_gpu_that_fell_off_the_bus_leaves_the_put_back_owed_until_it_
         await node.grant(lease)
         assert node.caps.in_force == {}
         node.end(lease)
+        failed = await node.caps.put_back_record(node.uuid)
+        assert failed is not None
+        node.caps.owe(node.ledger, failed, node.clock())
+        assert node.records() == [] and node.owed() == [(node.uuid, 0, DEFAULT_MW)]
+        assert node.woken == [node.clock()]
         runner = CleanupRunner(node.ledger, {POWER_LIMIT: node.caps.put_back}, clock=node.clock)
-        node.clock.step(1.0)
         assert await runner.run_due() == 0
         (owed,) = node.ledger.pending_cleanups()
         assert owed.attempts == 1 and "fallen off the bus" in (owed.last_error or "")
@@ -162,8 +173,8 @@ def test_a_cap_on_a_gpu_that_fell_off_the_bus_leaves_the_put_back_owed_until_it_
 
 
 def test_a_cap_outside_the_cards_range_is_kept_within_it(node: Node) -> None:
-    """100 W on a card whose range is 150-300 W records and sets 150 W; 5000 W sets 300 W,
-    which the card has already: no driver call for it."""
+    """100 W on a card whose range is 150-300 W records and sets 150 W; 5000 W sets 300 W
+    (taking the first lease's record over, still owing 300 W back)."""
 
     async def test() -> None:
         await node.read()
@@ -171,10 +182,8 @@ def test_a_cap_outside_the_cards_range_is_kept_within_it(node: Node) -> None:
         await node.grant(low)
         assert node.limit() == 150_000 and node.fake.calls[SET] == 1
         node.end(low)
-        high = node.lease("L2", 5000)
-        await node.grant(high)
-        (cap,) = node.ledger.power_caps()
-        assert (cap.set_mw, cap.restore_mw) == (300_000, DEFAULT_MW)
+        await node.grant(node.lease("L2", 5000))
+        assert node.records() == [("L2", 300_000, DEFAULT_MW)]
         assert node.fake.calls[SET] == 2 and node.limit() == 300_000
 
     asyncio.run(test())

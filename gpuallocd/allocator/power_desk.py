@@ -1,10 +1,12 @@
 """The façade's part for power caps (power/caps.py): the cap a request gets, a grant answered
-once its cap is set, the power timer's reading of every GPU (off the event loop, through
-the driver guard) that the caps and the power budget (power/budget.py) work from, and, at
-start, the caps of active leases set again and what an older version left recorded owed."""
+once its cap is set, limits put back a moment after the end (owed work where the driver
+refuses or does not answer), the power timer's reading of every GPU (off the event loop,
+through the driver guard) that the caps and the power budget (power/budget.py) work from,
+and, at start, the caps of active leases set again and what ended leases left owed."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +46,8 @@ class PowerDesk:
         self._ledger = ledger
         self._worker = worker
         self.site_default_watts = site_default_watts
+        self._putting_back: dict[str, asyncio.Task[None]] = {}
+        lifecycle.hardware.caps.later = self._later
 
     def resolved(self, caller: Caller, spec: AllocateSpec) -> AllocateSpec:
         """The request with the cap it gets (QuotaExceeded above the user's maximum)."""
@@ -80,9 +84,9 @@ class PowerDesk:
         return None
 
     async def start(self) -> None:
-        """Read what the ledger holds of caps and of limits owed back (turning records an
-        older version left of ended leases into owed work), read every GPU's power, and set
-        the caps of active leases again where their cards lack them."""
+        """Read what the ledger holds of caps and of limits owed back (records of leases
+        that ended while the daemon was down become owed work), read every GPU's power, and
+        set the caps of active leases again where their cards lack them."""
         await self._worker.run(self._load)
         await self.reapply()
 
@@ -92,7 +96,33 @@ class PowerDesk:
         left = [cap for cap in found if cap.lease_id not in active]
         owed = [put_back(cap.gpu_uuid, cap.restore_mw, cap.lease_id) for cap in left]
         self._ledger.owe_caps(left, owed, self._clock())
-        self._lifecycle.hardware.reload(self._ledger)
+        self._lifecycle.hardware.reload(self._ledger, active)
+
+    def _later(self, uuid: str, delay: float) -> None:
+        """Put back what an ended lease's record owes `uuid` in `delay` seconds."""
+        loop = asyncio.get_running_loop()
+        loop.call_later(delay, self._put_back_soon, uuid)
+
+    def _put_back_soon(self, uuid: str) -> None:
+        if uuid not in self._putting_back:
+            task = asyncio.ensure_future(self._put_back(uuid))
+            self._putting_back[uuid] = task
+            task.add_done_callback(lambda _: self._putting_back.pop(uuid, None))
+
+    async def _put_back(self, uuid: str) -> None:
+        caps = self._lifecycle.hardware.caps
+        failed = await caps.put_back_record(uuid)
+        if failed is not None:  # owed work from now on (allocator/cleanups.py)
+            await self._worker.run(caps.owe, self._ledger, failed, self._clock())
+
+    async def put_back_now(self) -> None:
+        """Put back every limit ended leases' records owe, without waiting (a daemon that
+        stops); what fails is owed work for the next start."""
+        caps = self._lifecycle.hardware.caps
+        owed = [uuid for uuid, found in caps.owed.items() if found.record is not None]
+        for uuid in owed:
+            await self._put_back(uuid)
+        await asyncio.gather(*self._putting_back.values(), return_exceptions=True)
 
     async def reapply(self) -> None:
         """The power timer: read every GPU's power, off the event loop; the budget's and the
@@ -115,6 +145,7 @@ class PowerDesk:
     ) -> list[PowerCap]:
         hardware = self._lifecycle.hardware
         hardware.budget.readings = readings
+        hardware.caps.forget_done(self._ledger)  # put back, with no change since to carry it
         return hardware.caps.learned(readings, asked)
 
     async def status(self) -> dict[str, Any] | None:

@@ -64,9 +64,11 @@ class Housekeeper:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:  # a limit owed back is put back now, not left to the next start
+            await self._facade.power.put_back_now()
             await self._facade.run_cleanups(everything=True)
+            await self._facade.energy.record()  # what the last grants and ends read
         except GpuallocError as exc:
-            log.error("doing the pending cleanups at stop failed: %s", exc.message)
+            log.error("finishing owed work at stop failed: %s", exc.message)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         self._tasks.append(asyncio.create_task(coroutine))

@@ -1,8 +1,10 @@
 """The record of power limits set for leases (`power_caps`), so that a crash cannot leave a
 GPU capped: what to put back is durable before the cap is set.
 
-A row lives as long as its lease: written in the grant's transaction, deleted in the end's,
-where the limit to put back becomes owed work (`pending_cleanups`, kind `power_limit`).
+A row is written in the grant's transaction and outlives its lease until the limit is put
+back (deleted with the next change), or until a grant of the GPU takes it over (`move`), or
+until a put-back that failed turns it into owed work (`pending_cleanups`, kind
+`power_limit`) in one transaction.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from gpuallocd.ledger.hot import Step
 from gpuallocd.model.cleanup import Cleanup
 from gpuallocd.model.power import PowerCap
 
-__all__ = ["PowerRecords", "cap_steps", "forget_cap_steps"]
+__all__ = ["PowerRecords", "cap_steps", "forget_cap_steps", "move_cap_steps"]
 
 _P = schema.power_caps
 _INSERT = "INSERT INTO power_caps (gpu_uuid, lease_id, set_mw, restore_mw) VALUES (?, ?, ?, ?)"
 _DELETE = "DELETE FROM power_caps WHERE gpu_uuid = ? AND lease_id = ?"
+_MOVE = "UPDATE power_caps SET lease_id = ?, set_mw = ? WHERE gpu_uuid = ? AND lease_id = ?"
 
 
 def cap_steps(caps: Iterable[PowerCap]) -> list[Step]:
@@ -33,6 +36,12 @@ def cap_steps(caps: Iterable[PowerCap]) -> list[Step]:
 def forget_cap_steps(caps: Iterable[PowerCap]) -> list[Step]:
     """The deletes of ended leases' cap records, for the end's transaction."""
     return [(_DELETE, (c.gpu_uuid, c.lease_id)) for c in caps]
+
+
+def move_cap_steps(ended: PowerCap, cap: PowerCap) -> list[Step]:
+    """An ended lease's record taken over by the GPU's next capped lease: the same limit to
+    put back, now owed by `cap`'s lease (one statement, for the grant's transaction)."""
+    return [(_MOVE, (cap.lease_id, cap.set_mw, ended.gpu_uuid, ended.lease_id))]
 
 
 class PowerRecords(LedgerAccess):
@@ -48,6 +57,12 @@ class PowerRecords(LedgerAccess):
         with self._read() as conn:
             rows = conn.execute(select(_P).order_by(_P.c.gpu_uuid)).mappings().all()
         return [PowerCap(r["gpu_uuid"], r["lease_id"], r["set_mw"], r["restore_mw"]) for r in rows]
+
+    def forget_caps(self, caps: Iterable[PowerCap]) -> None:
+        """Delete the records of limits put back."""
+        steps = forget_cap_steps(caps)
+        if steps:
+            self._hot_write(steps)
 
     def owe_caps(self, caps: Sequence[PowerCap], put_backs: Sequence[Cleanup], now: float) -> None:
         """In one transaction: forget the records of `caps` (of leases no longer active) and

@@ -133,7 +133,7 @@ class LeaseLifecycle:
         self._active = {lease.id: lease for lease in self._ledger.active_leases()}
         self.drains.reload()
         self.reservations.reload()
-        self.hardware.reload(self._ledger)
+        self.hardware.reload(self._ledger, self._active)
         self._journal.clear()  # those transitions were rolled back
         self._news.clear()
         self._request_ids.retain(self._active)

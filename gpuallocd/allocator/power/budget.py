@@ -77,8 +77,20 @@ class PowerBudget:
         return reading.draw_mw or 0
 
     def committed_mw(self, active: Collection[Lease], caps: Mapping[str, PowerCap]) -> int:
-        leased = {unit.gpu_uuid for lease in active for unit in lease.gpus}
-        return sum(self._committed_of(uuid, uuid in leased, caps) for uuid in self.readings)
+        return self._committed({unit.gpu_uuid for lease in active for unit in lease.gpus}, caps)
+
+    def _committed(self, leased: Collection[str], caps: Mapping[str, PowerCap]) -> int:
+        """`_committed_of` summed over every GPU read (one loop: it runs at every grant)."""
+        total = 0
+        for uuid, reading in self.readings.items():
+            cap = caps.get(uuid)
+            if cap is not None:
+                total += cap.set_mw
+            elif uuid in leased:
+                total += reading.default_limit_mw or reading.limit_mw or 0
+            else:
+                total += reading.draw_mw or 0
+        return total
 
     def drawn_mw(self) -> int:
         return sum(r.draw_mw or 0 for r in self.readings.values())
@@ -132,7 +144,7 @@ class PowerBudget:
         new = sorted({u.gpu_uuid for u in lease.gpus} - leased)
         if not new:
             return lease
-        committed = self.committed_mw(active, caps)
+        committed = self._committed(leased, caps)
         base = committed - sum(self._committed_of(uuid, False, caps) for uuid in new)
         wanted = [self._wanted(uuid, lease.power_limit_watts) for uuid in new]
         if base + sum(wanted) <= self.budget_mw:

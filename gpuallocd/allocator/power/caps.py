@@ -14,14 +14,17 @@ capped. Every driver call goes through the driver guard, off the event loop
   whose cap would need setting is refused at once; a set that passes the driver's deadline
   withdraws the grant (`PowerDesk.capped`). A set the driver refuses (no permission) is
   logged and the lease runs uncapped.
-- **End.** Its transaction deletes the records and owes the limit to put back
-  (`pending_cleanups`, kind `power_limit`), due PUT_BACK_DELAY_SECONDS later: the owed-work
-  runner (allocator/cleanups.py) puts it back then, through the guard, and again after a
-  backoff for as long as the driver refuses or does not answer, across restarts. A grant of
-  the GPU meanwhile that sets a cap of its own takes over the limit to put back and the owed
-  row goes in its transaction; one without a cap makes the put-back due at once.
+- **End.** The record stays: it is what is owed back. The limit is put back
+  PUT_BACK_DELAY_SECONDS later (`PowerDesk`), and the record deleted with the next change.
+  A grant of the GPU meanwhile that sets a cap of its own takes the record over (the limit
+  to put back moves to its lease, in its transaction; no driver call where the cap is the
+  same); one without a cap has the limit put back at once.
+- **A put-back that fails or passes the deadline** becomes owed work in `pending_cleanups`
+  (kind `power_limit`; the record goes in the same transaction), done by the owed-work runner
+  (allocator/cleanups.py) as often as it takes, across restarts, shown by `doctor`. At
+  start, the records of leases that ended while the daemon was down become owed work too.
 - **Driver reload** (every card back at its default): the power timer's reading finds the
-  caps gone and sets them again (`reapplied`).
+  caps gone and sets them again (`learned`).
 
 What the daemon knows of each card (`_card`: the limit it has; `_base`: the limit to put back
 when no lease caps it) is learnt from its own sets and from the timer's readings; a reading
@@ -33,13 +36,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from gpuallocd.errors import GpuallocError, NvmlError, QuotaExceeded
 from gpuallocd.ledger import Ledger
-from gpuallocd.ledger.cleanup_records import due_now_steps, owe_steps, supersede_steps
+from gpuallocd.ledger.cleanup_records import due_now_steps, supersede_steps
 from gpuallocd.ledger.hot import Step
-from gpuallocd.ledger.power_records import cap_steps, forget_cap_steps
+from gpuallocd.ledger.power_records import cap_steps, forget_cap_steps, move_cap_steps
 from gpuallocd.model import Lease, PowerReading, UnitKind
 from gpuallocd.model.cleanup import Cleanup
 from gpuallocd.model.power import PowerCap as Cap
@@ -104,6 +108,19 @@ def _no_runner(due: float) -> None:
     return None
 
 
+def _no_timer(uuid: str, delay: float) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Owed:
+    """A limit owed back to a GPU: by an ended lease's cap record (`record`), or by a row of
+    `pending_cleanups` (None: the owed-work runner does it)."""
+
+    restore_mw: int
+    record: Cap | None = None
+
+
 def put_back(uuid: str, restore_mw: int, lease_id: str | None) -> Cleanup:
     """The owed work of putting `uuid`'s limit back to `restore_mw`."""
     return Cleanup(POWER_LIMIT, uuid, {"restore_mw": restore_mw}, lease_id)
@@ -116,17 +133,20 @@ class PowerCaps:
     def __init__(self, driver: PowerDriver | None) -> None:
         self._driver = driver
         self.readings: dict[str, PowerReading] = {}  # the last power reading of each GPU
-        self.recorded: dict[str, list[Cap]] = {}  # lease -> its caps, as the ledger has them
+        self.recorded: dict[str, list[Cap]] = {}  # active lease -> its caps, as recorded
         self.in_force: dict[str, Cap] = {}  # GPU -> the cap set on it
-        self.owed: dict[str, int] = {}  # GPU -> the limit owed back to it (pending row)
+        self.owed: dict[str, Owed] = {}  # GPU -> the limit owed back to it
+        self._done: list[Cap] = []  # records of limits put back: deleted with the next change
         self._card: dict[str, int] = {}  # GPU -> the limit it has, as last set or read
         self._base: dict[str, int] = {}  # GPU -> its limit when no lease caps it
         self._asked: dict[str, int] = {}  # GPU -> sets asked so far (readings older: ignored)
         self._in_flight: dict[str, int] = {}  # GPU -> its sets not answered yet
         self._to_set: dict[str, list[Cap]] = {}  # lease -> caps to set once committed
         self._setting: dict[str, asyncio.Future[None]] = {}  # lease -> its caps being set
-        self._due_now: set[str] = set()  # GPUs whose put-back a grant made due now
+        self._due_now: set[str] = set()  # GPUs whose owed row a grant made due now
+        self._back_now: set[str] = set()  # GPUs whose record a grant wants put back now
         self.wake: Callable[[float], None] = _no_runner  # the owed-work runner's (cleanups.py)
+        self.later: Callable[[str, float], None] = _no_timer  # a put-back in N s (PowerDesk)
 
     @property
     def driver(self) -> PowerDriver | None:
@@ -141,26 +161,31 @@ class PowerCaps:
         whole = [u.uuid for u in lease.gpus if u.kind is UnitKind.WHOLE]
         if self._driver is None or not whole:
             return []
-        if lease.power_limit_watts is None:
-            owed = [uuid for uuid in whole if uuid in self.owed]
-            self._due_now.update(owed)
-            return due_now_steps(POWER_LIMIT, owed, at)
-        caps = self._caps(lease.id, whole, lease.power_limit_watts)
-        to_set = [cap for cap in caps if self._card.get(cap.gpu_uuid) != cap.set_mw]
-        if to_set and self._driver.hung:
-            raise NvmlError(
-                "a GPU driver call hangs (`gpuallocctl doctor` names it): a power cap cannot be "
-                "set until the driver answers; ask without --power-limit, or wait",
-                nvml_call="nvmlDeviceSetPowerManagementLimit",
-            )
-        taken = [cap.gpu_uuid for cap in caps if self.owed.pop(cap.gpu_uuid, None) is not None]
-        uncapped = [uuid for uuid in whole if uuid in self.owed]  # a card without a range
-        self._due_now.update(uncapped)
-        self.recorded[lease.id] = caps
-        if to_set:
-            self._to_set[lease.id] = to_set
-        steps = cap_steps(caps) + supersede_steps(POWER_LIMIT, taken)
-        return steps + due_now_steps(POWER_LIMIT, uncapped, at)
+        caps: list[Cap] = []
+        if lease.power_limit_watts is not None:
+            caps = self._caps(lease.id, whole, lease.power_limit_watts)
+            to_set = [cap for cap in caps if self._card.get(cap.gpu_uuid) != cap.set_mw]
+            if to_set and self._driver.hung:
+                raise NvmlError(
+                    "a GPU driver call hangs (`gpuallocctl doctor` names it): a power cap "
+                    "cannot be set until the driver answers; ask without --power-limit, or wait",
+                    nvml_call="nvmlDeviceSetPowerManagementLimit",
+                )
+            self.recorded[lease.id] = caps
+            if to_set:
+                self._to_set[lease.id] = to_set
+        steps = [step for cap in caps for step in self._take_over(cap)]
+        capped = {cap.gpu_uuid for cap in caps}
+        for uuid in whole:  # no cap here: what is owed back to the GPU is done now
+            owed = self.owed.get(uuid)
+            if uuid in capped or owed is None:
+                continue
+            if owed.record is None:
+                self._due_now.add(uuid)
+                steps += due_now_steps(POWER_LIMIT, [uuid], at)
+            else:
+                self._back_now.add(uuid)
+        return steps + self._forget_done()
 
     def _caps(self, lease_id: str, whole: Sequence[str], watts: float) -> list[Cap]:
         if not self.readings:
@@ -173,55 +198,77 @@ class PowerCaps:
         for uuid in whole:
             reading = self.readings.get(uuid)
             limit = None if reading is None else _within(reading, watts)
-            restore = self.owed.get(uuid, self._base.get(uuid))
+            owed = self.owed.get(uuid)
+            restore = self._base.get(uuid) if owed is None else owed.restore_mw
             if limit is not None and restore is not None:
                 caps.append(Cap(uuid, lease_id, limit, restore))
         return caps
 
-    def ending(self, leases: Iterable[Lease], at: float) -> list[Step]:
-        """The rows the end of `leases` adds to its transaction: their cap records go, the
-        limits to put back are owed."""
-        caps = [cap for lease in leases for cap in self.recorded.pop(lease.id, ())]
-        for cap in caps:
-            self.owed[cap.gpu_uuid] = cap.restore_mw
-            if self.in_force.get(cap.gpu_uuid) == cap:
-                del self.in_force[cap.gpu_uuid]
-        owed = [put_back(cap.gpu_uuid, cap.restore_mw, cap.lease_id) for cap in caps]
-        return forget_cap_steps(caps) + owe_steps(owed, at, at + PUT_BACK_DELAY_SECONDS)
+    def _take_over(self, cap: Cap) -> list[Step]:
+        """The record of `cap`: the GPU's owed limit, if any, moves to its lease."""
+        owed = self.owed.pop(cap.gpu_uuid, None)
+        if owed is None:
+            return cap_steps([cap])
+        if owed.record is not None:
+            return move_cap_steps(owed.record, cap)
+        return cap_steps([cap]) + supersede_steps(POWER_LIMIT, [cap.gpu_uuid])
 
-    def reload(self, ledger: Ledger) -> None:
+    def ending(self, leases: Iterable[Lease]) -> list[Step]:
+        """The end of `leases`: their records stay, as the limits owed back (nothing more to
+        write than the records of limits put back since the last change)."""
+        for lease in leases:
+            for cap in self.recorded.pop(lease.id, ()):
+                self.owed[cap.gpu_uuid] = Owed(cap.restore_mw, cap)
+                if self.in_force.get(cap.gpu_uuid) == cap:
+                    del self.in_force[cap.gpu_uuid]
+        return self._forget_done()
+
+    def _forget_done(self) -> list[Step]:
+        done, self._done = self._done, []
+        return forget_cap_steps(done)
+
+    def reload(self, ledger: Ledger, active: Collection[str]) -> None:
         """Read the caps and the limits owed back again from the ledger (after a failed
-        commit, or at start)."""
-        self.recorded = {}
+        commit, or at start); limits owed by records are put back at once."""
+        self.recorded, self.owed, self._done = {}, {}, []
         for cap in ledger.power_caps():
-            self.recorded.setdefault(cap.lease_id, []).append(cap)
-        self.owed = {
-            pending.cleanup.target: int(pending.cleanup.payload["restore_mw"])
-            for pending in ledger.pending_cleanups()
-            if pending.cleanup.kind == POWER_LIMIT
-        }
+            if cap.lease_id in active:
+                self.recorded.setdefault(cap.lease_id, []).append(cap)
+            else:
+                self.owed[cap.gpu_uuid] = Owed(cap.restore_mw, cap)
+                self.later(cap.gpu_uuid, 0.0)
+        for pending in ledger.pending_cleanups():
+            if pending.cleanup.kind == POWER_LIMIT:
+                restore = int(pending.cleanup.payload["restore_mw"])
+                self.owed[pending.cleanup.target] = Owed(restore)
         capped = {cap for caps in self.recorded.values() for cap in caps}
         self.in_force = {uuid: cap for uuid, cap in self.in_force.items() if cap in capped}
         self._to_set.clear()
         self._due_now.clear()
+        self._back_now.clear()
 
     # After the commit (allocator/observer.py) ------------------------------------------------
 
     def lease_granted(self, lease: Lease) -> None:
-        """The grant is committed: set its caps (`settled` is their outcome); a put-back it
-        made due now is done at once."""
+        """The grant is committed: set its caps (`settled` is their outcome); what it wants
+        put back now is done at once."""
         caps = self._to_set.pop(lease.id, None)
         if caps:
             self._setting[lease.id] = asyncio.ensure_future(self._set_caps(caps))
         if self._due_now:
             self._due_now.clear()
             self.wake(0.0)
+        for uuid in self._back_now:
+            self.later(uuid, 0.0)
+        self._back_now.clear()
 
     def lease_ended(self, lease: Lease) -> None:
-        """The end is committed: the runner puts the limits back when they are due."""
+        """The end is committed: its limits are put back a moment later."""
         self._setting.pop(lease.id, None)
-        if any(u.uuid in self.owed for u in lease.gpus):
-            self.wake((lease.ended_at or 0.0) + PUT_BACK_DELAY_SECONDS)
+        for unit in lease.gpus:
+            owed = self.owed.get(unit.uuid)
+            if owed is not None and owed.record is not None and owed.record.lease_id == lease.id:
+                self.later(unit.uuid, PUT_BACK_DELAY_SECONDS)
 
     def commit_published(self) -> None:
         self._to_set.clear()  # caps of a grant whose commit failed are never set
@@ -246,14 +293,50 @@ class PowerCaps:
 
     # Off the transactions --------------------------------------------------------------------
 
+    async def put_back_record(self, uuid: str) -> Cap | None:
+        """Put back the limit an ended lease's record owes `uuid` (none: nothing to do); the
+        record, where the driver refused or did not answer, to owe in `pending_cleanups`."""
+        owed = self.owed.get(uuid)
+        if owed is None or owed.record is None:
+            return None  # taken over by a grant, done, or the owed-work runner's
+        what = f"put back the limit after lease {owed.record.lease_id}"
+        try:
+            await self._set(uuid, owed.restore_mw, what)
+        except NvmlError:
+            return owed.record if self.owed.get(uuid) is owed else None
+        if self.owed.get(uuid) is owed:
+            del self.owed[uuid]
+            self._base[uuid] = owed.restore_mw
+            self._done.append(owed.record)
+        return None
+
+    def owe(self, ledger: Ledger, record: Cap, now: float) -> None:
+        """A put-back that failed becomes owed work: its record goes, a `pending_cleanups`
+        row takes its place (one transaction), and the runner is woken."""
+        owed = self.owed.get(record.gpu_uuid)
+        if owed is None or owed.record != record:
+            return  # a grant took it over meanwhile
+        owed_work = put_back(record.gpu_uuid, record.restore_mw, record.lease_id)
+        ledger.owe_caps([record], [owed_work], now)
+        self.owed[record.gpu_uuid] = Owed(record.restore_mw)
+        self.wake(now)
+
+    def forget_done(self, ledger: Ledger) -> None:
+        """Delete the records of limits put back, with no change to carry them (the power
+        timer's)."""
+        done, self._done = self._done, []
+        if done:
+            ledger.forget_caps(done)
+
     async def put_back(self, cleanup: Cleanup) -> None:
         """Do an owed put-back (the runner's `power_limit` handler); NvmlError keeps it owed.
         One a grant's cap took over since is done with nothing to do."""
         uuid, restore = cleanup.target, int(cleanup.payload["restore_mw"])
-        if self.owed.get(uuid) != restore:
+        owed = self.owed.get(uuid)
+        if owed is None or owed.record is not None or owed.restore_mw != restore:
             return
         await self._set(uuid, restore, f"put back the limit after lease {cleanup.lease_id}")
-        if self.owed.get(uuid) == restore:
+        if self.owed.get(uuid) is owed:
             del self.owed[uuid]
             self._base[uuid] = restore
 

@@ -18,15 +18,16 @@ gives no energy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
-from gpuallocd.allocator.power.presence import Presence
-from gpuallocd.allocator.power.split import Parts, holders_by_gpu
+from gpuallocd.allocator.power.presence import Presence, Taken
+from gpuallocd.allocator.power.split import Holders, Parts, holders_by_gpu
 from gpuallocd.model import Lease, LiveState
 from gpuallocd.model.actors import user_name
 from gpuallocd.model.energy import EnergyUse
 
-__all__ = ["EnergyMeter", "charges"]
+__all__ = ["EnergyMeter", "Reading", "charges"]
 
 Interval = tuple[float, float]  # joules drawn, seconds between the readings
 
@@ -111,21 +112,45 @@ class EnergyMeter:
         for uuid in set(self._baselines) - kept:
             del self._baselines[uuid]
         self.presence.forget(set(self.presence.latest) - kept)
-        if not gpus:
-            return []
-        drawn = self.drawn(gpus, at)
-        parts = {uuid: self.presence.take(uuid, holders.get(uuid, {})) for uuid in gpus}
-        on_read = {lease_id for uuid in drawn for lease_id in holders.get(uuid, {})}
-        return charges(drawn, parts, [lease for lease in active if lease.id in on_read], at)
+        found = self._close(gpus, holders, {lease.id: lease for lease in active}, at)
+        return [] if found is None else found.uses()
 
-    def uses(
+    def _close(
+        self,
+        gpus: Collection[str],
+        holders: Mapping[str, Holders],
+        leases: Mapping[str, Lease],
+        at: float,
+    ) -> Reading | None:
+        """The reading of the intervals `gpus` close now (`holders`: the leases on them)."""
+        drawn = self.drawn(gpus, at) if gpus else {}
+        taken = {}
+        for uuid in gpus:
+            on_gpu = holders.get(uuid)
+            if uuid in drawn and (on_gpu or self.presence.has_users(uuid)):
+                taken[uuid] = self.presence.take(uuid, on_gpu or {})
+            else:  # read for the first time, or nobody's since: the interval starts now
+                drawn.pop(uuid, None)
+                self.presence.forget((uuid,))
+        if not drawn:
+            return None
+        on_read = {lease_id for uuid in drawn for lease_id in holders.get(uuid, {})}
+        on_them = tuple(lease for i, lease in leases.items() if i in on_read)
+        return Reading(at, drawn, taken, on_them)
+
+    def read(
         self, active: Collection[Lease], changed: Iterable[Lease], at: float
-    ) -> list[EnergyUse]:
-        """What the parties on the GPUs of the `changed` leases drew, read before they are
-        granted or ended (recorded in the transaction of the change)."""
+    ) -> Reading | None:
+        """The reading of the GPUs of the `changed` leases, before they are granted or
+        ended: their intervals close now (what each party drew is charged when it is
+        recorded). Only those GPUs are looked at (the timer's reading forgets GPUs nobody
+        holds or uses)."""
         if not self._enabled:
-            return []
-        return self.reading(active, {unit.gpu_uuid for lease in changed for unit in lease.gpus}, at)
+            return None
+        gpus = {unit.gpu_uuid for lease in changed for unit in lease.gpus}
+        on_them = [lease for lease in active if any(u.gpu_uuid in gpus for u in lease.gpus)]
+        holders = holders_by_gpu(on_them)
+        return self._close(gpus, holders, {lease.id: lease for lease in on_them}, at)
 
     def uses_of_all(self, active: Collection[Lease], at: float) -> list[EnergyUse]:
         """The timer's reading: every GPU a lease holds or a process of a known owner used
@@ -133,3 +158,19 @@ class EnergyMeter:
         if not self._enabled:
             return []
         return self.reading(active, set(holders_by_gpu(active)) | self.presence.used(), at)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What one reading found: each GPU's energy and time since its previous reading, who
+    was on it over that interval, and the leases holding it; charged when recorded."""
+
+    at: float
+    drawn: Mapping[str, Interval]
+    taken: Mapping[str, Taken]
+    leases: Sequence[Lease]
+
+    def uses(self) -> list[EnergyUse]:
+        """Its rows (`charges`)."""
+        parts = {uuid: found.parts() for uuid, found in self.taken.items()}
+        return charges(self.drawn, parts, self.leases, self.at)
