@@ -213,3 +213,32 @@ def test_a_daemon_killed_once_a_cap_is_recorded_sets_it_at_its_next_start(
             wait_for(lambda: limits().get(uuid) == DEFAULT_MW, 30, what="the limit put back")
     finally:
         daemon.stop()
+
+
+def test_caps_asked_in_a_loop_slow_nobody_else(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """A client grants GPU 0 in a loop with a cap that changes every time, so that each grant
+    sets a limit: the driver is called for those changes and no more, live samples go on
+    between the sets, and another client's allocate+free (no cap: no driver call) is served
+    meanwhile."""
+    machine = started(paths, short_dir)
+    sets, reads = "nvmlDeviceSetPowerManagementLimit", "nvmlDeviceGetTotalEnergyConsumption"
+    try:
+        with machine.daemon.client() as looping, machine.daemon.client() as other:
+            before = machine.fake.calls[sets]
+            sampled = machine.fake.calls[reads]
+            served = []
+            for n in range(40):
+                lease = looping.allocate(gpus=[0], power_limit_watts=200 + 10 * (n % 2))
+                looping.free(lease.id)
+                if n == 20:
+                    plain = other.allocate(gpus=[1])
+                    served.append(other.free(plain.id).state)
+            assert served == ["freed"]
+            # one set per grant (each a new cap), at most one put-back per lease besides (a
+            # put-back comes a second after the end, unless the next grant came first)
+            assert 40 <= machine.fake.calls[sets] - before <= 80
+            assert machine.fake.calls[reads] > sampled  # samples went on meanwhile
+    finally:
+        machine.daemon.stop()
