@@ -3,6 +3,7 @@ at all), done by kind, retried with backoff on the ledger's clock, never dropped
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,16 +82,18 @@ def test_a_failing_cleanup_is_retried_with_backoff_until_done(ledger: Ledger) ->
 
     ledger.add_cleanups(owes(lease()), now=10.0)
     runner = CleanupRunner(ledger, {"device_acl": handler}, clock=clock)
-    assert runner.run_due() == 0
+    assert asyncio.run(runner.run_due()) == 0
     (owed,) = ledger.pending_cleanups()
     assert (owed.attempts, owed.next_try) == (1, 11.0)
     assert "Operation not supported" in (owed.last_error or "")
     clock.step(0.5)
-    assert runner.run_due() == 0 and ledger.pending_cleanups()[0].attempts == 1  # not due
+    assert (
+        asyncio.run(runner.run_due()) == 0 and ledger.pending_cleanups()[0].attempts == 1
+    )  # not due
     clock.step(0.5)
-    assert runner.run_due() == 0 and ledger.pending_cleanups()[0].next_try == 13.0
+    assert asyncio.run(runner.run_due()) == 0 and ledger.pending_cleanups()[0].next_try == 13.0
     clock.step(2.0)
-    assert runner.run_due() == 1
+    assert asyncio.run(runner.run_due()) == 1
     assert ledger.pending_cleanups() == [] and len(done) == 1
 
 
@@ -104,7 +107,7 @@ def test_unknown_kinds_wait_a_minute(ledger: Ledger) -> None:
     clock = HandClock(0.0)
     ledger.add_cleanups([Cleanup("power_limit", UUID, {"watts": 300})], now=0.0)
     runner = CleanupRunner(ledger, {}, clock=clock)
-    assert runner.run_due() == 0
+    assert asyncio.run(runner.run_due()) == 0
     (owed,) = runner.report()
     assert owed["kind"] == "power_limit" and owed["next_try"] == 60.0
     assert "no handler for 'power_limit'" in owed["last_error"]
@@ -115,4 +118,4 @@ def test_a_closed_ledger_is_a_ledger_error(ledger: Ledger) -> None:
     ledger.add_cleanups(owes(lease()), now=0.0)
     ledger.close()
     with pytest.raises(LedgerError):
-        CleanupRunner(ledger, {}, clock=HandClock(0.0)).run_due()
+        asyncio.run(CleanupRunner(ledger, {}, clock=HandClock(0.0)).run_due())

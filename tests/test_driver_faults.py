@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from tests.harness import DaemonPaths, ProcessDaemon, wait_for
 MACHINE = "dgx-a100-mig"
 GPU0 = "GPU-838b9f62-4862-589c-b545-4ae61c92f8ff"
 GPU3 = "GPU-f06d330d-af21-5a36-84a7-d3d20d41fb7f"
+GPU5 = "GPU-463cb218-c257-514c-90b2-c5beb672b6e2"  # a whole GPU (no MIG)
 HUNG = "nvmlDeviceGetMemoryInfo"
+SET_LIMIT = "nvmlDeviceSetPowerManagementLimit"
 
 
 class Machine:
@@ -50,6 +53,28 @@ class Machine:
         self.write(hang=None)
         fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: nobody is hung in it
         os.close(fd)
+
+    def hold(self) -> int:
+        """Once a call hangs in the FIFO, keep it hung: the FIFO opened for writing (the
+        call gets past open() and blocks reading until the test closes the descriptor)."""
+        held: list[int] = []
+
+        def hung_in_it() -> bool:
+            try:
+                held.append(os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # ENXIO: no call blocks in it yet
+                return False
+            return True
+
+        wait_for(hung_in_it, 30, what="a driver call hung in the FIFO")
+        return held[0]
+
+    def limits(self) -> dict[str, int]:
+        """The power limits the cards have (the recorded machine keeps them in a file)."""
+        try:
+            return dict(json.loads(self.live.with_name("live.json.limits").read_text()))
+        except (OSError, ValueError):
+            return {}
 
 
 @pytest.fixture
@@ -181,19 +206,111 @@ def test_power_is_neither_read_nor_set_on_the_loop_while_a_driver_call_hangs(
     daemon: ProcessDaemon, machine: Machine
 ) -> None:
     """While NVML hangs, a grant that asks for a power cap is refused at once with
-    nvml_error (setting it would wait on the stuck driver, on the event loop); a grant without
-    a cap is served; once the driver answers, a cap is set again."""
+    nvml_error (nothing recorded); a grant without a cap is served; once the driver answers,
+    a cap is set again."""
     with daemon.client() as client:
         machine.hang(HUNG)
         wait_for(lambda: hung_calls(client), 30, what="the hung call named")
         with pytest.raises(GpuallocError) as refused:
-            client.allocate(1, ttl=600, power_limit_watts=250)
-        assert refused.value.code == "nvml_error"
-        plain = client.allocate(1, ttl=600)
+            client.allocate(gpus=[5], ttl=600, power_limit_watts=250)
+        assert refused.value.code == "nvml_error" and client.leases() == []
+        plain = client.allocate(gpus=[5], ttl=600)
         client.free(plain.id)
         machine.release()
-        # Not only the hung call: the sample it was part of runs on past the deadline until
-        # its last call returns, and power stays refused while any call is overdue.
-        wait_for(lambda: driver_state(client) == "ok", 30, what="the driver answering again")
-        capped = client.allocate(1, ttl=600, power_limit_watts=250)
+        wait_for(lambda: client.health()["driver"]["state"] == "ok", 30, what="answering again")
+        capped = client.allocate(gpus=[5], ttl=600, power_limit_watts=250)
+        assert machine.limits()[GPU5] == 250_000
         client.free(capped.id)
+
+
+def test_the_api_answers_others_while_the_first_power_call_hangs(
+    paths: DaemonPaths, machine: Machine
+) -> None:
+    """alice's grant asks for a cap and the driver hangs setting it, the first call to hang:
+    while the test holds that call hung, another client's allocate+free and /v1/health are
+    answered and alice is still waiting; once the driver answers, she has her lease, capped."""
+    daemon = ProcessDaemon(
+        paths,
+        inventory=machine.inventory,
+        sample_interval_seconds=0.05,
+        driver_call_timeout_seconds=600,  # the set is never given up on in this test
+    ).start()
+    held: int | None = None
+    try:
+        with ThreadPoolExecutor(1) as pool, daemon.client(timeout=60) as other:
+            machine.hang(SET_LIMIT)
+            asked = pool.submit(capped_grant, daemon)
+            held = machine.hold()
+            lease = other.allocate(gpus=[6])
+            assert other.free(lease.id).state == "freed"
+            assert other.health()["status"] == "ok"
+            assert other.leases()[0].gpus[0].uuid == GPU5  # alice's: granted, cap being set
+            assert not asked.done()
+            machine.write(hang=None)
+            os.close(held)
+            held = None
+            capped = asked.result(timeout=60)
+        assert capped.raw["power_limit_watts"] == 250 and machine.limits()[GPU5] == 250_000
+    finally:
+        if held is not None:
+            machine.write(hang=None)
+            os.close(held)
+        assert daemon.stop() == 0, daemon.stderr()
+
+
+def capped_grant(daemon: ProcessDaemon) -> Any:
+    with daemon.client(timeout=60) as client:
+        return client.allocate(gpus=[5], ttl=600, power_limit_watts=250)
+
+
+def owed_put_backs(client: Client) -> list[dict[str, Any]]:
+    owed = client.diagnostics()["pending_cleanups"]
+    return [entry for entry in owed if entry["kind"] == "power_limit"]
+
+
+def test_a_put_back_the_driver_cannot_do_is_owed_shown_and_done_after_a_restart(
+    paths: DaemonPaths, daemon: ProcessDaemon, machine: Machine
+) -> None:
+    """alice's capped lease ends while setting a power limit hangs: putting her GPU's limit
+    back is owed work, failing, shown by `doctor`; the daemon restarted meanwhile still owes
+    it, and does it once the driver answers (the card has its 400 W back, nothing owed)."""
+    with daemon.client() as client:
+        lease = client.allocate(gpus=[5], ttl=600, power_limit_watts=250)
+        assert machine.limits()[GPU5] == 250_000
+        machine.hang(SET_LIMIT)
+        client.free(lease.id)
+        wait_for(lambda: [e for e in owed_put_backs(client) if e["attempts"]], 30, what="a try")
+        (owed,) = owed_put_backs(client)
+        assert (owed["target"], owed["lease_id"]) == (GPU5, lease.id)
+        assert "not answering" in owed["last_error"]
+        assert f"power_limit {GPU5} (" in doctor(paths)
+    assert daemon.stop() == 0, daemon.stderr()
+    tried = owed["attempts"]
+    assert machine.limits()[GPU5] == 250_000
+    again = ProcessDaemon(
+        paths,
+        inventory=machine.inventory,
+        initialise=False,
+        sample_interval_seconds=0.05,
+        driver_call_timeout_seconds=0.5,
+    ).start()
+    try:
+        with again.client() as client:
+            held = machine.hold()  # the restarted daemon tries it: hung again
+            wait_for(lambda: owed_put_backs(client)[0]["attempts"] > tried, 30, what="a retry")
+            machine.write(hang=None)
+            os.close(held)
+            wait_for(lambda: not owed_put_backs(client), 30, what="the put-back done")
+        assert machine.limits()[GPU5] == 400_000
+    finally:
+        assert again.stop() == 0, again.stderr()
+
+
+def doctor(paths: DaemonPaths) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuallocd.cli", "--socket", str(paths.socket), "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.stdout

@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from tests.harness import DaemonPaths
+from tests.harness import DaemonPaths, wait_for
 from tests.system_users import SystemUsers, open_to_everyone
 from tests.test_energy_leases import Machine, ctl_json
 
@@ -38,8 +38,14 @@ def test_a_request_over_a_kwh_budget_is_refused_and_a_running_lease_is_not_cut(
     try:
         first = ctl_json(users, "alice", machine, "allocate", "-n", "1", "--ttl", "8h")
         running = ctl_json(users, "alice", machine, "allocate", "-n", "1", "--ttl", "8h")
-        machine.clock.step(3600)
+        machine.step(3600)
         assert users.ctl("alice", socket, "free", first["id"]).returncode == 0
+
+        def alices_kwh() -> float:
+            report = ctl_json(users, "alice", machine, "usage", "--user", users.name("alice"))
+            return float(sum(u["energy_kwh"] for u in report["users"]))
+
+        wait_for(lambda: alices_kwh() == 0.3, 30, what="the end's reading recorded")
         before = time.time()
         refused = users.ctl("alice", socket, "allocate", "-n", "1")
         assert refused.returncode != 0

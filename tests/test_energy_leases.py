@@ -35,6 +35,7 @@ class Machine:
         for uuid in self.fake.uuids():
             self.fake.set_utilization(uuid, 100)
         settings.update(inventory="nvml-recording:dgx1-volta", default_policy="simple")
+        settings.setdefault("sample_interval_seconds", 0.1)
         if config is None:
             self.daemon = ThreadDaemon(paths, inventory_opener=self._open, **settings)
         else:
@@ -42,6 +43,14 @@ class Machine:
 
     def _open(self, spec: str) -> Inventory:
         return NvmlInventory(nvml=self.fake, name=self.fake.name, xid_wait_ms=20)
+
+    def step(self, seconds: float) -> None:
+        """The GPUs' clock moves on `seconds`, and a whole live sample reads their counters
+        after it (a grant or an end takes the counters the last sample read)."""
+        reads = "nvmlDeviceGetTotalEnergyConsumption"
+        self.clock.step(seconds)
+        after = self.fake.calls[reads] + 2 * len(self.fake.uuids())  # one sample may straddle
+        wait_for(lambda: self.fake.calls[reads] >= after, 30, what="a sample after the step")
 
 
 @pytest.fixture
@@ -62,10 +71,23 @@ def ctl_json(users: SystemUsers, who: str, machine: Machine, *args: str) -> Any:
     return json.loads(done.stdout)
 
 
-def end_event(users: SystemUsers, machine: Machine, lease_id: str) -> dict[str, Any]:
-    answer = ctl_json(users, "alice", machine, "history", "--lease", lease_id)
-    (ended,) = [e for e in answer["events"] if e["event"] in ("freed", "revoked", "expired")]
-    return dict(ended)
+def end_event(
+    users: SystemUsers, machine: Machine, lease_id: str, joules: float | None = None
+) -> dict[str, Any]:
+    """The lease's end event, once the energy its end read is recorded (within a second):
+    once it shows `joules`, where given."""
+    found: list[dict[str, Any]] = []
+
+    def recorded() -> bool:
+        answer = ctl_json(users, "alice", machine, "history", "--lease", lease_id)
+        found[:] = [e for e in answer["events"] if e["event"] in ("freed", "revoked", "expired")]
+        energy = found[0]["energy"] if len(found) == 1 else None
+        if energy is None:
+            return False
+        return joules is None or bool(energy["joules"] == pytest.approx(joules))
+
+    wait_for(recorded, 30, what="the end's energy recorded")
+    return dict(found[0])
 
 
 def users_usage(users: SystemUsers, machine: Machine, who: str = "carol") -> dict[str, Any]:
@@ -80,9 +102,9 @@ def test_a_whole_gpu_lease_is_charged_its_measured_energy(
     in the end event, `history` and `usage`; bob, who held nothing, drew nothing."""
     users = system_users
     lease = ctl_json(users, "alice", machine, "allocate", "-n", "1", "--ttl", "8h")
-    machine.clock.step(3600)
+    machine.step(3600)
     assert users.ctl("alice", machine.daemon.paths.socket, "free", lease["id"]).returncode == 0
-    energy = end_event(users, machine, lease["id"])["energy"]
+    energy = end_event(users, machine, lease["id"], FULL_LOAD_W * 3600)["energy"]
     assert energy == {"joules": FULL_LOAD_W * 3600, "kwh": 0.3, "estimate": False}
     with machine.daemon.client() as root:  # the holder's own stream of its lease's events
         _, events, _ = root.lease_events(lease["id"])
@@ -114,7 +136,7 @@ def test_the_energy_timer_charges_a_running_lease_and_a_driver_reload_costs_no_m
     both count."""
     users = system_users
     lease = ctl_json(users, "bob", machine, "allocate", "-n", "2", "--ttl", "8h")
-    machine.clock.step(100)
+    machine.step(100)
 
     def bob_kwh() -> float:
         return float(users_usage(users, machine).get(users.name("bob"), {}).get("energy_kwh", 0))
@@ -122,9 +144,9 @@ def test_the_energy_timer_charges_a_running_lease_and_a_driver_reload_costs_no_m
     two_gpus_100s = 2 * FULL_LOAD_W * 100 / 3.6e6
     wait_for(lambda: bob_kwh() == pytest.approx(two_gpus_100s), 30, what="the timer's reading")
     machine.fake.reload_driver()
-    machine.clock.step(50)
+    machine.step(50)
     assert users.ctl("bob", machine.daemon.paths.socket, "free", lease["id"]).returncode == 0
-    energy = end_event(users, machine, lease["id"])["energy"]
+    energy = end_event(users, machine, lease["id"], 2 * FULL_LOAD_W * 150)["energy"]
     assert energy["joules"] == pytest.approx(2 * FULL_LOAD_W * 150)
     assert energy["estimate"] is False
 
@@ -141,7 +163,7 @@ def test_a_gpu_shared_by_memory_is_an_estimate_by_its_share(
     try:
         total = machine.fake.recording["devices"][0]["memory_total_bytes"]
         lease = ctl_json(users, "carol", machine, "allocate", "--memory", f"{total // 4}B")
-        machine.clock.step(3600)
+        machine.step(3600)
         socket = machine.daemon.paths.socket
         assert users.ctl("carol", socket, "free", lease["id"]).returncode == 0
         energy = end_event(users, machine, lease["id"])["energy"]
@@ -177,7 +199,7 @@ def test_unleased_use_is_charged_to_its_owner_in_a_column_of_its_own(
             return dict(users_usage(users, machine).get(users.name("carol"), {}))
 
         wait_for(lambda: carol().get("unleased_gpu_hours", 0) > 0, 30, what="a first reading")
-        machine.clock.step(600)
+        machine.step(600)
         expected = FULL_LOAD_W * 600 / 3.6e6
         wait_for(
             lambda: carol()["unleased_energy_kwh"] == pytest.approx(expected),

@@ -1,22 +1,18 @@
-"""Energy, budgets and power caps without a daemon: the meter's arithmetic (splitting a GPU's
-energy, reloads, restarts, no counter), a budget's window, and caps put back at start."""
+"""Energy and budgets without a daemon: the meter's arithmetic (splitting a GPU's energy,
+reloads, restarts, no counter) over the counters the last sample read, a budget's window."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import pytest
 
-from gpuallocd.allocator.power.caps import PowerCaps
 from gpuallocd.allocator.power.energy import EnergyMeter, charges
 from gpuallocd.allocator.power.split import Parts
 from gpuallocd.allocator.site.budgets import TotalsUse, frees_at, use_in_window
-from gpuallocd.errors import NvmlError
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import Lease, LeasedGpu, LeaseState, PowerReading, UnitKind
+from gpuallocd.model import Lease, LeasedGpu, LeaseState, LiveState, UnitKind
 from gpuallocd.model.energy import EnergyUse
-from gpuallocd.model.power import PowerCap
 
 
 def lease(lease_id: str, *units: LeasedGpu, uid: int = 1000) -> Lease:
@@ -39,22 +35,22 @@ QUARTER = LeasedGpu("GPU-b", 1, kind=UnitKind.SHARE, memory_bytes=1, fraction=0.
 
 
 class Counters:
-    """Energy counters the test sets, in millijoules."""
+    """Energy counters the test sets, in millijoules, as the last live sample read them."""
 
     def __init__(self, **counters: int | None) -> None:
-        self.counters = {f"GPU-{k}": v for k, v in counters.items()}
-        self.fail = False
+        self.counters = {f"GPU-{k}": v for k, v in counters.items() if v is not None}
 
-    def __call__(self, uuids: Collection[str]) -> Mapping[str, PowerReading]:
-        if self.fail:
-            raise NvmlError("NVML is gone")
-        return {u: PowerReading(energy_mj=self.counters[u]) for u in uuids if u in self.counters}
+    def meter(self) -> EnergyMeter:
+        """A meter whose cache is these counters."""
+        meter = EnergyMeter(enabled=True)
+        meter.counters = self.counters
+        return meter
 
 
 def test_a_whole_gpu_gets_all_of_its_energy_and_a_share_its_fraction_as_an_estimate() -> None:
     """The split: whole GPUs measured, a share its fraction of the GPU, labelled estimate."""
     counters = Counters(a=0, b=0)
-    meter = EnergyMeter(counters)
+    meter = counters.meter()
     held = [lease("w", WHOLE), lease("s", QUARTER)]
     meter.reading(held, ["GPU-a", "GPU-b"], 1.0)
     counters.counters.update({"GPU-a": 100_000, "GPU-b": 400_000})
@@ -68,7 +64,7 @@ def test_a_whole_gpu_gets_all_of_its_energy_and_a_share_its_fraction_as_an_estim
 def test_a_counter_that_goes_back_is_a_reload_not_negative_energy() -> None:
     """After a reload only what the counter counted since is taken."""
     counters = Counters(a=5_000_000)
-    meter = EnergyMeter(counters)
+    meter = counters.meter()
     held = [lease("w", WHOLE)]
     assert meter.reading(held, ["GPU-a"], 1.0) == []  # the first reading: a baseline only
     counters.counters["GPU-a"] = 7_000_000
@@ -80,28 +76,34 @@ def test_a_counter_that_goes_back_is_a_reload_not_negative_energy() -> None:
 def test_a_restarted_meter_starts_again_and_loses_only_the_interval_it_missed() -> None:
     """A new meter (a daemon restart) takes a baseline, then counts from there."""
     counters = Counters(a=10_000_000)
-    meter = EnergyMeter(counters)
+    meter = counters.meter()
     held = [lease("w", WHOLE)]
     assert meter.reading(held, ["GPU-a"], 1.0) == []
     counters.counters["GPU-a"] = 11_000_000
     assert [u.joules for u in meter.reading(held, ["GPU-a"], 2.0)] == [1000.0]
 
 
-def test_no_counter_or_a_failing_read_gives_no_energy_and_never_raises() -> None:
-    """A GPU older than Volta, or NVML failing, records nothing; grants go on."""
+def test_no_counter_or_an_unreadable_gpu_gives_no_energy_and_never_raises() -> None:
+    """A GPU older than Volta records nothing; a sample that could not read a GPU keeps its
+    last counter (no energy made up); accounting off reads nothing; grants go on."""
     counters = Counters(a=None)
-    meter = EnergyMeter(counters)
+    meter = counters.meter()
     held = [lease("w", WHOLE)]
     assert meter.reading(held, ["GPU-a"], 1.0) == [] == meter.reading(held, ["GPU-a"], 2.0)
-    counters.fail = True
-    assert meter.reading(held, ["GPU-a"], 3.0) == []
-    assert not EnergyMeter(None).enabled
+    counters.counters["GPU-a"] = 5_000
+    meter.sampled({"GPU-a": LiveState(healthy=False, health_reason="GPU cannot be read")}, held)
+    assert meter.counters["GPU-a"] == 5_000
+    meter.reading(held, ["GPU-a"], 3.0)
+    assert [u.joules for u in meter.reading(held, ["GPU-a"], 4.0)] == [0.0]
+    off = EnergyMeter(enabled=False)
+    off.sampled({"GPU-a": LiveState(energy_mj=9)}, held)
+    assert not off.enabled and off.counters == {} and off.read(held, held, 5.0) is None
 
 
 def test_a_gpu_nobody_holds_loses_its_baseline() -> None:
     """Once no active lease holds a GPU, its next reading starts over (no stale baseline)."""
     counters = Counters(a=1_000_000)
-    meter = EnergyMeter(counters)
+    meter = counters.meter()
     meter.reading([lease("w", WHOLE)], ["GPU-a"], 1.0)
     counters.counters["GPU-a"] = 9_000_000
     meter.reading([], [], 2.0)  # a timer's reading with no lease on GPU-a
@@ -133,39 +135,3 @@ def test_a_budget_frees_up_when_enough_use_leaves_its_window(tmp_path: Path) -> 
     assert frees_at(found, "kwh", day, 2.5) == pytest.approx(500.0 + day, abs=1.0)
     assert frees_at(found, "kwh", day, 1.0) == pytest.approx(2000.0 + day, abs=1.0)
     ledger.close()
-
-
-class _Cards:
-    """Power limits the test can read, as a PowerControl."""
-
-    def __init__(self) -> None:
-        self.limits = {"GPU-a": 300_000}
-
-    def power(self, uuids: Collection[str] | None = None) -> Mapping[str, PowerReading]:
-        return {
-            u: PowerReading(limit_mw=v, min_limit_mw=100_000, max_limit_mw=300_000)
-            for u, v in self.limits.items()
-        }
-
-    def set_power_limit(self, uuid: str, limit_mw: int) -> None:
-        self.limits[uuid] = limit_mw
-
-
-def test_at_start_an_ended_leases_cap_is_put_back_before_an_active_ones_is_set(
-    tmp_path: Path,
-) -> None:
-    """Two records on one GPU (a crash left the old one): whatever their order, the GPU ends
-    with the active lease's cap, and only the ended lease's record goes."""
-    for first, second in (
-        (("old", 200_000), ("new", 150_000)),
-        (("new", 150_000), ("old", 200_000)),
-    ):
-        ledger = Ledger(tmp_path / f"{first[0]}.sqlite3")
-        ledger.record_caps([PowerCap("GPU-a", first[0], first[1], 300_000)])
-        ledger.record_caps([PowerCap("GPU-a", second[0], second[1], 300_000)])
-        cards = _Cards()
-        caps = PowerCaps(cards)
-        caps.start(ledger, active={"new"})
-        assert cards.limits["GPU-a"] == 150_000
-        assert [c.lease_id for c in ledger.power_caps()] == ["new"]
-        ledger.close()

@@ -5,8 +5,6 @@ which the live sample took from the kernel (/proc/PID/status)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-
 import pytest
 
 from gpuallocd.allocator.power.budget import PowerBudget, unleased_words
@@ -74,28 +72,27 @@ def test_an_interval_is_split_by_its_samples_not_by_the_last_one() -> None:
     presence = Presence()
     for processes in (on((2, BOB, GIB)), on((2, BOB, GIB)), (), ()):
         presence.sampled({"GPU-a": LiveState(processes=processes)}, holders)
-    found = presence.take("GPU-a", holders["GPU-a"])
+    found = presence.take("GPU-a", holders["GPU-a"]).parts()
     assert (found.leases, found.users) == ({"w": 0.5}, {BOB: 0.5})
     presence.sampled({"GPU-a": LiveState(processes=on((2, BOB, GIB)))}, holders)
     presence.take("GPU-a", holders["GPU-a"])
-    again = presence.take("GPU-a", holders["GPU-a"])
+    again = presence.take("GPU-a", holders["GPU-a"]).parts()
     assert (again.leases, again.users) == ({"w": 0.0}, {BOB: 1.0})
 
 
-class Counters:
-    def __init__(self) -> None:
-        self.mj = {"GPU-a": 0, "GPU-c": 0}
-
-    def __call__(self, uuids: Collection[str]) -> Mapping[str, PowerReading]:
-        return {u: PowerReading(energy_mj=self.mj[u]) for u in uuids if u in self.mj}
+def cached(mj: dict[str, int]) -> EnergyMeter:
+    """A meter whose cache of counters (the last sample's) is `mj`."""
+    meter = EnergyMeter(enabled=True)
+    meter.counters = mj
+    return meter
 
 
 def test_the_meter_charges_the_holder_and_the_other_user_their_parts_in_one_reading() -> None:
     """A reading of alice's GPU with bob's 3 GiB beside her 1 GiB: her lease's row has a
     quarter, bob's unleased row three quarters of the energy and of the time, both
     estimates; a free GPU bob used alone gives him all of it, measured."""
-    counters = Counters()
-    meter = EnergyMeter(counters)
+    mj = {"GPU-a": 0, "GPU-c": 0}
+    meter = cached(mj)
     held = [lease("w", WHOLE, uid=ALICE)]
     sample = {
         "GPU-a": LiveState(processes=on((1, ALICE, GIB), (2, BOB, 3 * GIB))),
@@ -104,7 +101,7 @@ def test_the_meter_charges_the_holder_and_the_other_user_their_parts_in_one_read
     meter.sampled(sample, held)
     assert meter.reading(held, ["GPU-a", "GPU-c"], 1.0) == []  # baselines
     meter.sampled(sample, held)
-    counters.mj = {"GPU-a": 400_000, "GPU-c": 100_000}
+    mj.update({"GPU-a": 400_000, "GPU-c": 100_000})
     uses = meter.reading(held, ["GPU-a", "GPU-c"], 61.0)
     rows = [(u.lease_id, u.owner_uid, u.joules, u.estimate, u.gpu_seconds) for u in uses]
     assert rows == [
@@ -117,15 +114,15 @@ def test_the_meter_charges_the_holder_and_the_other_user_their_parts_in_one_read
 def test_a_grant_elsewhere_keeps_the_baseline_of_a_gpu_someone_uses_without_a_lease() -> None:
     """bob on free GPU c; a reading of another GPU (a grant) in between does not drop GPU
     c's baseline: the timer's next reading charges bob all the energy since."""
-    counters = Counters()
-    meter = EnergyMeter(counters)
+    mj = {"GPU-a": 0, "GPU-c": 0}
+    meter = cached(mj)
     sample = {"GPU-c": LiveState(processes=on((3, BOB, GIB)))}
     meter.sampled(sample, [])
     assert meter.reading([], ["GPU-c"], 0.0) == []
-    counters.mj["GPU-c"] = 50_000
+    mj["GPU-c"] = 50_000
     meter.reading([], ["GPU-a"], 5.0)  # a grant of GPU a
     meter.sampled(sample, [])
-    counters.mj["GPU-c"] = 90_000
+    mj["GPU-c"] = 90_000
     (use,) = meter.reading([], ["GPU-c"], 10.0)
     assert (use.owner_uid, use.joules, use.estimate) == (BOB, 90.0, False)
 
@@ -154,16 +151,12 @@ def test_the_committed_watts_are_told_apart_by_leases_unleased_and_idle() -> Non
     """Budget's words: the leases' caps or limits, what users draw on free GPUs by their
     memory shares, and the idle free GPUs."""
 
-    class Cards:
-        def power(self, uuids: object = None) -> Mapping[str, PowerReading]:
-            return {
-                "GPU-a": PowerReading(draw_mw=50_000, default_limit_mw=300_000),
-                "GPU-c": PowerReading(draw_mw=280_000, default_limit_mw=300_000),
-                "GPU-d": PowerReading(draw_mw=43_000, default_limit_mw=300_000),
-            }
-
-    budget = PowerBudget(Cards(), 600, "wait")
-    budget.refresh()
+    budget = PowerBudget(600, "wait")
+    budget.readings = {  # the power timer's last reading
+        "GPU-a": PowerReading(draw_mw=50_000, default_limit_mw=300_000),
+        "GPU-c": PowerReading(draw_mw=280_000, default_limit_mw=300_000),
+        "GPU-d": PowerReading(draw_mw=43_000, default_limit_mw=300_000),
+    }
     drawers = {"GPU-c": (2, {BOB: 0.75, CAROL: 0.25}), "GPU-d": (3, {})}
     words = budget.committed_words([lease("w", WHOLE)], {}, drawers)
     assert words.startswith("300 W by leases, 280 W drawn without a lease: 210 W by ")

@@ -5,13 +5,18 @@ reload; the site's default and a user's maximum."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from gpulease import DaemonUnavailable
+
 from tests.harness import DaemonPaths, ProcessDaemon, wait_for
+from tests.ledger_damage import CRASH_ENV
 from tests.system_users import SystemUsers, open_to_everyone
 from tests.test_energy_leases import Machine, ctl_json
 
@@ -56,7 +61,7 @@ def test_a_cap_is_set_for_the_lease_put_back_at_its_end_and_set_again_after_a_re
         assert limit_of(machine, index) == DEFAULT_MW
         wait_for(lambda: limit_of(machine, index) == 200_000, 30, what="the cap set again")
         assert users.ctl("alice", machine.daemon.paths.socket, "free", lease["id"]).returncode == 0
-        assert limit_of(machine, index) == DEFAULT_MW
+        wait_for(lambda: limit_of(machine, index) == DEFAULT_MW, 30, what="the limit put back")
     finally:
         machine.daemon.stop()
 
@@ -146,7 +151,7 @@ def test_run_caps_its_gpu_while_the_command_runs(
         wait_for(lambda: limit_of(machine, 0) == 200_000, 30, what="the cap while it runs")
         go.touch()
         assert command.wait(30) == 0, (short_dir / "run.log").read_text()
-        assert limit_of(machine, 0) == DEFAULT_MW
+        wait_for(lambda: limit_of(machine, 0) == DEFAULT_MW, 30, what="the limit put back")
     finally:
         go.touch()
         command.wait(30)
@@ -175,5 +180,65 @@ def test_hostile_power_limits_are_refused_and_change_nothing(
             assert limit_of(machine, huge.gpus[0].index) == DEFAULT_MW  # the card's highest
             report = root.request("GET", "/v1/usage?since=0&user=nosuchuser-e31")
             assert report["budgets"] is None
+    finally:
+        machine.daemon.stop()
+
+
+def test_a_daemon_killed_once_a_cap_is_recorded_sets_it_at_its_next_start(
+    short_dir: Path, paths: DaemonPaths
+) -> None:
+    """A grant with a 170 W cap is durable, and the daemon is killed (SIGKILL) before it sets
+    the cap or answers: the restarted daemon answers the retry with the same lease, sets its
+    cap, and puts the limit back after its end."""
+    live = short_dir / "live.json"
+    live.write_text("{}")
+    limits = _limits(short_dir / "live.json.limits")
+    inventory = f"nvml-recording:dgx1-volta?live={live}"
+    settings = {"default_policy": "simple", "energy_interval_seconds": 0.05}
+    os.environ.update({**CRASH_ENV, "GPUALLOCD_TEST_CRASH_AT": "cap-recorded"})
+    daemon = ProcessDaemon(paths, inventory=inventory, **settings).start()
+    with daemon.client(timeout=30) as client, pytest.raises(DaemonUnavailable):
+        client.allocate(1, power_limit_watts=170, request_id="capped")
+    assert daemon.process is not None and daemon.process.wait(30) == -9
+    for key in (*CRASH_ENV, "GPUALLOCD_TEST_CRASH_AT"):
+        os.environ.pop(key, None)
+    daemon = ProcessDaemon(paths, inventory=inventory, initialise=False, **settings).start()
+    try:
+        with daemon.client() as client:
+            lease = client.allocate(1, power_limit_watts=170, request_id="capped")
+            assert [held.id for held in client.leases()] == [lease.id]
+            uuid = lease.gpus[0].uuid
+            wait_for(lambda: limits().get(uuid) == 170_000, 30, what="the cap set at start")
+            client.free(lease.id)
+            wait_for(lambda: limits().get(uuid) == DEFAULT_MW, 30, what="the limit put back")
+    finally:
+        daemon.stop()
+
+
+def test_caps_asked_in_a_loop_slow_nobody_else(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """A client grants GPU 0 in a loop with a cap that changes every time, so that each grant
+    sets a limit: the driver is called for those changes and no more, live samples go on
+    between the sets, and another client's allocate+free (no cap: no driver call) is served
+    meanwhile."""
+    machine = started(paths, short_dir)
+    sets, reads = "nvmlDeviceSetPowerManagementLimit", "nvmlDeviceGetTotalEnergyConsumption"
+    try:
+        with machine.daemon.client() as looping, machine.daemon.client() as other:
+            before = machine.fake.calls[sets]
+            sampled = machine.fake.calls[reads]
+            served = []
+            for n in range(40):
+                lease = looping.allocate(gpus=[0], power_limit_watts=200 + 10 * (n % 2))
+                looping.free(lease.id)
+                if n == 20:
+                    plain = other.allocate(gpus=[1])
+                    served.append(other.free(plain.id).state)
+            assert served == ["freed"]
+            # one set per grant (each a new cap), at most one put-back per lease besides (a
+            # put-back comes a second after the end, unless the next grant came first)
+            assert 40 <= machine.fake.calls[sets] - before <= 80
+            assert machine.fake.calls[reads] > sampled  # samples went on meanwhile
     finally:
         machine.daemon.stop()

@@ -5,6 +5,8 @@ daemon starts: `GPUALLOCD_TEST_CRASH_AT` names the point, and `GPUALLOCD_TEST_FA
 be exactly `kill-this-daemon` (one variable left over in a unit file arms nothing). When
 armed, the daemon says so in its log at start. The points:
 
+    cap-recorded      a grant with a power cap is durable (the cap and the limit to put back
+                      recorded); the cap may not be set yet
     after-commit      a grant is durable in the ledger; its answer is not yet sent
     after-reply       the grant's answer was written to the client's connection
     after-preempt-warning  a preemption and its warning are durable; its signal has not gone
@@ -25,7 +27,9 @@ __all__ = ["POINTS", "arm", "armed_point", "crash_point"]
 
 log = logging.getLogger(__name__)
 
-POINTS = frozenset({"after-commit", "after-reply", "after-preempt-warning", "during-recovery"})
+POINTS = frozenset(
+    {"cap-recorded", "after-commit", "after-reply", "after-preempt-warning", "during-recovery"}
+)
 CRASH_AT = "GPUALLOCD_TEST_CRASH_AT"
 FAULTS = "GPUALLOCD_TEST_FAULTS"
 CONSENT = "kill-this-daemon"

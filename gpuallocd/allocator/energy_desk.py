@@ -1,13 +1,16 @@
 """The façade's part for energy: the energy timer's reading of every leased GPU and of GPUs
-used without a lease (docs/accounting.md). Grants and ends read their own GPUs in the
-lifecycle."""
+used without a lease (docs/accounting.md), from the counters the last live sample read (no
+driver call here). Grants and ends read their own GPUs in the lifecycle; what they read is
+written here, within RECORD_WITHIN_SECONDS, all of it in one transaction."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.long_reads import LongReads
+from gpuallocd.allocator.power.hardware import RECORD_WITHIN_SECONDS
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.ledger import Ledger
 
@@ -32,6 +35,8 @@ class EnergyDesk:
         self._ledger = ledger
         self._worker = worker
         self._clock = clock
+        self._recording: asyncio.Task[None] | None = None
+        lifecycle.hardware.record_soon = self._record_soon
 
     @property
     def metered(self) -> bool:
@@ -39,14 +44,30 @@ class EnergyDesk:
         return self._lifecycle.hardware.energy.enabled
 
     async def meter(self) -> None:
-        """Read the counter of every GPU a lease holds or someone used: what each lease, and
-        each user without a lease there, drew since the last reading (so a restart or a
-        driver reload loses at most one interval)."""
+        """Read every GPU a lease holds or someone used: what each lease, and each user
+        without a lease there, drew since the last reading (so a restart or a driver reload
+        loses at most one interval)."""
         await self._worker.run(self._meter)
 
     def _meter(self) -> None:
-        leases = self._lifecycle.leases()
-        self._lifecycle.hardware.energy.record_all(self._ledger, leases, self._clock())
+        hardware = self._lifecycle.hardware
+        uses = hardware.energy.uses_of_all(self._lifecycle.leases(), self._clock())
+        self._ledger.record_energy(hardware.take_unrecorded() + uses)
+
+    def _record_soon(self) -> None:
+        """Grants or ends read energy: write it within RECORD_WITHIN_SECONDS."""
+        if self._recording is None or self._recording.done():
+            self._recording = asyncio.ensure_future(self._record_later())
+
+    async def _record_later(self) -> None:
+        await asyncio.sleep(RECORD_WITHIN_SECONDS)
+        await self.record()
+
+    async def record(self) -> None:
+        """Write the energy grants and ends read, now (one transaction)."""
+        hardware = self._lifecycle.hardware
+        if hardware.unrecorded:
+            await self._worker.run(lambda: self._ledger.record_energy(hardware.take_unrecorded()))
 
     async def totals(self) -> dict[str, float]:
         """Joules per user since the daemon started counting (the metrics' counter): the

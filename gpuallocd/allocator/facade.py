@@ -113,7 +113,7 @@ class AllocatorFacade(CleanupDesk):
         self._bells = LeaseBells()
         self.health = HealthNotices(lifecycle)
         self.energy = EnergyDesk(lifecycle, ledger, self._worker, clock, self._reads)
-        self.power = PowerDesk(lifecycle, ledger, self._worker)  # caps: power_desk.py
+        self.power = PowerDesk(lifecycle, ledger, self._worker, clock=clock)  # power_desk.py
         self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
         self.revoke_grace_seconds = revoke_grace_seconds
 
@@ -152,20 +152,21 @@ class AllocatorFacade(CleanupDesk):
                 lease = await self._queue.allocate(
                     caller, spec, wait=wait, timeout=timeout, on_grant=on_grant
                 )
+                await self.power.capped(lease)  # its cap set (power_desk.py)
             await self._processes.enclose(lease)  # in its scope before it hears of the grant
             return lease
-        except BaseException:
+        except BaseException as exc:
             for lease in granted:
-                self.withdraw(lease)
+                self.withdraw(lease, self.power.withdrawn_because(exc))
             raise
 
-    def withdraw(self, lease: Lease) -> None:
+    def withdraw(self, lease: Lease, detail: str | None = None) -> None:
         """Undo a grant whose answer did not reach its client (soon, in order)."""
-        self._spawn(self._withdraw(lease.id))
+        self._spawn(self._withdraw(lease.id, detail))
 
-    async def _withdraw(self, lease_id: str) -> None:
-        for lease in await self._worker.run(self._lifecycle.withdraw, lease_id):
-            log.info("lease %s withdrawn: its answer could not be delivered", lease.id)
+    async def _withdraw(self, lease_id: str, detail: str | None = None) -> None:
+        for lease in await self._worker.run(self._lifecycle.withdraw, lease_id, detail):
+            log.info("lease %s withdrawn: %s", lease.id, detail or "its answer was not delivered")
             self._released([lease])
 
     def process_tracking(self) -> str:

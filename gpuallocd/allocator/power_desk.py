@@ -1,24 +1,36 @@
-"""The façade's part for power caps (power/caps.py): the cap a request gets, putting back at
-start what a stopped daemon left capped, and setting caps again after a driver reload; the
-power budget's figures (power/budget.py)."""
+"""The façade's part for power caps (power/caps.py): the cap a request gets, a grant answered
+once its cap is set, limits put back a moment after the end (owed work where the driver
+refuses or does not answer), the power timer's reading of every GPU (off the event loop,
+through the driver guard) that the caps and the power budget (power/budget.py) work from,
+and, at start, the caps of active leases set again and what ended leases left owed."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpuallocd.allocator.crash_points import crash_point
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.specs import AllocateSpec
-from gpuallocd.allocator.power.caps import resolve_cap
+from gpuallocd.allocator.power.caps import PowerCaps, put_back, resolve_cap
 from gpuallocd.allocator.worker import SerialWorker
+from gpuallocd.errors import GpuallocError, NvmlError
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import Caller
+from gpuallocd.model import Caller, Lease, PowerReading
+from gpuallocd.model.power import PowerCap
 
 __all__ = ["PowerDesk"]
 
+log = logging.getLogger(__name__)
+
 
 class PowerDesk:
-    """Power caps through the serial worker."""
+    """Power caps and readings; ledger and in-memory work through the serial worker, driver
+    calls through the caps' driver (never on the worker)."""
 
     def __init__(
         self,
@@ -26,11 +38,16 @@ class PowerDesk:
         ledger: Ledger,
         worker: SerialWorker,
         site_default_watts: float | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._lifecycle = lifecycle
+        self._clock = clock
         self._ledger = ledger
         self._worker = worker
         self.site_default_watts = site_default_watts
+        self._putting_back: dict[str, asyncio.Task[None]] = {}
+        lifecycle.hardware.caps.later = self._later
 
     def resolved(self, caller: Caller, spec: AllocateSpec) -> AllocateSpec:
         """The request with the cap it gets (QuotaExceeded above the user's maximum)."""
@@ -45,24 +62,91 @@ class PowerDesk:
         )
         return replace(spec, power_limit_watts=cap)
 
-    async def start(self) -> None:
-        """Put back what a stopped daemon left capped; set the caps of active leases again."""
-        await self._worker.run(self._start)
+    @property
+    def caps(self) -> PowerCaps:
+        """The caps of the leases (power/caps.py)."""
+        return self._lifecycle.hardware.caps
 
-    def _start(self) -> None:
+    async def capped(self, lease: Lease) -> None:
+        """Once the cap of a lease just granted is set (at once where it needs no setting);
+        NvmlError where the driver did not answer within its deadline (the caller withdraws
+        the grant, whose end owes the limit back)."""
+        if lease.power_limit_watts is not None:
+            crash_point("cap-recorded")  # tests only (allocator/crash_points.py)
+        await self._lifecycle.hardware.caps.settled(lease.id)
+
+    @staticmethod
+    def withdrawn_because(exc: BaseException) -> str | None:
+        """What a withdrawn grant's history says: why its cap could not be set, or None (the
+        answer could not be delivered)."""
+        if isinstance(exc, NvmlError):
+            return f"granted, but its power cap could not be set: {exc.message}"
+        return None
+
+    async def start(self) -> None:
+        """Read what the ledger holds of caps and of limits owed back (records of leases
+        that ended while the daemon was down become owed work), read every GPU's power, and
+        set the caps of active leases again where their cards lack them."""
+        await self._worker.run(self._load)
+        await self.reapply()
+
+    def _load(self) -> None:
         active = {lease.id for lease in self._lifecycle.leases()}
-        self._lifecycle.hardware.caps.start(self._ledger, active)
-        self._lifecycle.hardware.budget.refresh()
+        found = self._ledger.power_caps()
+        left = [cap for cap in found if cap.lease_id not in active]
+        owed = [put_back(cap.gpu_uuid, cap.restore_mw, cap.lease_id) for cap in left]
+        self._ledger.owe_caps(left, owed, self._clock())
+        self._lifecycle.hardware.reload(self._ledger, active)
+
+    def _later(self, uuid: str, delay: float) -> None:
+        """Put back what an ended lease's record owes `uuid` in `delay` seconds."""
+        loop = asyncio.get_running_loop()
+        loop.call_later(delay, self._put_back_soon, uuid)
+
+    def _put_back_soon(self, uuid: str) -> None:
+        if uuid not in self._putting_back:
+            task = asyncio.ensure_future(self._put_back(uuid))
+            self._putting_back[uuid] = task
+            task.add_done_callback(lambda _: self._putting_back.pop(uuid, None))
+
+    async def _put_back(self, uuid: str) -> None:
+        caps = self._lifecycle.hardware.caps
+        failed = await caps.put_back_record(uuid)
+        if failed is not None:  # owed work from now on (allocator/cleanups.py)
+            await self._worker.run(caps.owe, self._ledger, failed, self._clock())
+
+    async def put_back_now(self) -> None:
+        """Put back every limit ended leases' records owe, without waiting (a daemon that
+        stops); what fails is owed work for the next start."""
+        caps = self._lifecycle.hardware.caps
+        owed = [uuid for uuid, found in caps.owed.items() if found.record is not None]
+        for uuid in owed:
+            await self._put_back(uuid)
+        await asyncio.gather(*self._putting_back.values(), return_exceptions=True)
 
     async def reapply(self) -> None:
-        """Set again the caps a driver reload took away (and forget those put back)."""
-        await self._worker.run(self._reapply)
-
-    def _reapply(self) -> None:
+        """The power timer: read every GPU's power, off the event loop; the budget's and the
+        caps' figures follow it, and caps a driver reload took away are set again."""
         caps = self._lifecycle.hardware.caps
-        caps.reapply()
-        caps.forget_done(self._ledger)
-        self._lifecycle.hardware.budget.refresh()
+        driver = caps.driver
+        if driver is None:
+            return
+        asked = caps.asked_now()
+        try:
+            readings = await driver.read()
+        except GpuallocError as exc:
+            log.warning("reading the GPUs' power failed (the last reading stands): %s", exc)
+            return
+        lost = await self._worker.run(self._learned, readings, asked)
+        await caps.reapply(lost)
+
+    def _learned(
+        self, readings: Mapping[str, PowerReading], asked: Mapping[str, int]
+    ) -> list[PowerCap]:
+        hardware = self._lifecycle.hardware
+        hardware.budget.readings = readings
+        hardware.caps.forget_done(self._ledger)  # put back, with no change since to carry it
+        return hardware.caps.learned(readings, asked)
 
     async def status(self) -> dict[str, Any] | None:
         """The power budget's figures for `status` (None without a budget or power readings)."""

@@ -1,13 +1,18 @@
-"""The GPU driver as a fault: blocking inventory calls (a sample, a rescan) run off the event
-loop, one at a time, each with a deadline.
+"""The GPU driver as a fault: every blocking driver call (a sample, a rescan, a power reading,
+a power limit set or put back) runs off the event loop, one at a time, each with a deadline.
 
 A driver call can hang rather than fail (a GPU in trouble, the kernel driver's lock held).
-The guard runs each call on a thread of its own, never on the loop and never in the loop's
-shared pool, and lets only one call run at a time: while one hangs, later samples are skipped
-(no thread piles up behind it) and a rescan is refused with the hung call's name (a rescan
-that meets a sample merely running waits for it). The API
-keeps answering from the ledger and the last sample. When the call returns at last, its
-answer is dropped (it is stale), the driver is in service again and the next sample runs.
+The guard runs the calls in order on a thread of its own, never on the loop and never in the
+loop's shared pool; the thread ends a second after its last call and a new one starts with
+the next. One call runs at a time (the driver serialises its calls behind one lock), the
+others wait their turn in order, so one caller's calls (a user granting capped leases in a
+loop) delay a sample by at most the calls queued before it. While a call hangs past its
+deadline, every other is refused at once: a sample is skipped (`run`), a rescan or a power
+call gets InventoryError naming the hung call (`call`); no thread piles up behind it. A call
+past its deadline runs on in its thread, its answer dropped; one still waiting behind a
+call that hangs is dropped before it starts. The API keeps answering from the
+ledger and the last sample. When the hung call returns at last, the driver is in service
+again, and those who asked (`when_answering`) are told.
 
 `report()` is what `/v1/health`, `/v1/diagnostics` and `gpuallocctl doctor` show: the
 vendor-library calls overdue (named by the gate's CallWatch, with how long they have run),
@@ -19,9 +24,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import queue
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from gpuallocd.errors import InventoryError
 from gpuallocd.inventory import DriverCalls, Inventory
@@ -32,6 +39,19 @@ __all__ = ["DriverGuard", "close_within"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+LINGER_SECONDS = 1.0  # the driver thread ends this long after its last call
+
+
+@dataclass(eq=False)
+class _Work(Generic[T]):
+    """One call handed to the driver thread, and the future its answer goes to."""
+
+    task: str
+    call: Callable[[], T]
+    future: asyncio.Future[T]
+    loop: asyncio.AbstractEventLoop
+    dropped: bool = False  # given up on before it started: the thread skips it
+    started: threading.Event = field(default_factory=threading.Event)
 
 
 def _deliver(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
@@ -44,8 +64,53 @@ def _deliver(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
         future.set_exception(value)
 
 
+class _DriverThread:
+    """Runs calls in the order given on one thread of its own, started by the first call
+    and ended after LINGER_SECONDS without one (a daemon thread: a call hung for good never
+    holds up the exit)."""
+
+    def __init__(self, tasks: CallWatch) -> None:
+        self._tasks = tasks
+        self._queue: queue.SimpleQueue[_Work[Any]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._alive = False
+
+    def submit(self, work: _Work[Any]) -> None:
+        with self._lock:
+            self._queue.put(work)
+            if not self._alive:
+                self._alive = True
+                name = f"gpuallocd-driver-{work.task}"
+                threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                work = self._queue.get(timeout=LINGER_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self._alive = False
+                        return
+                continue
+            self._run(work)
+
+    def _run(self, work: _Work[Any]) -> None:
+        outcome: tuple[bool, Any] = (False, InventoryError(f"{work.task} was given up"))
+        if not work.dropped:
+            threading.current_thread().name = f"gpuallocd-driver-{work.task}"
+            work.started.set()
+            with self._tasks.track(work.task):
+                try:
+                    outcome = (True, work.call())
+                except BaseException as exc:  # handed to the awaiting side, as a pool does
+                    outcome = (False, exc)
+        with contextlib.suppress(RuntimeError):  # the loop closed while the call hung
+            work.loop.call_soon_threadsafe(_deliver, work.future, outcome)
+
+
 class DriverGuard:
-    """One blocking inventory call at a time, off the loop, with `deadline_seconds`.
+    """Blocking driver calls one at a time, off the loop, each with `deadline_seconds`.
 
     `calls` is the gate's record of library calls in flight (None where the backend has no
     gate, such as a topology file: then only the guarded task itself is watched).
@@ -55,8 +120,10 @@ class DriverGuard:
         self._gate_calls = calls
         self._tasks = CallWatch() if calls is None else CallWatch(calls.monotonic)
         self._deadline = deadline_seconds
-        self._busy: asyncio.Future[Any] | None = None
-        self._late = False
+        self._thread = _DriverThread(self._tasks)
+        self._waiting = 0  # calls handed to the thread whose answer has not come back
+        self._late: list[_Work[Any]] = []  # calls past their deadline, still running
+        self._answering: list[Callable[[], None]] = []
 
     @classmethod
     def of(cls, inventory: Inventory, *, deadline_seconds: float) -> DriverGuard:
@@ -66,80 +133,97 @@ class DriverGuard:
 
     @property
     def busy(self) -> bool:
-        """A call runs now (perhaps hung)."""
-        return self._busy is not None and not self._busy.done()
+        """A call runs now (perhaps hung), or waits its turn."""
+        return self._waiting > 0
+
+    def when_answering(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (on the loop) each time the driver answers again after a hang."""
+        self._answering.append(callback)
 
     async def run(self, task: str, call: Callable[[], T]) -> T | None:
-        """`call()`'s answer; None when an earlier call still runs (this one is skipped) or
-        this one passed the deadline (it runs on in its thread; its answer is dropped)."""
-        if self.busy:
+        """`call()`'s answer once its turn came; None while a call hangs (this one is
+        skipped), or when this one passed the deadline (it runs on in its thread; its answer
+        is dropped). The call's own errors are raised as they are."""
+        if self.hung:
             return None
-        future = self._start(task, call)
-        # asyncio.wait, not wait_for: it never cancels the call's future, and on Python 3.11
-        # wait_for can swallow a cancellation that comes as the call returns (a stop hangs).
-        done, _ = await asyncio.wait({future}, timeout=self._deadline)
-        if not done:
-            self._overdue(task, future)
+        work = self._submit(task, call)
+        if not await self._answered_in_time(work):
             return None
-        return future.result()
+        return work.future.result()
 
-    async def answer(self, task: str, call: Callable[[], T]) -> T:
-        """`call()`'s answer, or InventoryError naming the hung call where there is none.
-        A call that is running but not overdue (a sample) is waited for first, within the
-        deadline: only a hung driver refuses, never the timing of a routine sample."""
-        await self._settle()
-        found = await self.run(task, call)
-        if found is None:
-            raise InventoryError(
-                f"the GPU driver is not answering ({self.describe()}); {task} cannot run until "
-                "it does (`gpuallocctl doctor` shows the call and how long it has hung)"
-            )
-        return found
+    async def call(self, task: str, call: Callable[[], T]) -> T:
+        """`call()`'s answer once its turn came and it ran within the deadline (its own
+        errors are raised as they are). InventoryError naming the hung call at once while a
+        call hangs, or when this one, or the one it waits behind, passes the deadline."""
+        if self.hung:
+            raise self._not_answering(task)
+        work = self._submit(task, call)
+        if not await self._answered_in_time(work):
+            raise self._not_answering(task)
+        return work.future.result()
 
-    async def _settle(self) -> None:
-        running = self._busy
-        if running is not None and not running.done() and not self.hung:
-            await asyncio.wait({running}, timeout=self._deadline)
+    answer = call  # a rescan: refused, naming the hung call, while the driver hangs
 
-    def _start(self, task: str, call: Callable[[], T]) -> asyncio.Future[T]:
+    async def _answered_in_time(self, work: _Work[Any]) -> bool:
+        """Whether `work` returned within the deadline of its own start. A call given up on
+        before it started (the one ahead of it hangs) never runs; one that started runs on,
+        its answer dropped."""
+        while True:
+            # asyncio.wait, not wait_for: it never cancels the call's future, and on Python
+            # 3.11 wait_for can swallow a cancellation that comes as the call returns.
+            done, _ = await asyncio.wait({work.future}, timeout=self._deadline)
+            if done:
+                return True
+            if work.started.is_set() or self.hung:
+                work.dropped = True
+                self._overdue(work)
+                return False
+
+    def _submit(self, task: str, call: Callable[[], T]) -> _Work[T]:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._busy = future
+        work: _Work[T] = _Work(task, call, loop.create_future(), loop)
+        self._waiting += 1
+        work.future.add_done_callback(lambda _: self._returned(work))
+        self._thread.submit(work)
+        return work
 
-        def work() -> None:
-            with self._tasks.track(task):
-                try:
-                    outcome: tuple[bool, Any] = (True, call())
-                except BaseException as exc:  # handed to the awaiting side, as the pool does
-                    outcome = (False, exc)
-            with contextlib.suppress(RuntimeError):  # the loop closed while the call hung
-                loop.call_soon_threadsafe(_deliver, future, outcome)
+    def _returned(self, work: _Work[Any]) -> None:
+        self._waiting -= 1
+        if work in self._late:
+            self._late.remove(work)
+            self._answered(work)
 
-        # A daemon thread, not a pool's: a call hung for good must not hold up the exit.
-        threading.Thread(target=work, name=f"gpuallocd-driver-{task}", daemon=True).start()
-        return future
+    def _not_answering(self, task: str) -> InventoryError:
+        return InventoryError(
+            f"the GPU driver is not answering ({self.describe()}); {task} cannot run until "
+            "it does (`gpuallocctl doctor` shows the call and how long it has hung)"
+        )
 
-    def _overdue(self, task: str, future: asyncio.Future[Any]) -> None:
-        self._late = True
+    def _overdue(self, work: _Work[Any]) -> None:
+        if not work.started.is_set() or work in self._late:
+            return  # it waited behind a hung call: that one is logged
+        self._late.append(work)
         log.error(
             "the GPU driver has not answered for %.1f s (%s); %s is paused, the API answers "
             "from the ledger and the last sample",
             self._deadline,
             self.describe(),
-            task,
+            work.task,
         )
-        future.add_done_callback(lambda done: self._answered(task, done))
 
-    def _answered(self, task: str, future: asyncio.Future[Any]) -> None:
-        self._late = False
+    def _answered(self, work: _Work[Any]) -> None:
+        future = work.future
         if not future.cancelled() and future.exception() is not None:
-            log.warning("the late %s failed: %s", task, future.exception())
-        log.warning("the GPU driver answered again; %s resumes", task)
+            log.warning("the late %s failed: %s", work.task, future.exception())
+        log.warning("the GPU driver answered again; %s resumes", work.task)
+        if not self._late:
+            for callback in self._answering:
+                callback()
 
     @property
     def hung(self) -> bool:
-        """A driver call runs past its deadline now: calls made on the event loop (a grant's
-        energy reading) are skipped meanwhile, not made to hang with it."""
+        """A driver call runs past its deadline now: power calls are refused at once
+        meanwhile, samples skipped, never made to wait on it."""
         return bool(self._hung())
 
     def _hung(self) -> list[InFlight]:

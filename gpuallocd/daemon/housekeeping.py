@@ -1,8 +1,7 @@
 """What the daemon does between requests: expire leases, sample live GPU state (through the
-driver guard), poll processes that have no pidfd, read leased GPUs' energy, finish pending
-cleanups, tell what is due (notices), carry preemptions on and purge history past its
-retention. Each loop calls
-the allocator's façade and nothing else."""
+driver guard), poll processes that have no pidfd, read leased GPUs' energy and power, do
+owed work as it comes due, tell what is due (notices), carry preemptions on and purge
+history past its retention. Each loop calls the allocator's façade and nothing else."""
 
 from __future__ import annotations
 
@@ -56,7 +55,7 @@ class Housekeeper:
         self._spawn(self._facade.poll_processes())
         if self._retention is not None:
             self._spawn(self._purge_forever(self._retention))
-        self._spawn(self._clean_forever())
+        self._spawn(self._facade.owed_work())  # woken when work is due, never polled
         if self._energy_interval > 0 and self._facade.energy.metered:
             self._spawn(self._meter_forever())
         self._spawn(self._reapply_caps_forever())
@@ -65,6 +64,12 @@ class Housekeeper:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:  # a limit owed back is put back now, not left to the next start
+            await self._facade.power.put_back_now()
+            await self._facade.run_cleanups(everything=True)
+            await self._facade.energy.record()  # what the last grants and ends read
+        except GpuallocError as exc:
+            log.error("finishing owed work at stop failed: %s", exc.message)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         self._tasks.append(asyncio.create_task(coroutine))
@@ -107,15 +112,6 @@ class Housekeeper:
             except Exception:
                 log.exception("sampling live GPU state failed; will retry")
             await asyncio.sleep(self._sample_interval)
-
-    async def _clean_forever(self) -> None:
-        """Cleanups owed after leases ended (and left by an earlier run), until done."""
-        while True:
-            try:
-                await self._facade.run_cleanups()
-            except GpuallocError as exc:
-                log.error("doing the pending cleanups failed: %s", exc.message)
-            await asyncio.sleep(EXPIRY_TICK_SECONDS)
 
     async def _meter_forever(self) -> None:
         while True:

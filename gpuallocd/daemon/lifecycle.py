@@ -185,7 +185,7 @@ class Daemon:
             settings=allocator_settings(self.config),
             rules=self._rules,
             monotonic=self._monotonic,
-            hardware=lease_hardware(inventory, self.config, lambda: guard.hung),
+            hardware=lease_hardware(inventory, self.config, guard),
         )
         facade = AllocatorFacade(
             lifecycle,
@@ -247,7 +247,8 @@ class Daemon:
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
         guard = DriverGuard.of(inventory, deadline_seconds=self.config.driver_call_timeout_seconds)
         facade = self._facade(inventory, ledger, guard)
-        facade.cleanups = cleanup_runner(ledger, self._clock, self._device_access)
+        caps = facade.power.caps
+        facade.cleanups = cleanup_runner(ledger, self._clock, self._device_access, caps, guard)
         housekeeper = Housekeeper(
             facade,
             inventory,

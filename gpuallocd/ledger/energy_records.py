@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import delete, func, select
 
@@ -11,13 +12,18 @@ from gpuallocd.ledger.access import LedgerAccess
 from gpuallocd.ledger.totals import energy_changes
 from gpuallocd.model.energy import EnergyUse, LeaseEnergy
 
-__all__ = ["EnergyRecords"]
+__all__ = ["EnergyRecords", "energy_steps"]
 
 _E = schema.energy_use
 _INSERT = (
     "INSERT INTO energy_use (lease_id, owner_uid, owner_name, at, joules, estimate, "
     "gpu_seconds) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+def energy_steps(uses: Sequence[EnergyUse]) -> list[tuple[str, Sequence[Any]]]:
+    """The inserts of readings, for the transaction of the grant or end that read them."""
+    return [(_INSERT, tuple(use.to_row().values())) for use in uses]
 
 
 class EnergyRecords(LedgerAccess):
@@ -27,8 +33,7 @@ class EnergyRecords(LedgerAccess):
         """Rows of energy drawn since the previous reading (nothing for none), added to their
         owners' running totals."""
         if uses:
-            rows = [(_INSERT, tuple(use.to_row().values())) for use in uses]
-            self._hot_write(rows + self._total_steps(energy_changes(uses)))
+            self._hot_write(energy_steps(uses) + self._total_steps(energy_changes(uses)))
 
     def lease_energy(self, lease_id: str) -> LeaseEnergy | None:
         """The energy a lease drew so far; None where none was read for it."""

@@ -18,9 +18,9 @@ from typing import Any
 
 from gpuallocd.model.lease import ENDING_EVENT, Lease, LeaseEvent
 
-__all__ = ["HotWriter", "end_steps", "end_time", "grant_steps"]
+__all__ = ["HotWriter", "Step", "end_steps", "end_time", "grant_steps"]
 
-Step = tuple[str, Sequence[Any]]
+Step = tuple[str, Sequence[Any]]  # one fixed statement and its parameters
 
 _INSERT_LEASE = (
     "INSERT INTO leases (id, owner_uid, owner_name, pid, label, policy, created_at, "

@@ -42,7 +42,7 @@ from gpuallocd.ledger import schema
 from gpuallocd.ledger.admin_records import AdminRecords
 from gpuallocd.ledger.cleanup_records import CleanupPlan, CleanupRecords, cleanup_steps
 from gpuallocd.ledger.energy_records import EnergyRecords
-from gpuallocd.ledger.hot import HotWriter, end_steps, end_time, grant_steps
+from gpuallocd.ledger.hot import HotWriter, Step, end_steps, end_time, grant_steps
 from gpuallocd.ledger.migrations import migrate
 from gpuallocd.ledger.notice_records import NoticeRecords, notice_steps
 from gpuallocd.ledger.power_records import PowerRecords
@@ -230,12 +230,20 @@ class Ledger(
 
     # Leases ---------------------------------------------------------------------------------
 
-    def grant(self, lease: Lease, actor_uid: int, request_id: str | None = None) -> None:
+    def grant(
+        self,
+        lease: Lease,
+        actor_uid: int,
+        request_id: str | None = None,
+        also: Sequence[Step] = (),
+    ) -> None:
         """Record a new active lease (and the client's request id, if given), added to its
         owner's running totals; GpuBusy if any of its GPUs is in another active lease. A grant
-        after a wait is told to its owner (the notices' feed) in the same transaction."""
+        after a wait is told to its owner (the notices' feed) in the same transaction, with
+        the rows of `also` (its power cap's record)."""
         steps = grant_steps(lease, actor_uid, request_id) + terms_steps(lease)
         steps += self._total_steps([granted(lease)]) + notice_steps([granted_notice(lease)])
+        steps += also
         try:
             self._hot.write(steps, nested=self._batch is not None)
         except sqlite3.IntegrityError as exc:
@@ -251,16 +259,23 @@ class Ledger(
             conn.execute(_SET_EXPIRY, {"of_lease": lease_id, "new_expires_at": expires_at})
             _record(conn, lease_id, LeaseEvent.RENEWED, actor_uid, now, None)
 
-    def end(self, leases: Sequence[Lease], actor_uid: int, detail: str | None = None) -> None:
+    def end(
+        self,
+        leases: Sequence[Lease],
+        actor_uid: int,
+        detail: str | None = None,
+        also: Sequence[Step] = (),
+    ) -> None:
         """Record leases as ended (freed, expired or revoked), their GPUs free again, and
         their ends in their owners' running totals; an end the owner did not ask for is told
-        to them (the notices' feed), in the same transaction."""
+        to them (the notices' feed), in the same transaction, with what the end owes and the
+        rows of `also` (the power caps' records it closes)."""
         if not leases:
             return
         totals = self._total_steps([ended(lease, end_time(lease)) for lease in leases])
         cleanups = cleanup_steps(leases, self.cleanup_plans)
         told = notice_steps(end_notice(lease, actor_uid, detail) for lease in leases)
-        self._hot_write(end_steps(leases, actor_uid, detail) + totals + cleanups + told)
+        self._hot_write([*end_steps(leases, actor_uid, detail), *totals, *cleanups, *told, *also])
 
     def _hot_write(self, steps: Sequence[tuple[str, Sequence[Any]]]) -> None:
         try:

@@ -158,6 +158,9 @@ class LiveState:
     memory_used_bytes: int | None = None
     utilization_percent: float | None = None
     processes: tuple[GpuProcess, ...] = ()
+    # The energy counter (whole GPUs, Volta on; docs/accounting.md). Not compared: it moves
+    # at every sample, and a sample that changes nothing else leaves the node's view as it is.
+    energy_mj: int | None = field(default=None, compare=False)
 
 
 HEALTHY = LiveState()

@@ -145,6 +145,7 @@ class LeaseLifecycle:
         self._active = {lease.id: lease for lease in self._ledger.active_leases()}
         self.drains.reload()
         self.reservations.reload()
+        self.hardware.reload(self._ledger, self._active)
         self._journal.clear()  # those transitions were rolled back
         self._news.clear()
         self._request_ids.retain(self._active)
@@ -286,19 +287,20 @@ class LeaseLifecycle:
 
     def record_grant(self, lease: Lease, request_id: str | None = None) -> Lease:
         """Record a lease decided here or by an adoption (allocator/unleased/adoption.py)."""
-        lease = self.hardware.granted(self._ledger, self._active.values(), lease, lease.created_at)
-        self._ledger.grant(lease, lease.owner_uid, request_id)
+        lease, also = self.hardware.granted(self._active.values(), lease, lease.created_at)
+        self._ledger.grant(lease, lease.owner_uid, request_id, also)
         self._active[lease.id] = lease
         self._journal.append(Transition(LeaseEvent.GRANTED, lease, lease.owner_uid))
         self._deadlines.start(lease.id, lease.expires_at - lease.created_at)
         return lease
 
-    def withdraw(self, lease_id: str) -> list[Lease]:
-        """Undo a grant whose answer could not be delivered (the client left, or timed out)."""
+    def withdraw(self, lease_id: str, detail: str | None = None) -> list[Lease]:
+        """Undo a grant whose answer could not be delivered (the client left, or timed out),
+        or whose power cap could not be set (`detail` says why)."""
         lease = self._active.get(lease_id)
         if lease is None:
             return []
-        detail = "granted, but the answer could not be delivered"
+        detail = detail or "granted, but the answer could not be delivered"
         return self._end([lease], LeaseState.FREED, actor_uid=0, detail=detail)
 
     def retried(self, caller: Caller, spec: AllocateSpec) -> Lease | None:
@@ -445,8 +447,8 @@ class LeaseLifecycle:
         """End `leases` now, or each at its time in `at` (an expiry: when it was due)."""
         now = self._clock()
         ended = [lease.ended(state, at[lease.id] if at else now) for lease in leases]
-        self.hardware.ending(self._ledger, self._active.values(), leases, now)
-        self._ledger.end(ended, actor_uid, detail)
+        also = self.hardware.ending(self._active.values(), leases, now)
+        self._ledger.end(ended, actor_uid, detail, also)
         for lease in ended:
             self._active.pop(lease.id, None)
             self._journal.append(Transition(ENDING_EVENT[state], lease, actor_uid, detail))

@@ -1,13 +1,13 @@
 """The box's power budget (`power_budget_watts`): power as an allocatable resource.
 
 Committed watts: each GPU under a lease counts its lease's cap (or its card's default limit),
-each free GPU what it drew at the last reading: its idle draw, or the draw of processes run
-on it without a lease. A grant that would commit more than the budget waits (`power_fit =
-"wait"`), or is granted with a lower cap where every card of it accepts one (`power_fit =
-"cap"`). The queue and the refusal say what the committed watts are made of, naming who draws
-without a lease: `power: 1,084 of 1,100 W committed: 700 W by leases, 384 W drawn without a
-lease by bob on GPU 2`. Caps bound sustained draw, not millisecond spikes
-(docs/accounting.md).
+each free GPU what it drew at the last reading (the power timer's, off the event loop): its
+idle draw, or the draw of processes run on it without a lease. A grant that would commit
+more than the budget waits (`power_fit = "wait"`), or is granted with a lower cap where
+every card of it accepts one (`power_fit = "cap"`). The queue and the refusal say what the
+committed watts are made of, naming who draws without a lease: `power: 1,084 of 1,100 W
+committed: 700 W by leases, 384 W drawn without a lease by bob on GPU 2`. Caps bound
+sustained draw, not millisecond spikes (docs/accounting.md).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpuallocd.errors import GpuallocError, GpusUnavailable
+from gpuallocd.errors import GpusUnavailable
 from gpuallocd.host.users import user_name
 from gpuallocd.model import Lease, PowerReading, UnitKind
 from gpuallocd.model.power import PowerCap
@@ -28,7 +28,6 @@ __all__ = ["FITS", "Drawers", "PowerBudget", "unleased_words"]
 FITS = ("wait", "cap")
 NAMED = 3  # users named in a refusal; the others counted
 
-ReadAll = Any  # a PowerControl (power_caps.py): `power(None)` reads every GPU
 Drawers = Mapping[str, tuple[int, Mapping[int, float]]]  # GPU -> (index, {uid: share})
 
 
@@ -61,21 +60,11 @@ def unleased_words(
 class PowerBudget:
     """Committed and drawn watts of the node, and whether a grant fits its budget."""
 
-    def __init__(self, control: ReadAll | None, budget_watts: float | None, fit: str) -> None:
-        self._control = control
+    def __init__(self, budget_watts: float | None, fit: str) -> None:
         self.budget_mw = None if budget_watts is None else round(budget_watts * 1000)
         self.fit = fit
-        self.readings: dict[str, PowerReading] = {}
+        self.readings: Mapping[str, PowerReading] = {}  # the power timer's, off the loop
         self.note: str | None = None  # why the last request did not fit (for the queue)
-
-    def refresh(self) -> None:
-        """Read every GPU's draw and limits (at start and on the energy timer)."""
-        if self._control is None:
-            return
-        try:
-            self.readings = dict(self._control.power(None))
-        except GpuallocError:
-            return  # the last readings stay
 
     def _committed_of(self, uuid: str, leased: bool, caps: Mapping[str, PowerCap]) -> int:
         reading = self.readings.get(uuid)
@@ -88,8 +77,20 @@ class PowerBudget:
         return reading.draw_mw or 0
 
     def committed_mw(self, active: Collection[Lease], caps: Mapping[str, PowerCap]) -> int:
-        leased = {unit.gpu_uuid for lease in active for unit in lease.gpus}
-        return sum(self._committed_of(uuid, uuid in leased, caps) for uuid in self.readings)
+        return self._committed({unit.gpu_uuid for lease in active for unit in lease.gpus}, caps)
+
+    def _committed(self, leased: Collection[str], caps: Mapping[str, PowerCap]) -> int:
+        """`_committed_of` summed over every GPU read (one loop: it runs at every grant)."""
+        total = 0
+        for uuid, reading in self.readings.items():
+            cap = caps.get(uuid)
+            if cap is not None:
+                total += cap.set_mw
+            elif uuid in leased:
+                total += reading.default_limit_mw or reading.limit_mw or 0
+            else:
+                total += reading.draw_mw or 0
+        return total
 
     def drawn_mw(self) -> int:
         return sum(r.draw_mw or 0 for r in self.readings.values())
@@ -143,7 +144,7 @@ class PowerBudget:
         new = sorted({u.gpu_uuid for u in lease.gpus} - leased)
         if not new:
             return lease
-        committed = self.committed_mw(active, caps)
+        committed = self._committed(leased, caps)
         base = committed - sum(self._committed_of(uuid, False, caps) for uuid in new)
         wanted = [self._wanted(uuid, lease.power_limit_watts) for uuid in new]
         if base + sum(wanted) <= self.budget_mw:

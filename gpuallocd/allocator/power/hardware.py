@@ -1,22 +1,35 @@
 """What a lease does to its GPUs besides holding them: it must fit the box's power budget
-(budget.py), its energy is read (energy.py) and its power cap set and put back
-(caps.py). The lifecycle calls `granted` and `ending` in the
-transaction of the change; once it is committed the caps follow, told as an observer. Each
-live sample is told too (`sampled`): who uses each GPU splits its energy, and names who draws
+(budget.py), its energy is read (energy.py) and its power cap set and put back (caps.py).
+The lifecycle calls `granted` and `ending` in the transaction of the change: they return the
+rows to write with it (one transaction, no driver call: readings come from the last sample's
+cache, limits from what the daemon last set or read); once it is committed the caps follow,
+told as an observer. The energy a grant or an end reads is kept once the change is committed
+(`unrecorded`) and written with the next ones, within RECORD_WITHIN_SECONDS, in one
+transaction for all (energy_desk.py): an energy row in each change's own commit would add its
+table's and its indexes' pages to every pair. Each live sample is told too (`sampled`):
+each GPU's energy counter, and who uses it, which splits its energy and names who draws
 without a lease when the budget refuses."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from gpuallocd.allocator.power.budget import Drawers, PowerBudget
 from gpuallocd.allocator.power.caps import PowerCaps
-from gpuallocd.allocator.power.energy import EnergyMeter
+from gpuallocd.allocator.power.energy import EnergyMeter, Reading
 from gpuallocd.allocator.power.split import user_shares
 from gpuallocd.ledger import Ledger
+from gpuallocd.ledger.hot import Step
 from gpuallocd.model import Lease, LiveState, Topology
+from gpuallocd.model.energy import EnergyUse
 
-__all__ = ["LeaseHardware"]
+__all__ = ["RECORD_WITHIN_SECONDS", "LeaseHardware"]
+
+RECORD_WITHIN_SECONDS = 1.0  # a grant's or an end's energy is written within this
+
+
+def _nobody() -> None:
+    return None
 
 
 class LeaseHardware:
@@ -28,10 +41,13 @@ class LeaseHardware:
         caps: PowerCaps | None = None,
         budget: PowerBudget | None = None,
     ) -> None:
-        self.energy = energy or EnergyMeter(None)
+        self.energy = energy or EnergyMeter(enabled=False)
         self.caps = caps or PowerCaps(None)
-        self.budget = budget or PowerBudget(None, None, "wait")
+        self.budget = budget or PowerBudget(None, "wait")
         self._latest: Mapping[str, LiveState] = {}  # the last live sample
+        self._staged: list[Reading] = []  # read by the changes of the commit under way
+        self.unrecorded: list[Reading] = []  # read by committed changes, not written yet
+        self.record_soon: Callable[[], None] = _nobody  # energy_desk.py writes them
         self._topology: Topology | None = None
 
     def sampled(
@@ -50,19 +66,34 @@ class LeaseHardware:
             for uuid, state in self._latest.items()
         }
 
-    def granted(self, ledger: Ledger, active: Collection[Lease], lease: Lease, at: float) -> Lease:
-        """The lease to record: as asked, or with a lower cap to fit the power budget
-        (GpusUnavailable where it does not fit)."""
+    def granted(
+        self, active: Collection[Lease], lease: Lease, at: float
+    ) -> tuple[Lease, list[Step]]:
+        """The lease to record (as asked, or with a lower cap to fit the power budget;
+        GpusUnavailable where it does not fit), and the rows to record with it."""
         lease = self.budget.fitted(active, lease, self.caps.in_force, self.drawers)
-        self.energy.record(ledger, active, [lease], at)
-        self.caps.granted(ledger, lease)
-        return lease
+        self._stage(self.energy.read(active, [lease], at))
+        return lease, self.caps.granted(lease, at)
 
-    def ending(
-        self, ledger: Ledger, active: Collection[Lease], leases: Sequence[Lease], at: float
-    ) -> None:
-        self.energy.record(ledger, active, leases, at)
-        self.caps.ending(ledger, leases)
+    def ending(self, active: Collection[Lease], leases: Sequence[Lease], at: float) -> list[Step]:
+        """The rows the end of `leases` writes with it (caps' records of limits put back)."""
+        self._stage(self.energy.read(active, leases, at))
+        return self.caps.ending(leases)
+
+    def _stage(self, reading: Reading | None) -> None:
+        if reading is not None:
+            self._staged.append(reading)
+
+    def reload(self, ledger: Ledger, active: Collection[str]) -> None:
+        """After a failed commit (or at start): what the ledger holds of caps, again;
+        `active`: the ids of the active leases. Energy read in the failed one is dropped."""
+        self._staged = []
+        self.caps.reload(ledger, active)
+
+    def take_unrecorded(self) -> list[EnergyUse]:
+        """The rows of the energy committed changes read, not written yet (to write now)."""
+        taken, self.unrecorded = self.unrecorded, []
+        return [use for reading in taken for use in reading.uses()]
 
     # After the commit (allocator/observer.py) ------------------------------------------------
 
@@ -74,6 +105,12 @@ class LeaseHardware:
 
     def commit_published(self) -> None:
         self.caps.commit_published()
+        if self._staged:
+            first = not self.unrecorded
+            self.unrecorded += self._staged
+            self._staged = []
+            if first:
+                self.record_soon()
 
     def allocation_finished(self, seconds: float, *, waited: bool, outcome: str) -> None:
         return None

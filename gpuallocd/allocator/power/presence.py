@@ -14,11 +14,34 @@ units, both already at hand; nothing is read from the driver or the ledger here.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 from gpuallocd.allocator.power.split import Holders, Parts, sample_parts
 from gpuallocd.model import GpuProcess, LiveState
 
-__all__ = ["Presence"]
+__all__ = ["Presence", "Taken"]
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What one GPU's interval saw: its samples' parts summed and counted, the latest
+    sample's processes, and the leases that held it. Turned into parts when charged (the
+    record's work, not the grant's or the end's)."""
+
+    summed: Parts | None
+    samples: int
+    latest: tuple[GpuProcess, ...]
+    holders: Holders
+
+    def parts(self) -> Parts:
+        """The parties' parts over the interval: the mean of its samples, or the latest
+        sample's where none came (two readings within one sample interval)."""
+        if self.samples == 0 or self.summed is None:
+            found = sample_parts(self.latest, self.holders)
+        else:
+            found = self.summed.mean(self.samples)
+        found.leases = {i: part for i, part in found.leases.items() if i in self.holders}
+        return found
 
 
 class Presence:
@@ -47,18 +70,17 @@ class Presence:
         now = {u for u, found in self.latest.items() if any(p.uid is not None for p in found)}
         return self._used | now
 
-    def take(self, uuid: str, holders: Holders) -> Parts:
-        """The parts of `uuid` over its interval, which starts again now; only the leases of
-        `holders` (those that held it over the interval) keep theirs."""
-        samples = self._samples.pop(uuid, 0)
-        summed = self._sums.pop(uuid, None)
+    def has_users(self, uuid: str) -> bool:
+        """Whether a process of a known owner used `uuid` since its last reading, or now."""
+        return uuid in self._used or any(p.uid is not None for p in self.latest.get(uuid, ()))
+
+    def take(self, uuid: str, holders: Holders) -> Taken:
+        """What `uuid`'s interval saw, which starts again now; only the leases of `holders`
+        (those that held it over the interval) keep their parts (`Taken.parts`)."""
         self._used.discard(uuid)
-        if samples == 0 or summed is None:
-            found = sample_parts(self.latest.get(uuid, ()), holders)
-        else:
-            found = summed.mean(samples)
-        found.leases = {i: part for i, part in found.leases.items() if i in holders}
-        return found
+        summed = self._sums.pop(uuid, None)
+        samples = self._samples.pop(uuid, 0)
+        return Taken(summed, samples, self.latest.get(uuid, ()), holders)
 
     def forget(self, uuids: Collection[str]) -> None:
         """Start the interval of GPUs nobody holds or used again (their baselines went)."""

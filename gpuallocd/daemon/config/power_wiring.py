@@ -1,68 +1,64 @@
-"""Energy and power from the daemon's settings: what reads energy and sets caps, the price."""
+"""Energy and power from the daemon's settings: what reads power and sets caps (through the
+driver guard), the price."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
+from typing import Protocol, TypeVar
 
 from gpuallocd.allocator.power.budget import PowerBudget
 from gpuallocd.allocator.power.caps import PowerCaps
-from gpuallocd.allocator.power.energy import EnergyMeter, PowerRead
+from gpuallocd.allocator.power.energy import EnergyMeter
 from gpuallocd.allocator.power.hardware import LeaseHardware
 from gpuallocd.daemon.config.settings import DaemonConfig
-from gpuallocd.errors import NvmlError
+from gpuallocd.errors import InventoryError, NvmlError
 from gpuallocd.inventory import Inventory
 from gpuallocd.inventory.base import PowerMetering
 from gpuallocd.model import PowerReading
 from gpuallocd.model.energy import EnergyPrice
 
-__all__ = ["energy_price", "lease_hardware", "power_reader"]
+__all__ = ["GuardedPower", "energy_price", "lease_hardware"]
+
+T = TypeVar("T")
 
 
-def power_reader(
-    inventory: Inventory, interval_seconds: float, hung: Callable[[], bool]
-) -> PowerRead | None:
-    """How the allocator reads GPUs' energy, or None: no counters here, or accounting off.
-    While a driver call hangs (`hung`, the driver guard's) nothing is read: a grant or an
-    end in the worker is never made to wait on a stuck driver; the lease's energy is then
-    taken from the next reading that answers (docs/driver-faults.md)."""
-    if interval_seconds <= 0 or not isinstance(inventory, PowerMetering):
-        return None
-    metering = inventory
+class DriverTurns(Protocol):
+    """What power needs of the driver guard (daemon/driver_guard.py)."""
 
-    def read(uuids: Collection[str]) -> Mapping[str, PowerReading]:
-        return {} if hung() else metering.energy(uuids)
+    @property
+    def hung(self) -> bool: ...
 
-    return read
+    async def call(self, task: str, call: Callable[[], T]) -> T: ...
 
 
 class GuardedPower:
-    """The inventory's power calls, refused (NvmlError) while a driver call hangs: caps, the
-    power budget and their timers run on the event loop, and must never wait on a stuck
-    driver. A grant that asks for a cap then is refused with `nvml_error`; the budget keeps
-    its last readings; caps are set again once the driver answers (docs/driver-faults.md)."""
+    """The inventory's power calls through the driver guard: off the event loop, in turn
+    with the samples and every other driver call, each within the driver's deadline. While a
+    call hangs each is refused at once (NvmlError, as the driver's own refusals are): caps
+    and the power budget never wait on a stuck driver (docs/driver-faults.md)."""
 
-    def __init__(self, inventory: PowerMetering, hung: Callable[[], bool]) -> None:
+    def __init__(self, inventory: PowerMetering, guard: DriverTurns) -> None:
         self._inventory = inventory
-        self._hung = hung
+        self._guard = guard
 
-    def power(self, uuids: Collection[str] | None = None) -> Mapping[str, PowerReading]:
-        self._check("nvmlDeviceGetPowerUsage")
-        return self._inventory.power(uuids)
+    @property
+    def hung(self) -> bool:
+        return self._guard.hung
 
-    def energy(self, uuids: Collection[str]) -> Mapping[str, PowerReading]:
-        self._check("nvmlDeviceGetTotalEnergyConsumption")
-        return self._inventory.energy(uuids)
+    async def read(self) -> Mapping[str, PowerReading]:
+        try:
+            return await self._guard.call("power reading", self._inventory.power)
+        except InventoryError as exc:
+            raise NvmlError(exc.message, nvml_call="nvmlDeviceGetPowerUsage") from exc
 
-    def set_power_limit(self, uuid: str, limit_mw: int) -> None:
-        self._check("nvmlDeviceSetPowerManagementLimit")
-        self._inventory.set_power_limit(uuid, limit_mw)
+    async def set_limit(self, uuid: str, limit_mw: int, task: str) -> None:
+        def set_it() -> None:
+            self._inventory.set_power_limit(uuid, limit_mw)
 
-    def _check(self, call: str) -> None:
-        if self._hung():
-            raise NvmlError(
-                "a GPU driver call hangs (doctor names it): power is not read or set meanwhile",
-                nvml_call=call,
-            )
+        try:
+            await self._guard.call(task, set_it)
+        except InventoryError as exc:
+            raise NvmlError(exc.message, nvml_call="nvmlDeviceSetPowerManagementLimit") from exc
 
 
 def energy_price(per_kwh: float | None, currency: str) -> EnergyPrice | None:
@@ -70,12 +66,11 @@ def energy_price(per_kwh: float | None, currency: str) -> EnergyPrice | None:
     return None if per_kwh is None else EnergyPrice(per_kwh, currency)
 
 
-def lease_hardware(
-    inventory: Inventory, config: DaemonConfig, hung: Callable[[], bool]
-) -> LeaseHardware:
+def lease_hardware(inventory: Inventory, config: DaemonConfig, guard: DriverTurns) -> LeaseHardware:
     """Energy readings, power caps and the power budget over the inventory, where it has
-    them (NVML)."""
-    control = GuardedPower(inventory, hung) if isinstance(inventory, PowerMetering) else None
-    meter = EnergyMeter(power_reader(inventory, config.energy_interval_seconds, hung))
-    budget = PowerBudget(control, config.power_budget_watts, config.power_fit)
-    return LeaseHardware(meter, PowerCaps(control), budget)
+    them (NVML): energy from each live sample's counters, with accounting on."""
+    power = isinstance(inventory, PowerMetering)
+    driver = GuardedPower(inventory, guard) if isinstance(inventory, PowerMetering) else None
+    meter = EnergyMeter(enabled=power and config.energy_interval_seconds > 0)
+    budget = PowerBudget(config.power_budget_watts, config.power_fit)
+    return LeaseHardware(meter, PowerCaps(driver), budget)

@@ -218,8 +218,9 @@ class DaemonConfig:
     )
     energy_interval_seconds: float = _setting(
         60.0,
-        "how often the energy counters of leased GPUs are read besides at each grant and end "
-        "(a driver reload or a restart loses at most this much); 0 turns energy accounting off "
+        "how often the energy of leased GPUs (and of GPUs used without a lease) is charged as it "
+        "runs, besides at each grant and end, from the counters each live sample reads (a driver "
+        "reload or a restart loses at most this much); 0 turns energy accounting off "
         "(docs/accounting.md)",
         minimum=0.0,
     )

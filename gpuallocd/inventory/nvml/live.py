@@ -1,6 +1,7 @@
-"""Live state of one GPU: memory in use, utilisation, compute processes and their owners.
+"""Live state of one GPU: memory in use, utilisation, compute processes and their owners,
+and its energy counter.
 
-Three NVML queries per GPU plus one stat of /proc per process: cheap enough for a sampling
+Four NVML queries per GPU plus one stat of /proc per process: cheap enough for a sampling
 interval of a second or two (docs/hardware.md gives the measured cost over the fake). A GPU
 that cannot be read comes back unhealthy with the reason; sampling never raises for it. One
 that has fallen off the bus is also `lost`; it comes back to service at the first sample that
@@ -42,10 +43,12 @@ def sample_gpu(api: NvmlApi, handle: object) -> LiveState:
         memory = api.memory(handle)
         utilization = optional(api.utilization_percent, handle)
         processes = _processes(api, handle)
+        energy = optional(api.energy_mj, handle)  # None before Volta
     except NvmlError as exc:
         return unreadable(exc.message, lost=nvml_code(exc) == NvmlCode.GPU_IS_LOST)
     return LiveState(
         memory_used_bytes=memory.used_bytes,
         utilization_percent=None if utilization is None else float(utilization),
         processes=processes,
+        energy_mj=energy,
     )

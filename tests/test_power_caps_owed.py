@@ -1,0 +1,189 @@
+"""Power caps through the real driver guard over the recorded DGX-1 (fake NVML), with a real
+ledger and the owed-work runner, transactions and the put-back's timer driven by hand: what
+a grant and an end write, when the driver is called and when it is not, and a put-back the
+driver refuses becoming owed work."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from gpuallocd.allocator.cleanups import CleanupRunner
+from gpuallocd.allocator.power.caps import POWER_LIMIT, PowerCaps
+from gpuallocd.daemon.config.power_wiring import GuardedPower
+from gpuallocd.daemon.driver_guard import DriverGuard
+from gpuallocd.inventory.nvml.backend import NvmlInventory
+from gpuallocd.ledger import Ledger
+from gpuallocd.model import Lease, LeasedGpu, LeaseState
+from gpuallocd.testing import FakeNvml, nvml_inventory
+from tests.harness import HandClock
+
+SET = "nvmlDeviceSetPowerManagementLimit"
+DEFAULT_MW = 300_000
+
+
+@dataclass
+class Node:
+    fake: FakeNvml
+    inventory: NvmlInventory
+    caps: PowerCaps
+    ledger: Ledger
+    clock: HandClock
+    woken: list[float]
+    timers: list[tuple[str, float]]
+
+    @property
+    def uuid(self) -> str:
+        return self.fake.uuids()[0]
+
+    def limit(self) -> int:
+        handle = self.fake.nvmlDeviceGetHandleByIndex(0)
+        return int(self.fake.nvmlDeviceGetPowerManagementLimit(handle))
+
+    def lease(self, lease_id: str, watts: float | None) -> Lease:
+        at = self.clock()
+        gpu = LeasedGpu(uuid=self.uuid, index=0)
+        lease = Lease(lease_id, (gpu,), 1000, "alice", None, None, "simple", at, at + 600)
+        return replace(lease, power_limit_watts=watts)
+
+    async def read(self) -> None:
+        """The power timer's reading, as PowerDesk takes it."""
+        asked = self.caps.asked_now()
+        driver = self.caps.driver
+        assert driver is not None
+        self.caps.learned(await driver.read(), asked)
+
+    async def grant(self, lease: Lease) -> None:
+        self.ledger.grant(lease, 1000, None, self.caps.granted(lease, self.clock()))
+        self.caps.lease_granted(lease)
+        await self.caps.settled(lease.id)
+
+    def end(self, lease: Lease) -> None:
+        ended = lease.ended(LeaseState.FREED, self.clock())
+        self.ledger.end([ended], 1000, None, self.caps.ending([lease]))
+        self.caps.lease_ended(ended)
+
+    def records(self) -> list[tuple[str, int, int]]:
+        """The cap records: (lease, limit set, limit to put back)."""
+        return [(c.lease_id, c.set_mw, c.restore_mw) for c in self.ledger.power_caps()]
+
+    def owed(self) -> list[tuple[str, int, int]]:
+        """The put-backs owed as work: (GPU, attempts, limit to put back)."""
+        return [
+            (p.cleanup.target, p.attempts, int(p.cleanup.payload["restore_mw"]))
+            for p in self.ledger.pending_cleanups()
+            if p.cleanup.kind == POWER_LIMIT
+        ]
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    inventory, fake = nvml_inventory("dgx1-volta", xid_wait_ms=20)
+    fake.nvmlInit()  # the test reads the fake too
+    guard = DriverGuard.of(inventory, deadline_seconds=30.0)
+    caps = PowerCaps(GuardedPower(inventory, guard))
+    woken: list[float] = []
+    timers: list[tuple[str, float]] = []
+    caps.wake = woken.append
+    caps.later = lambda uuid, delay: timers.append((uuid, delay))
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    ledger.sync_gpus(inventory.topology().gpus, now=0.0)
+    yield Node(fake, inventory, caps, ledger, HandClock(1000.0), woken, timers)
+    ledger.close()
+    inventory.close()
+
+
+def test_the_gpus_next_lease_with_the_same_cap_keeps_it_without_a_driver_call(node: Node) -> None:
+    """alice's lease capped at 200 W ends: its record stays, owing 300 W back a second
+    later. Her next lease of the GPU at 200 W, before that, takes the record over in its own
+    transaction (one record, still owing 300 W): no driver call, the card has 200 W as the
+    daemon set it. After its end the 300 W is put back and the record goes with the next
+    change."""
+
+    async def test() -> None:
+        await node.read()
+        first = node.lease("L1", 200)
+        await node.grant(first)
+        assert node.limit() == 200_000 and node.fake.calls[SET] == 1
+        node.end(first)
+        assert node.records() == [("L1", 200_000, DEFAULT_MW)] and node.owed() == []
+        assert node.timers == [(node.uuid, 1.0)]
+        second = node.lease("L2", 200)
+        await node.grant(second)
+        assert node.fake.calls[SET] == 1 and node.records() == [("L2", 200_000, DEFAULT_MW)]
+        node.end(second)
+        assert await node.caps.put_back_record(node.uuid) is None
+        assert node.limit() == DEFAULT_MW and node.fake.calls[SET] == 2
+        await node.grant(node.lease("L3", None))  # the next change carries the record away
+        assert node.records() == [] and node.owed() == []
+
+    asyncio.run(test())
+
+
+def test_a_lease_without_a_cap_has_the_limit_put_back_at_once(node: Node) -> None:
+    """bob's lease asks for no cap on the GPU alice's 200 W lease just left: the put-back is
+    asked for at once, not a second later; his grant itself calls nothing."""
+
+    async def test() -> None:
+        await node.read()
+        first = node.lease("L1", 200)
+        await node.grant(first)
+        node.end(first)
+        await node.grant(node.lease("L2", None))
+        assert node.timers[-1] == (node.uuid, 0.0) and node.fake.calls[SET] == 1
+        assert await node.caps.put_back_record(node.uuid) is None
+        assert node.limit() == DEFAULT_MW
+
+    asyncio.run(test())
+
+
+def test_a_put_back_the_driver_refuses_is_owed_work_until_the_gpu_answers(node: Node) -> None:
+    """The GPU falls off the bus after the power reading: alice's grant at 200 W is served
+    uncapped (the driver refused, logged); putting back the 300 W after her lease fails too,
+    and becomes owed work in one transaction (her record goes, a `power_limit` row comes),
+    the runner woken; the runner's tries fail while the GPU is lost and succeed once it
+    answers."""
+
+    async def test() -> None:
+        await node.read()
+        node.fake.lose_gpu(node.uuid)
+        lease = node.lease("L1", 200)
+        await node.grant(lease)
+        assert node.caps.in_force == {}
+        node.end(lease)
+        failed = await node.caps.put_back_record(node.uuid)
+        assert failed is not None
+        node.caps.owe(node.ledger, failed, node.clock())
+        assert node.records() == [] and node.owed() == [(node.uuid, 0, DEFAULT_MW)]
+        assert node.woken == [node.clock()]
+        runner = CleanupRunner(node.ledger, {POWER_LIMIT: node.caps.put_back}, clock=node.clock)
+        assert await runner.run_due() == 0
+        (owed,) = node.ledger.pending_cleanups()
+        assert owed.attempts == 1 and "fallen off the bus" in (owed.last_error or "")
+        node.fake.restore_gpu(node.uuid)
+        node.clock.step(1.0)
+        assert await runner.run_due() == 1 and node.owed() == []
+        assert node.limit() == DEFAULT_MW
+
+    asyncio.run(test())
+
+
+def test_a_cap_outside_the_cards_range_is_kept_within_it(node: Node) -> None:
+    """100 W on a card whose range is 150-300 W records and sets 150 W; 5000 W sets 300 W
+    (taking the first lease's record over, still owing 300 W back)."""
+
+    async def test() -> None:
+        await node.read()
+        low = node.lease("L1", 100)
+        await node.grant(low)
+        assert node.limit() == 150_000 and node.fake.calls[SET] == 1
+        node.end(low)
+        await node.grant(node.lease("L2", 5000))
+        assert node.records() == [("L2", 300_000, DEFAULT_MW)]
+        assert node.fake.calls[SET] == 2 and node.limit() == 300_000
+
+    asyncio.run(test())
