@@ -26,7 +26,7 @@ from gpuallocd.errors import LedgerError
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.rows import event_from_row
 from gpuallocd.ledger.totals_records import TotalsRecords
-from gpuallocd.ledger.usage_records import GPU_COUNT, UsageRecords
+from gpuallocd.ledger.usage_records import UsageRecords
 from gpuallocd.model import HistoryEvent, UserUsage
 from gpuallocd.model.energy import LeaseEnergy
 from gpuallocd.model.lease import ENDINGS
@@ -34,6 +34,14 @@ from gpuallocd.model.lease import ENDINGS
 __all__ = ["GpuSpan", "LedgerReader"]
 
 _ENDINGS_IN = str(tuple(sorted(ENDINGS)))  # as an SQL list: ('expired', 'freed', ...)
+_PREEMPTIBLE_HOURS = (
+    "SELECT l.owner_uid, total(max(min(coalesce(l.ended_at, :until), :until) "
+    "- max(l.created_at, :since), 0) * (SELECT coalesce(sum(g.fraction), 0) "
+    "FROM lease_gpus AS g WHERE g.lease_id = l.id)) "
+    "FROM preemptible_leases AS t CROSS JOIN leases AS l ON l.id = t.lease_id "
+    "WHERE (l.ended_at IS NULL OR l.ended_at > :since) AND l.created_at < :until "
+    "GROUP BY l.owner_uid"
+)
 _L = schema.leases
 _T = schema.preemptible_leases
 _H = schema.history
@@ -152,20 +160,12 @@ class LedgerReader(UsageRecords, TotalsRecords):
         return [replace(u, preemptible_gpu_hours=hours.get(u.uid, 0.0)) for u in found]
 
     def preemptible_hours(self, since: float, until: float) -> dict[int, float]:
-        """GPU-hours each user held in preemptible leases inside [since, until]. It reads the
-        preemptible leases only (their own table, joined to their rows by key), so a history
-        of ordinary leases costs it nothing."""
-        end = func.min(func.coalesce(_L.c.ended_at, until), until)
-        held = func.max(end - func.max(_L.c.created_at, since), 0.0)
-        query = (
-            select(_L.c.owner_uid, func.total(GPU_COUNT * held).label("seconds"))
-            .select_from(_T.join(_L, _T.c.lease_id == _L.c.id))
-            .where((_L.c.ended_at.is_(None)) | (_L.c.ended_at > since), _L.c.created_at < until)
-            .group_by(_L.c.owner_uid)
-        )
+        """GPU-hours each user held in preemptible leases inside [since, until]. It walks the
+        preemptible leases only (their own table first, CROSS JOIN keeping SQLite to that
+        order, each lease's row by its key), so a history of ordinary leases costs nothing."""
         with self._read() as conn:
-            rows = conn.execute(query).all()
-        return {uid: seconds / 3600.0 for uid, seconds in rows if seconds > 0}
+            rows = conn.exec_driver_sql(_PREEMPTIBLE_HOURS, {"since": since, "until": until})
+            return {uid: seconds / 3600.0 for uid, seconds in rows if seconds > 0}
 
     def energy_after(self, seq: int) -> tuple[dict[str, float], int]:
         """Joules per user in the energy readings after `seq`, and the last reading's seq."""
