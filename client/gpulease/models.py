@@ -11,14 +11,16 @@ made the first time something asks for it (`_Described`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 if TYPE_CHECKING:
     from dataclasses import Field
+    from typing import TypeVar
+
+    # Only for the type checker: a TypeVar bound by a string compiles it at import.
+    _Model = TypeVar("_Model", bound="type[_Value]")
 
 __all__ = ["GpuStatus", "Lease", "LeasedGpu"]
-
-_Model = TypeVar("_Model", bound="type[_Value]")
 
 
 class _Raw:
