@@ -22,7 +22,7 @@ from benchmarks.daemon import INVENTORY, RunningDaemon, running_daemon
 from benchmarks.dashboard import dashboard_rows
 from benchmarks.energy import energy_rows
 from benchmarks.floor import measure_floor
-from benchmarks.genv import genv_python, measure_genv
+from benchmarks.genv import genv_rows
 from benchmarks.http_floor import capture_answers, serving_http_floor
 from benchmarks.load import BenchResult, run_bench
 from benchmarks.membership import membership_rows
@@ -32,14 +32,13 @@ from benchmarks.preemption import preemption_rows
 from benchmarks.process_tracking import process_tracking_rows
 from benchmarks.reads import read_rows
 from benchmarks.soak import soak_rows
-from benchmarks.startup import cli_run_ms, compile_bytecode, python_pass_ms
+from benchmarks.startup import cli_rows
 from benchmarks.totals import budget_rows, history_rows, ledger_pair_rows
 from benchmarks.waiters import waiter_rows
 
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
 WARMUP_SECONDS = float(os.environ.get("BENCH_WARMUP", "4"))
-CLI_RUNS = 20
 
 Row = tuple[str, str, str, str]  # what, median, spread, goal or note
 
@@ -145,45 +144,19 @@ def _http_floor_rows(root: Path, daemon: RunningDaemon, found: dict[str, float])
     ]
 
 
-def _genv_rows(scratch: Path, socket: Path, found: dict[str, float]) -> list[Row]:
-    """genv and gpulease in turn, round by round: the ratio is taken within each round, so
-    both sides see the machine in the same state (a shared machine drifts between rounds)."""
-    python = genv_python()
-    if python is None:
-        return [("genv attach+detach p50", "not installed", "", "set GENV_PYTHON to compare")]
-    genv: list[float] = []
-    ratios: list[float] = []
-    for _ in range(REPEATS):
-        ours = run_bench(str(socket), clients=1, seconds=SECONDS).p50_ms
-        genv.append(measure_genv(python, scratch, SECONDS)["p50_ms"])
-        ratios.append(ours / genv[-1])
-    lowest = found["lowest_ms"] / statistics.median(genv)
-    return [
-        _row("genv attach+detach p50 (no fsync)", genv, "ms", "", 3),
-        _row("gpulease p50 / genv p50, round by round", ratios, "", "goal <= 1"),
-        (
-            "(HTTP floor + 2 commits) / genv p50",
-            f"{lowest:.2f}",
-            "",
-            "the same ratio for a daemon that only answered and synced",
-        ),
-    ]
-
-
-def _cli_rows(socket: Path) -> list[Row]:
-    """A bare interpreter and `run` in turn, round by round, the ratio within each round."""
-    compile_bytecode()
-    bare: list[float] = []
-    run: list[float] = []
-    for _ in range(REPEATS):
-        bare.append(python_pass_ms(CLI_RUNS))
-        run.append(cli_run_ms(socket, CLI_RUNS))
-    ratios = [r / b for r, b in zip(run, bare, strict=True)]
-    return [
-        _row("python -c pass", bare, "ms", "", 1),
-        _row("gpuallocctl run -n 1 -- true", run, "ms", "", 1),
-        _row("run / python -c pass, round by round", ratios, "", "goal <= 3", 2),
-    ]
+def _genv_rows(root: Path, socket: Path, found: dict[str, float]) -> list[Row]:
+    """genv, this daemon (`full`) and a `normal` one in turn, round by round (genv.py)."""
+    rows, genv_ms = genv_rows(root, socket, REPEATS, SECONDS)
+    if genv_ms is not None:
+        rows.append(
+            (
+                "(HTTP floor + 2 commits) / genv p50",
+                f"{found['lowest_ms'] / genv_ms:.2f}",
+                "",
+                "the same ratio for a daemon that only answered and synced",
+            )
+        )
+    return rows
 
 
 def _policy_rows() -> list[Row]:
@@ -217,7 +190,7 @@ def main() -> None:
             rows, found = _daemon_rows(daemon, root / "state")
             rows += _http_floor_rows(root, daemon, found)
             rows += _genv_rows(root, daemon.socket, found)
-            rows += _cli_rows(daemon.socket)
+            rows += cli_rows(daemon.socket, REPEATS)
         rows += read_rows(seconds=SECONDS)
         rows += dashboard_rows(root / "dashboard", REPEATS, SECONDS, WARMUP_SECONDS)
         rows += _policy_rows()

@@ -4,6 +4,17 @@ genv is not a dependency: it is found as $GENV_PYTHON (a Python that imports gen
 the Python of a `genv` command on PATH. It reads `nvidia-smi`, so the probe gets a stand-in
 on its PATH that prints the total memory of 8 GPUs, the only thing genv asks it for here.
 Its state goes to a directory on the same disk as the daemon's ledger.
+
+How each side makes a change last: genv rewrites its JSON state file in place (opened with
+O_TRUNC, written, closed; under a file lock) and never calls fsync, so an attach is safe
+from a crash of the process only once written, and from a power loss not at all. The daemon
+answers only after its SQLite commit: with `ledger_sync = "full"` that commit is synced to
+disk (two fsyncs a pair), with `normal` it is in the write-ahead log in the kernel's cache
+(safe from a crash of the daemon, not from a power loss). So the like-for-like comparison
+is genv against `normal`; `full` is the price of surviving a power loss as well.
+`genv_rows` measures genv, a `full` daemon and a `normal` one in turn, round by round, and
+gives both ratios. `python -m benchmarks.genv` prints these rows alone (BENCH_REPEATS,
+BENCH_SECONDS, GENV_PYTHON).
 """
 
 from __future__ import annotations
@@ -11,10 +22,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
+import tempfile
 from pathlib import Path
 
-__all__ = ["genv_python", "measure_genv"]
+from benchmarks.daemon import running_daemon
+from benchmarks.load import run_bench
+
+__all__ = ["genv_python", "genv_rows", "measure_genv"]
+
+Row = tuple[str, str, str, str]
+_WARMUP_SECONDS = float(os.environ.get("BENCH_WARMUP", "4"))  # as __main__: a reused log
 
 _STAND_IN_SMI = "#!/bin/sh\nfor i in 1 2 3 4 5 6 7 8; do echo 81920; done\n"
 
@@ -75,3 +94,68 @@ def measure_genv(python: str, scratch: Path, seconds: float) -> dict[str, float]
     )
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def _row(what: str, values: list[float], unit: str, note: str, digits: int) -> Row:
+    spread = f"{min(values):.{digits}f}-{max(values):.{digits}f}" if len(values) > 1 else ""
+    return (what, f"{statistics.median(values):.{digits}f} {unit}".rstrip(), spread, note)
+
+
+def genv_rows(
+    root: Path, full_socket: Path, repeats: int, seconds: float
+) -> tuple[list[Row], float | None]:
+    """genv, the daemon on `full_socket` (`ledger_sync = "full"`) and a `normal` daemon of
+    its own under `root`, in turn, `repeats` rounds of `seconds` each: each ratio is taken
+    within its round, so both sides see the machine in the same state. The rows, and genv's
+    median p50 (ms; None when genv is not installed)."""
+    python = genv_python()
+    if python is None:
+        return [("genv attach+detach p50", "not installed", "", "set GENV_PYTHON to compare")], None
+    (root / "genv-normal").mkdir(parents=True, exist_ok=True)
+    with running_daemon(root / "genv-normal", sync="normal") as normal:
+        run_bench(str(normal.socket), clients=1, seconds=_WARMUP_SECONDS, raw=True)
+        found: dict[str, list[float]] = {"genv": [], "full": [], "normal": []}
+        for _ in range(repeats):
+            found["full"].append(run_bench(str(full_socket), clients=1, seconds=seconds).p50_ms)
+            found["normal"].append(run_bench(str(normal.socket), clients=1, seconds=seconds).p50_ms)
+            found["genv"].append(measure_genv(python, root, seconds)["p50_ms"])
+    per_round = {
+        sync: [ours / genv for ours, genv in zip(found[sync], found["genv"], strict=True)]
+        for sync in ("full", "normal")
+    }
+    rows = [
+        _row("genv attach+detach p50 (no fsync)", found["genv"], "ms", "", 3),
+        _row("allocate(1)+free p50, ledger_sync normal", found["normal"], "ms", "", 3),
+        _row(
+            "gpulease p50 / genv p50, like for like (normal: neither syncs)",
+            per_round["normal"],
+            "",
+            "goal <= 1; round by round",
+            2,
+        ),
+        _row(
+            "gpulease p50 / genv p50, ledger_sync full (2 fsyncs a pair)",
+            per_round["full"],
+            "",
+            "round by round; genv syncs nothing",
+            2,
+        ),
+    ]
+    return rows, statistics.median(found["genv"])
+
+
+def main() -> None:
+    repeats = int(os.environ.get("BENCH_REPEATS", "3"))
+    seconds = float(os.environ.get("BENCH_SECONDS", "3"))
+    with tempfile.TemporaryDirectory(prefix="gpuallocd-bench-genv-") as tmp:
+        root = Path(tmp)
+        (root / "full").mkdir()
+        with running_daemon(root / "full") as full:
+            run_bench(str(full.socket), clients=1, seconds=_WARMUP_SECONDS, raw=True)
+            rows, _ = genv_rows(root, full.socket, repeats, seconds)
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,7 @@
 """Notices cost their own user alone: an end that writes its owner's notice, and one user's
 feed read, with a feed of 0 and of 50,000 other notices; the timer's tick with 0 and 10,000
-armed leases, none due (docs/notifications.md).
+armed leases, none due; a grant's and an end's arming of the timer after 0 and 100,000
+leases granted and freed at once, with the heap's size (docs/notifications.md).
 
 `python -m benchmarks.notices` prints the rows alone (BENCH_NOTICES).
 """
@@ -24,6 +25,7 @@ __all__ = ["notice_rows"]
 
 NOTICES = int(os.environ.get("BENCH_NOTICES", "50000"))
 ARMED = 10_000
+CHURNED = 100_000
 ROUNDS = 300
 Row = tuple[str, str, str, str]
 
@@ -77,6 +79,21 @@ def _tick_us(armed: int) -> float:
     return (time.perf_counter() - started) / 10_000 * 1e6
 
 
+def _arm_and_disarm_us(churned: int) -> tuple[float, int]:
+    """One lease's arm (its grant) and disarm (its end, at once) after `churned` leases did
+    the same, and the heap's size then: a free must not leave its warnings behind."""
+    ahead = EndingAhead(lambda: 0.0)
+    deadline = Deadline(3600.0, 0.0, "")
+    for n in range(churned):
+        ahead.arm(f"c{n}", EndingReason.EXPIRY, deadline, DEFAULT_THRESHOLDS)
+        ahead.disarm(f"c{n}")
+    started = time.perf_counter()
+    for n in range(10_000):
+        ahead.arm(f"l{n}", EndingReason.EXPIRY, deadline, DEFAULT_THRESHOLDS)
+        ahead.disarm(f"l{n}")
+    return (time.perf_counter() - started) / 10_000 * 1e6, ahead.heap_size()
+
+
 def notice_rows() -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="gpuallocd-bench-notices-") as tmp:
         small = _ledger(Path(tmp) / "small.sqlite3", 0)
@@ -87,6 +104,7 @@ def notice_rows() -> list[Row]:
             small.close()
             large.close()
     tick0, tick1 = _tick_us(0), _tick_us(ARMED)
+    (arm0, heap0), (arm1, heap1) = _arm_and_disarm_us(0), _arm_and_disarm_us(CHURNED)
     return [
         (
             "notices: an expiry told to its owner",
@@ -105,6 +123,12 @@ def notice_rows() -> list[Row]:
             f"{tick0:.2f} us",
             "",
             f"{tick1:.2f} us with {ARMED} leases armed: x{tick1 / tick0:.2f}",
+        ),
+        (
+            "notices: a grant's and an end's arming of the timer",
+            f"{arm0:.2f} us",
+            f"heap {heap0}",
+            f"{arm1:.2f} us after {CHURNED} leases freed at once: x{arm1 / arm0:.2f}; heap {heap1}",
         ),
     ]
 

@@ -256,6 +256,7 @@ DOOR_LEAVES = {
         "app",
         "common",
         "errors",
+        "exit_codes",
         "lazy",
         "output",
         "quantities",

@@ -108,6 +108,19 @@ def test_revocation_is_reported_to_a_callback(daemon: ThreadDaemon) -> None:
     assert lost == [lease.id]
 
 
+def test_after_the_block_the_lease_says_how_it_had_ended(daemon: ThreadDaemon) -> None:
+    """`end_state` is None where the block's free ended the lease, and the state the free
+    found where something else had ended it first (a revoke): no request asks for it."""
+    freed = gpu_lease(1, socket=daemon.paths.socket, on_revoke=lambda lease, exc: None)
+    with freed:
+        pass
+    assert freed.end_state is None
+    revoked = gpu_lease(1, socket=daemon.paths.socket, on_revoke=lambda lease, exc: None)
+    with revoked as lease, daemon.client() as client:
+        client.revoke(lease.id, reason="maintenance")
+    assert revoked.end_state == "revoked"
+
+
 def test_revocation_raises_in_the_main_thread(daemon: ThreadDaemon) -> None:
     """on_revoke='raise' interrupts the body with LeaseRevoked."""
     with (

@@ -30,7 +30,7 @@ def encode_request(method: str, path: str, payload: bytes | None) -> bytes:
     """The bytes of one request; a body is always JSON."""
     if not method or not set(method.encode("ascii", "replace")) <= _TOKEN:
         raise ValueError(f"not an HTTP method: {method!r}")
-    if not path.startswith("/") or any(ord(c) <= 0x20 or ord(c) >= 0x7F for c in path):
+    if not path.startswith("/") or not (path.isascii() and path.isprintable()) or " " in path:
         raise ValueError(f"not a request target (quote it): {path!r}")
     head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\n"
     if payload is None:
@@ -66,11 +66,9 @@ class AnswerReader:
         """The next complete answer to a request made with `method`."""
         self._buffer.clear()
         self.received = 0
-        status, version = self._status_line()
-        headers = self._headers()
+        status, version, headers = self._head()
         while 100 <= status < 200 and status != 101:  # interim answers precede the real one
-            status, version = self._status_line()
-            headers = self._headers()
+            status, version, headers = self._head()
         keep_alive = _keeps_alive(version, headers.get("connection", ""))
         body, framed = self._body(method, status, headers)
         # Bytes beyond the answer answer nothing we asked: keep the answer, not the connection.
@@ -78,26 +76,35 @@ class AnswerReader:
 
     # Framing --------------------------------------------------------------------------------
 
-    def _status_line(self) -> tuple[int, str]:
-        line = self._line()
-        parts = line.split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not _is_number(parts[1]):
-            raise ProtocolError(f"not an HTTP/1.x status line: {line[:80]!r}")
-        return int(parts[1]), parts[0]
+    def _head(self) -> tuple[int, str, dict[str, str]]:
+        """The status, the HTTP version and the headers of the next answer: its lines up to
+        the blank one, read whole rather than line by line."""
+        start = 0
+        while (end := self._buffer.find(b"\r\n\r\n", start)) < 0:
+            self._check_unfinished_head()
+            start = max(len(self._buffer) - 3, 0)
+            self._fill()
+        lines = bytes(self._buffer[:end]).decode("latin-1").split("\r\n")
+        del self._buffer[: end + 4]
+        if len(lines) > _MAX_HEADERS + 1:
+            raise ProtocolError(f"more than {_MAX_HEADERS} header lines")
+        if any(len(line) > _MAX_LINE for line in lines):
+            raise ProtocolError(f"a line of the answer is longer than {_MAX_LINE} bytes")
+        status, version = _status_line(lines[0])
+        return status, version, _headers(lines[1:])
 
-    def _headers(self) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        for _ in range(_MAX_HEADERS):
-            line = self._line()
-            if not line:
-                return headers
-            name, colon, value = line.partition(":")
-            if not colon or not name or name != name.strip():
-                raise ProtocolError(f"malformed header line: {line[:80]!r}")
-            key = name.lower()
-            value = value.strip(" \t")
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        raise ProtocolError(f"more than {_MAX_HEADERS} header lines")
+    def _check_unfinished_head(self) -> None:
+        """Refuse a head that is already wrong before its end has arrived: a status line
+        that is none (a server that is no HTTP server is not waited on), a line or a count of
+        lines over the limits."""
+        first_end = self._buffer.find(b"\r\n")
+        if first_end >= 0:
+            _status_line(bytes(self._buffer[:first_end]).decode("latin-1"))
+        last_end = self._buffer.rfind(b"\r\n")
+        if len(self._buffer) - (last_end + 2 if last_end >= 0 else 0) > _MAX_LINE:
+            raise ProtocolError(f"a line of the answer is longer than {_MAX_LINE} bytes")
+        if self._buffer.count(b"\r\n") > _MAX_HEADERS + 1:
+            raise ProtocolError(f"more than {_MAX_HEADERS} header lines")
 
     def _body(self, method: str, status: int, headers: dict[str, str]) -> tuple[bytes, bool]:
         """The body, and whether its end was framed (else the connection's end marked it)."""
@@ -168,6 +175,25 @@ class AnswerReader:
         data = bytes(self._buffer)
         self._buffer.clear()
         return data
+
+
+def _status_line(line: str) -> tuple[int, str]:
+    parts = line.split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not _is_number(parts[1]):
+        raise ProtocolError(f"not an HTTP/1.x status line: {line[:80]!r}")
+    return int(parts[1]), parts[0]
+
+
+def _headers(lines: list[str]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon or not name or name != name.strip():
+            raise ProtocolError(f"malformed header line: {line[:80]!r}")
+        key = name.lower()
+        value = value.strip(" \t")
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return headers
 
 
 def _content_length(text: str) -> int:

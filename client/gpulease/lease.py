@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import sys
 import threading
@@ -90,6 +89,8 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     `raise_preempt_signal=False`: the signal is not raised here (a wrapper whose command gets
     it from the daemon, as `gpuallocctl run`, which follows its lease's stream itself);
     without `on_preempt` too, the block's lease does not follow its stream at all.
+    After the block, `end_state` is the state the free found the lease already in ("revoked",
+    "expired", ...) when something else had ended it; None when the free ended it.
     """
 
     def __init__(
@@ -158,6 +159,7 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
         self._entered_in: int | None = None  # the pid that entered the block
         self.lease: Lease | None = None
         self.nested = False  # True while the block runs under the enclosing lease
+        self.end_state: str | None = None  # how the lease had ended before the free, if it had
 
     @property
     def client(self) -> Client | None:
@@ -167,10 +169,13 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
 
     def _recreate_cm(self) -> gpu_lease:
         # Each call of a decorated function takes a lease of its own.
+        import copy  # here: `with gpu_lease(...)` never needs it
+
         fresh = copy.copy(self)
         fresh._client, fresh._renewer, fresh._saved_env, fresh.lease = None, None, {}, None
         fresh._watch = None
         fresh.nested = False
+        fresh.end_state = None
         return fresh
 
     def __enter__(self) -> Lease:
@@ -274,9 +279,11 @@ class gpu_lease(ContextDecorator):  # reads as a function at the call site
     def _free(self) -> None:
         if self._client is None or self.lease is None:
             return
-        with contextlib.suppress(LeaseNotActive, UnknownLease):
+        with contextlib.suppress(UnknownLease):
             try:
                 self._client.free(self.lease.id)
+            except LeaseNotActive as ended:
+                self.end_state = ended.details.get("state")
             except DaemonUnavailable as error:
                 _warn_unfreed(self.lease, error)
 

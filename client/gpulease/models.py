@@ -1,27 +1,51 @@
 """What the daemon answers, as small read-only objects.
 
-They are frozen dataclasses (`dataclasses.replace`, `asdict` and `fields` work on them), with
-`__init__`, `__eq__`, `__hash__` and `__repr__` written out here: generating those makes
-`@dataclass` compile code at import time, about a millisecond per class, paid by every
-`gpuallocctl run` and every `import gpulease`. They behave as the generated ones do.
+To callers they are frozen dataclasses: `dataclasses.fields`, `replace`, `asdict`, `astuple`
+and `is_dataclass` work on them, assigning a field raises FrozenInstanceError, and
+`case Lease(id, gpus)` matches by position. They are defined without `@dataclass`, which
+would import `dataclasses` and with it `inspect` (about a tenth of a `gpuallocctl run`'s
+start) and compile `__init__`, `__eq__`, `__hash__` and `__repr__` at every import: those are
+written out here, and the description that `dataclasses` reads (`__dataclass_fields__`) is
+made the first time something asks for it (`_Described`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+
+if TYPE_CHECKING:
+    from dataclasses import Field
+    from typing import TypeVar
+
+    # Only for the type checker: a TypeVar bound by a string compiles it at import.
+    _Model = TypeVar("_Model", bound="type[_Value]")
 
 __all__ = ["GpuStatus", "Lease", "LeasedGpu"]
 
 
-class _Value:
-    """Equality, hash and repr over a dataclass's fields, as `@dataclass(frozen=True)` makes
-    them: equal only to the same class, over the fields with `compare`; repr of `repr` fields."""
+class _Raw:
+    """The default of `raw`, the daemon's whole answer: a new empty dict, neither compared
+    nor shown (what `field(repr=False, compare=False, default_factory=dict)` says)."""
 
     __slots__ = ()
 
+
+_RAW: Any = _Raw()
+
+
+class _Value:
+    """Equality, hash, repr and immutability as `@dataclass(frozen=True)` makes them: equal
+    only to the same class, over the compared fields; repr of the shown fields."""
+
+    __slots__ = ()
+    _field_names: ClassVar[tuple[str, ...]]
+    _compared_names: ClassVar[tuple[str, ...]]
+    _defaults: ClassVar[dict[str, Any]]
+    if TYPE_CHECKING:  # what `dataclasses` reads; made on first use (`_Described`)
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
     def _compared(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, f.name) for f in fields(self) if f.compare)  # type: ignore[arg-type]
+        return tuple(getattr(self, name) for name in self._compared_names)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -33,8 +57,68 @@ class _Value:
         return hash(self._compared())
 
     def __repr__(self) -> str:
-        shown = (f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)  # type: ignore[arg-type]
+        shown = (f"{name}={getattr(self, name)!r}" for name in self._compared_names)
         return f"{type(self).__qualname__}({', '.join(shown)})"
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise _frozen(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise _frozen(f"cannot delete field {name!r}")
+
+
+def _frozen(message: str) -> Exception:
+    from dataclasses import FrozenInstanceError
+
+    return FrozenInstanceError(message)
+
+
+class _Described:
+    """`__dataclass_fields__` or `__dataclass_params__` of a model, made when first read: a
+    dataclass with the model's fields is defined then, and its description becomes the
+    model's (so `dataclasses` is imported only by those who use it)."""
+
+    def __init__(self, attribute: str) -> None:
+        self._attribute = attribute
+
+    def __get__(self, instance: object, owner: type[_Value]) -> Any:
+        import dataclasses
+
+        specs = [
+            (name, owner.__annotations__[name], _spec(owner, name)) for name in owner._field_names
+        ]
+        shadow = dataclasses.make_dataclass(
+            owner.__name__, specs, frozen=True, init=False, repr=False, eq=False
+        )
+        for attribute in ("__dataclass_fields__", "__dataclass_params__"):
+            type.__setattr__(owner, attribute, getattr(shadow, attribute))
+        return getattr(shadow, self._attribute)
+
+
+def _spec(model: type[_Value], name: str) -> Any:
+    """The `dataclasses.field` of one of `model`'s fields."""
+    import dataclasses
+
+    if name not in model._compared_names:
+        return dataclasses.field(repr=False, compare=False, default_factory=dict)
+    if name in model._defaults:
+        return dataclasses.field(default=model._defaults[name])
+    return dataclasses.field()
+
+
+def _model(cls: _Model) -> _Model:
+    """Record a model's fields (its annotations, in order) as `@dataclass` would."""
+    names = tuple(cls.__annotations__)
+    raw = tuple(name for name in names if cls.__dict__.get(name) is _RAW)
+    for name in raw:
+        delattr(cls, name)
+    cls._field_names = names
+    cls._compared_names = tuple(name for name in names if name not in raw)
+    cls._defaults = {name: cls.__dict__[name] for name in names if name in cls.__dict__}
+    type.__setattr__(cls, "__match_args__", names)
+    for attribute in ("__dataclass_fields__", "__dataclass_params__"):
+        type.__setattr__(cls, attribute, _Described(attribute))
+    return cls
 
 
 def _assign(instance: object, **values: Any) -> None:
@@ -43,7 +127,7 @@ def _assign(instance: object, **values: Any) -> None:
         object.__setattr__(instance, name, value)
 
 
-@dataclass(frozen=True, init=False, repr=False, eq=False)
+@_model
 class LeasedGpu(_Value):
     """One leased unit: a whole GPU, a MIG instance (`kind` "mig", its GPU in
     `parent_uuid`) or a memory share (`kind` "share", its size in `memory_bytes`)."""
@@ -90,7 +174,7 @@ class LeasedGpu(_Value):
         )
 
 
-@dataclass(frozen=True, init=False, repr=False, eq=False)
+@_model
 class Lease(_Value):
     """A lease as the daemon reported it; `raw` is that answer (not compared, not shown)."""
 
@@ -104,7 +188,7 @@ class Lease(_Value):
     policy: str
     created_at: float
     expires_at: float
-    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    raw: dict[str, Any] = _RAW
 
     def __init__(
         self,
@@ -173,7 +257,7 @@ class Lease(_Value):
         return min(sizes) if sizes else None
 
 
-@dataclass(frozen=True, init=False, repr=False, eq=False)
+@_model
 class GpuStatus(_Value):
     """One GPU as `status` lists it; `raw` is the daemon's answer (not compared, not shown)."""
 
@@ -182,7 +266,7 @@ class GpuStatus(_Value):
     name: str
     state: str
     lease_id: str | None
-    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    raw: dict[str, Any] = _RAW
 
     def __init__(
         self,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from gpulease.errors import InvalidRequest, LeaseNotActive, UnknownLease
@@ -88,6 +87,8 @@ def part_of(lease: Lease, options: dict[str, Any]) -> Lease:
             "`gpuallocctl run --nested new`",
             details={"lease_id": lease.id, "held": len(lease.gpus), "asked": count},
         )
+    from dataclasses import replace  # only here: `import gpulease` does not load dataclasses
+
     return replace(lease, gpus=tuple(chosen))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import threading
 import time
@@ -50,6 +49,8 @@ def _warn_idle(lease: Lease, idle: dict[str, float]) -> None:
 
 
 def _raise_in_thread(thread_id: int, exc_type: type[BaseException]) -> None:
+    import ctypes  # here: only on_revoke/on_unhealthy="raise" need it
+
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(thread_id), ctypes.py_object(exc_type)
     )

@@ -10,8 +10,10 @@ import re
 __all__ = ["parse_size", "parse_watts"]
 
 _UNITS = {"B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])(?:I?B)?|(B))?\s*$", re.IGNORECASE)
-_WATTS = re.compile(r"^\s*(\d{1,6})\s*W?\s*$", re.IGNORECASE)
+# Compiled at first use (`re` keeps them): most callers never parse a size, and compiling
+# both at import cost every `import gpulease` about half a millisecond.
+_SIZE = r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])(?:I?B)?|(B))?\s*$"
+_WATTS = r"^\s*(\d{1,6})\s*W?\s*$"
 
 
 def parse_size(size: str | int) -> int:
@@ -23,7 +25,7 @@ def parse_size(size: str | int) -> int:
     if isinstance(size, int):
         value = size
     else:
-        match = _SIZE.match(size)
+        match = re.match(_SIZE, size, re.IGNORECASE)
         if match is None:
             raise ValueError(f"not a memory size: {size!r} (try 20G, 512M or 4096B)")
         number, unit = match.group(1), (match.group(2) or match.group(3) or "").upper()
@@ -45,7 +47,7 @@ def parse_watts(power: str | int) -> int:
     if isinstance(power, int):
         value = power
     else:
-        match = _WATTS.match(power)
+        match = re.match(_WATTS, power, re.IGNORECASE)
         if match is None:
             raise ValueError(f"not a power limit: {power!r} (try 250W)")
         value = int(match.group(1))

@@ -6,7 +6,6 @@ does not pay for the planning code nor `plan` for the client.
 
 from __future__ import annotations
 
-import signal
 import sys
 from typing import Any
 
@@ -151,8 +150,5 @@ def cli(ctx: click.Context, socket: str | None, as_json: bool) -> None:
 
 
 def main() -> None:
-    # Ctrl-C and `kill -INT` stop a command however it was started: a shell starts a
-    # background job (`cmd &`, `nohup`, a script) with SIGINT ignored, and Python keeps an
-    # inherited "ignore", so a waiting `allocate` or a `status --watch` could not be stopped.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    """`gpuallocctl` through click (`gpuallocd.cli.main` sets up SIGINT first)."""
     sys.exit(cli.main(prog_name="gpuallocctl", standalone_mode=True))

@@ -9,9 +9,20 @@ traceback, and exits with the code of its kind (docs/cli.md, Exit codes).
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
+
+from gpuallocd.cli.exit_codes import (
+    EXIT_CAPACITY,
+    EXIT_ERROR,
+    EXIT_NO_DAEMON,
+    EXIT_PERMISSION,
+    EXIT_PREEMPTED,
+    EXIT_QUOTA,
+    EXIT_REVOKED,
+    EXIT_USAGE,
+)
 
 __all__ = [
     "EXIT_CAPACITY",
@@ -25,16 +36,8 @@ __all__ = [
     "CliError",
     "GuardedGroup",
     "as_cli_error",
+    "exit_as_a_command",
 ]
-
-EXIT_ERROR = 1  # any other error
-EXIT_USAGE = 2  # the request or the command line is wrong (click uses 2 for its own too)
-EXIT_NO_DAEMON = 3  # no daemon answers on the socket
-EXIT_CAPACITY = 4  # nothing fits now: GPUs unavailable or busy; the same call may work later
-EXIT_PERMISSION = 5  # not yours, or root's (or an admin's) to do
-EXIT_QUOTA = 6  # over one of the caller's limits: not now, and not by waiting
-EXIT_REVOKED = 7  # `run`: an admin revoked the lease and its command was stopped
-EXIT_PREEMPTED = 8  # `run`: the lease was preempted (docs/preemption.md), without --requeue
 
 _EXIT_BY_CODE = {
     "daemon_unavailable": EXIT_NO_DAEMON,
@@ -126,3 +129,20 @@ class GuardedGroup(click.Group):
             if mapped is None:
                 raise
             raise mapped from None
+
+
+def exit_as_a_command(exc: BaseException) -> NoReturn:
+    """Exit as `gpuallocctl` exits when one of its commands raises `exc`.
+
+    For `run` read without click (`leasing/quick_run.py`): the exception goes through the
+    same group and click's standalone mode as any command's, so both ways print the same
+    line and exit with the same code (a project error as `as_cli_error` says, Ctrl-C as
+    `Aborted!`, anything else as a traceback).
+    """
+
+    def raise_it() -> None:
+        raise exc
+
+    group = GuardedGroup(name="gpuallocctl", commands=[click.Command("run", callback=raise_it)])
+    group.main(["run"], prog_name="gpuallocctl", standalone_mode=True)
+    raise AssertionError("click's standalone mode always exits")  # pragma: no cover

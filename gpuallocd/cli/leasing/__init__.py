@@ -1,7 +1,9 @@
 """Leasing commands: take GPUs, run on them, give them back (docs/cli.md, "Leasing").
 
 leases.py        leases, allocate, renew, free, revoke
-run.py           run, shell: a lease for one command
+run.py           run, shell: a lease for one command (their options, read by click)
+runner.py        what run and shell do once their options are read, without click
+quick_run.py     the plain forms of run, read without click (how jobs start)
 revoke_watch.py  run hears its own revoke and stops its command
 preempted.py     run --preemptible and --requeue: the preemption file, the supervisor
 preempt.py       preempt (admins), checkpoint-done (a preemptible job's acknowledgement)

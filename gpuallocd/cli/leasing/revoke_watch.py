@@ -92,6 +92,8 @@ class RevokeWatch(threading.Thread):
                 except DaemonUnavailable:  # a restart: the lease is kept, ask again
                     self.command_ended.wait(RETRY_SECONDS)
                     continue
+                if self.command_ended.is_set():
+                    return  # the answer to `run`'s own free, not news for the command
                 for event in events:
                     after = max(after, int(event["seq"]))
                     if event["event"] == "freed" and self.command_ended.is_set():
