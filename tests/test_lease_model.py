@@ -25,6 +25,7 @@ def test_an_ended_lease_keeps_every_other_field() -> None:
         waited_seconds=2.5,
         power_limit_watts=250.0,
         on_revoke="terminate",
+        follow_work=True,
     )
     unset = [
         f.name

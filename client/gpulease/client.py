@@ -92,6 +92,7 @@ class Client:
         request_id: str | None = None,
         on_revoke: str | None = None,
         power_limit_watts: int | None = None,
+        follow_work: bool = False,
     ) -> Lease:
         """Lease `count` GPUs (chosen by the policy), including `gpus` where given.
 
@@ -108,6 +109,9 @@ class Client:
         `on_revoke="terminate"`: a revoke stops the lease's processes (SIGTERM, then SIGKILL).
         `power_limit_watts`: cap the leased GPUs' power for the lease (within each card's
         limits; the previous limit is put back at its end).
+        `follow_work` (with `bind_to_process`): when this process exits, the lease stays
+        with this user's processes that carry its id (GPUALLOCD_LEASE_ID) and were started
+        after the grant, and ends when the last of them has exited.
 
         A wait outlives a restart of the daemon: the request is sent again (same id) while
         the daemon comes back, for up to `RESTART_SECONDS` of it not answering.
@@ -129,6 +133,7 @@ class Client:
             request_id=request_id,
             on_revoke=on_revoke,
             power_limit_watts=power_limit_watts,
+            follow_work=True if follow_work else None,
         )
         if not wait:
             return Lease.from_json(self.request("POST", "/v1/leases", body))
@@ -157,6 +162,11 @@ class Client:
     def allocate_specific(self, gpus: Sequence[GpuRef], **options: Any) -> Lease:
         """Lease exactly these GPUs (UUIDs or indices)."""
         return self.allocate(gpus=gpus, **options)
+
+    def join(self, lease_id: str) -> Lease:
+        """Make this process one of the processes of a bound lease of this user's: the lease
+        lasts while it (or anything it starts) runs, as for the holder's own work."""
+        return Lease.from_json(self.request("POST", _lease_path(lease_id, "/join"), {}))
 
     def renew(self, lease_id: str, ttl: float | None = None) -> Lease:
         body = _drop_none(ttl_seconds=ttl)

@@ -201,6 +201,13 @@ class AllocatorFacade(CleanupDesk):
         await self.scan_families()
         return lease
 
+    async def join(self, caller: Caller, lease_id: str) -> Lease:
+        """The caller's process (SO_PEERCRED) becomes one of the processes of a bound lease of
+        its own: the lease lasts while it, or what it starts, runs (`gpuallocctl run --lease`)."""
+        lease = await self._worker.run(self._lifecycle.joinable, caller, lease_id)
+        await self._processes.join(lease, caller.pid)
+        return lease
+
     async def free(self, caller: Caller, lease_id: str) -> Lease:
         lease = await self._worker.run(self._lifecycle.free, caller, lease_id)
         self._queue.kick()

@@ -117,6 +117,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # a `run` command whose wrapper died (a lease of an older ledger keeps "notify")
         "ALTER TABLE leases ADD COLUMN on_revoke VARCHAR NOT NULL DEFAULT 'notify'",
     ),
+    # 6: a bound lease may follow its work: when its holder exits, the owner's processes
+    # that carry its id keep it (a lease of an older ledger does not)
+    6: ("ALTER TABLE leases ADD COLUMN follow_work BOOLEAN NOT NULL DEFAULT 0",),
 }
 
 

@@ -60,6 +60,7 @@ def lease_row(lease: Lease) -> dict[str, Any]:
         "pid_start_time": lease.pid_start_time,
         "waited_seconds": lease.waited_seconds,
         "on_revoke": lease.on_revoke,
+        "follow_work": lease.follow_work,
     }
 
 
@@ -111,6 +112,7 @@ def lease_from_row(row: Any, gpus: tuple[LeasedGpu, ...]) -> Lease:
         pid_start_time=row["pid_start_time"],
         waited_seconds=row["waited_seconds"],
         on_revoke=row["on_revoke"],
+        follow_work=bool(row["follow_work"]),
     )
 
 

@@ -126,6 +126,8 @@ class Lease:
     waited_seconds: float = 0.0  # how long the request waited in the queue before its grant
     power_limit_watts: float | None = None  # the GPUs' power cap asked for (docs/accounting.md)
     on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes
+    # bound: when the holder exits, the owner's processes carrying the lease's id keep it
+    follow_work: bool = False
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -156,6 +158,7 @@ class Lease:
             self.waited_seconds,
             self.power_limit_watts,
             self.on_revoke,
+            self.follow_work,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -174,6 +177,7 @@ class Lease:
             "waited_seconds": self.waited_seconds,
             "power_limit_watts": self.power_limit_watts,
             "on_revoke": self.on_revoke,
+            "follow_work": self.follow_work,
         }
 
 

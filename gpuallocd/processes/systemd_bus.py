@@ -1,5 +1,6 @@
 """systemd's manager on the system bus, through jeepney (a pure-Python D-Bus library): start
-a lease's transient scope and wait for it to be started, and signal a scope.
+a lease's transient scope and wait for it to be started, move more processes into a running
+one, and signal a scope.
 
 One connection, opened on first use and again after it drops. A scope's start job is
 awaited on systemd's own `JobRemoved` signal (systemd sends it to the client that queued the
@@ -98,6 +99,15 @@ class SystemdManager:
                 raise
         if result != "done":
             raise BusError(f"the start job of {name} ended {result!r}")
+
+    async def attach(self, name: str, pids: Sequence[int]) -> None:
+        """Move `pids` into the running unit `name` (systemd 238 and later); BusError where
+        the unit is gone or refuses them. Done when systemd answers: no job to wait for."""
+        from jeepney import new_method_call
+
+        router = await self._connected()
+        call = new_method_call(_manager(), "AttachProcessesToUnit", "ssau", (name, "", list(pids)))
+        await self._reply(router, call, "AttachProcessesToUnit")
 
     async def kill_unit(self, name: str, signal: int) -> None:
         """`signal` to every process of the unit: systemd reads its cgroup again and again

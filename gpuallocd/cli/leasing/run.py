@@ -28,7 +28,14 @@ from gpuallocd.cli.errors import EXIT_REVOKED
 from gpuallocd.cli.quick_exit import Finished
 from gpuallocd.cli.text import escape_unprintable
 
-__all__ = ["COMMANDS", "FORWARDED_SIGNALS", "run_leased"]
+__all__ = [
+    "COMMANDS",
+    "FORWARDED_SIGNALS",
+    "print_notice",
+    "revocation",
+    "run_command",
+    "run_leased",
+]
 
 # SIGINT is not forwarded: a Ctrl-C at the terminal reaches the command directly (it shares
 # our process group), and forwarding it too would interrupt it twice. It is ignored here
@@ -90,7 +97,7 @@ def run_command(command: Sequence[str], started: Any = None) -> int:
     return 128 - code if code < 0 else code
 
 
-def _revocation(client: Any, lease_id: str) -> str | None:
+def revocation(client: Any, lease_id: str) -> str | None:
     """Why the lease was revoked (the reason given, or 'no reason given'); None if it was not."""
     with contextlib.suppress(Exception):
         if client.lease(lease_id).state != "revoked":
@@ -106,7 +113,7 @@ def _announce_command(client: Any, lease_id: str, ttl: float | None) -> None:
         client.renew(lease_id, ttl)
 
 
-def _print_notice(event: dict[str, Any]) -> None:
+def print_notice(event: dict[str, Any]) -> None:
     """An event of the lease meant for its holder, as one line on stderr."""
     detail = escape_unprintable(str(event.get("detail") or ""))
     click.echo(f"gpuallocctl: lease {event['lease_id']}: {event['event']}: {detail}", err=True)
@@ -119,6 +126,16 @@ _visible_option = click.option(
     show_default=True,
     help="How CUDA_VISIBLE_DEVICES names the GPUs.",
 )
+
+_lease_option = click.option(
+    "--lease",
+    "lease_id",
+    metavar="ID",
+    help="Run under this lease of yours, already granted (an agent's, say), instead of "
+    "taking one: the command joins it and renews it while it runs; it is not freed after.",
+)
+# what --lease leaves to the lease it names
+_REQUEST_OPTIONS = ("count", "gpus", "memory", "mig", "policy", "min_free_memory", "power_limit")
 
 _nested_option = click.option(
     "--nested",
@@ -171,7 +188,7 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
             gpu_list = ",".join(g.uuid if g.kind == "mig" else str(g.index) for g in granted.gpus)
             click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
         ttl = request.get("ttl")
-        watch = RevokeWatch(lambda: Client(ctx.obj.socket), granted.id, _print_notice)
+        watch = RevokeWatch(lambda: Client(ctx.obj.socket), granted.id, print_notice)
 
         def started() -> None:
             if not lease.nested:  # the enclosing lease's TTL is its holder's to set
@@ -180,7 +197,7 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
 
         code = run_command(command, started=started)
         watch.command_ended.set()
-        reason = _revocation(client, granted.id)
+        reason = revocation(client, granted.id)
     if reason is not None:
         click.echo(
             f"gpuallocctl: lease {granted.id} was revoked ({reason}); the command was stopped",
@@ -200,14 +217,30 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
 )
 @_visible_option
 @_nested_option
+@_lease_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx: click.Context, /, command: tuple[str, ...], label: str | None, **request: Any) -> None:
+def run(
+    ctx: click.Context,
+    /,
+    command: tuple[str, ...],
+    label: str | None,
+    lease_id: str | None,
+    **request: Any,
+) -> None:
     """Lease GPUs, run COMMAND with CUDA_VISIBLE_DEVICES set, free them when it exits.
 
     Exits with the command's exit code; 7 if an admin revoked the lease (the command is
-    stopped: SIGTERM, then SIGKILL). Example: gpuallocctl run -n 2 -- python train.py
+    stopped: SIGTERM, then SIGKILL). Example: gpuallocctl run -n 2 -- python train.py.
+    With --lease ID, under a lease already granted: gpuallocctl run --lease ID -- CMD
     """
+    if lease_id is not None:
+        from gpuallocd.cli.leasing.joined import run_joined
+
+        asked = [name for name in _REQUEST_OPTIONS if request.get(name) not in (None, ())]
+        if asked or label is not None or request.get("wait") or request.get("timeout"):
+            raise click.UsageError("--lease runs under that lease: it takes no request options")
+        raise Finished(run_joined(ctx, command, lease_id, request))
     request["label"] = label or escape_unprintable(" ".join(command))[:MAX_LABEL]
     raise Finished(run_leased(ctx, command, _gpu_lease_arguments(request)))
 
