@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -226,6 +227,66 @@ def test_another_users_process_naming_the_lease_neither_keeps_nor_joins_it(
     stop(hers)
     assert ends(node, lease["id"])["state"] == "freed"
     os.kill(his, 0)  # bob's still runs: it kept nothing
+
+
+def test_her_set_user_id_program_naming_the_lease_does_not_keep_it(
+    system_users: SystemUsers, node: ThreadDaemon, jobs: list[int]
+) -> None:
+    """alice runs a set-user-ID-root program with her lease's environment beside her job:
+    it is nobody's own process (its effective uid is root's), so when her job exits the
+    lease ends while the program runs on."""
+    if os.geteuid() != 0:
+        pytest.skip("a set-user-ID-root program needs root to make")
+    program = node.paths.root / "setuid-sleep"
+    program.write_bytes(Path(SLEEP).read_bytes())
+    program.chmod(0o4755)
+
+    async def main() -> tuple[str, int, int]:
+        async with mcp_session(system_users, "alice", node.paths.socket) as session:
+            lease = data(await session.call_tool("allocate", {"count": 1}))
+            env = data(await session.call_tool("export_env", {"lease_id": lease["id"]}))
+            hers = in_background(system_users, "alice", f"{env['prefix']} {SLEEP} 600", jobs)
+            setuid = in_background(system_users, "alice", f"{env['prefix']} {program} 600", jobs)
+            return lease["id"], hers, setuid
+
+    lease_id, hers, setuid = anyio.run(main)
+    assert kept_by(node, lease_id, hers)
+    assert setuid not in lease_of(node, lease_id)["processes"]
+    stop(hers)
+    assert ends(node, lease_id)["state"] == "freed"
+    os.kill(setuid, 0)  # still runs: it kept nothing
+
+
+def test_a_flood_of_her_jobs_keeps_the_lease_until_the_last_exits(
+    system_users: SystemUsers, node: ThreadDaemon, jobs: list[int]
+) -> None:
+    """alice's agent starts 40 jobs with the lease's environment: every one is taken in when
+    the session ends, and the lease ends only when the last has exited."""
+
+    async def main() -> tuple[str, list[int]]:
+        async with mcp_session(system_users, "alice", node.paths.socket) as session:
+            lease = data(await session.call_tool("allocate", {"count": 1}))
+            env = data(await session.call_tool("export_env", {"lease_id": lease["id"]}))
+            line = f"sh -c 'for i in $(seq 40); do {env['prefix']} {SLEEP} 600 & done; wait'"
+            in_background(system_users, "alice", line, jobs)
+            mine = str(system_users.uid("alice"))
+            wait_for(lambda: len(sleeps(mine)) == 40, 60, what="40 jobs")
+            jobs.extend(sleeps(mine))
+            return lease["id"], sleeps(mine)
+
+    lease_id, flood = anyio.run(main)
+    assert kept_by(node, lease_id, flood[-1])
+    assert set(flood) <= set(lease_of(node, lease_id)["processes"])
+    for pid in flood[:-1]:
+        stop(pid)
+    assert kept_by(node, lease_id, flood[-1])
+    stop(flood[-1])
+    assert ends(node, lease_id)["state"] == "freed"
+
+
+def sleeps(uid: str) -> list[int]:
+    done = subprocess.run(["pgrep", "-U", uid, "-x", "sleep"], capture_output=True, text=True)
+    return sorted(int(pid) for pid in done.stdout.split())
 
 
 def test_a_job_naming_another_of_the_owners_leases_keeps_that_one_only(

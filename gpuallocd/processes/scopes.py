@@ -12,8 +12,9 @@ scope, which catches a process forked while the others were being signalled.
 A lease that follows its work past its holder (`following.py`), or that a process joins
 (`gpuallocctl run --lease`), gets a second scope for that work, `gpuallocd-lease-ID-work.scope`
 (`enclose_work`): started at the first such process, which moves into it, and joined by the
-next ones while it runs. The lease's processes are those of both scopes, and it ends when
-both are empty.
+next ones while it runs (systemd moves a process into a running unit only where the unit is
+delegated: this scope is, and its cgroup stays root's all the same). The lease's processes
+are those of both scopes, and it ends when both are empty.
 
 A lease taken by a process already in another lease's scope (a `gpu_lease` inside
 `gpuallocctl run`, say) gets no scope: its process stays where it is, under the outer lease,
@@ -130,17 +131,17 @@ class LeaseScopes:
         attempts = (
             (self._attach, self._start) if populated(directory) else (self._start, self._attach)
         )
-        problem: BusError | None = None
+        problems: list[str] = []
         for attempt in attempts:  # a scope may empty, or linger, between the look and the call
             try:
                 await attempt(name, pids, description)
-                problem = None
+                problems = []
                 break
             except BusError as exc:
-                problem = exc
-        if problem is not None or not _moved(pids[0], directory, self._root):
+                problems.append(str(exc))
+        if problems or not _moved(pids[0], directory, self._root):
             self.failed += 1
-            why = problem or f"not in {name}"
+            why = "; ".join(problems) or f"not in {name}"
             log.warning("lease %s: its work is in no scope (%s); followed in /proc", lease.id, why)
             return False
         self.started += 1
@@ -151,7 +152,7 @@ class LeaseScopes:
         await self._systemd.attach(name, pids)
 
     async def _start(self, name: str, pids: Sequence[int], description: str) -> None:
-        await self._systemd.start_scope(name, self._slice, pids, description)
+        await self._systemd.start_scope(name, self._slice, pids, description, delegate=True)
 
     def members(self, lease_id: str) -> list[Member]:
         """The processes in the lease's scopes now, each with its start time."""

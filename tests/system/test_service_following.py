@@ -10,6 +10,7 @@ from tests.system.container import Box
 from tests.system.test_service import (
     PYTHON,
     ctl,
+    journal,
     lease_processes,
     leases,
     scope_of,
@@ -60,12 +61,15 @@ def test_an_agents_work_keeps_its_lease_in_a_work_scope_after_the_holder(box: Bo
 
     box.run(["systemctl", "stop", "alice-agent"])
     until(lambda: job in lease_processes(box, lease_id), 30, "the job to be taken in")
-    assert cgroup_of(box, job) == work and cgroup_of(box, bobs) != work
+    assert cgroup_of(box, job) == work, journal(box)[-2000:]
+    assert cgroup_of(box, bobs) != work
     assert bobs not in lease_processes(box, lease_id)
     assert [x["state"] for x in leases(box) if x["id"] == lease_id] == ["active"]
     assert scope_of(box, lease_id)["ActiveState"] != "active"  # the holder's scope went
 
-    box.run(["systemctl", "kill", "--signal=KILL", "alice-job", "alice-run"])
+    work_pids = lease_processes(box, lease_id)
+    assert set(work_pids) >= {job, joined}
+    box.run(["kill", "-KILL", *map(str, work_pids)])  # out of their units: killed by pid
     until(lambda: all(x["id"] != lease_id for x in leases(box)), 10, "the lease to end")
     ended = ctl(box, "history", "--lease", lease_id)["events"][-1]
     assert ended["event"] == "freed" and "exited" in ended["detail"]
