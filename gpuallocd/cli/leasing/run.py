@@ -7,6 +7,14 @@ through /proc, so a `kill -9` of `run` leaves the command its lease. A revoke st
 command: `run` hears it at once (`revoke_watch.py`) and stops its command itself, and the
 daemon stops the lease's processes too (the lease asks for `on_revoke: "terminate"`), which
 also covers a command whose `run` is gone; `run` then prints why and exits 7.
+
+`run --lease ID` runs the command under a lease already granted, such as an agent's, whose
+holder (the MCP server) did not start the command (`run_joined`): `run` joins the lease
+(`POST /v1/leases/ID/join`: the daemon counts this process, known by SO_PEERCRED, among the
+lease's and takes its owner's only), gives the command the lease's environment, renews the
+lease while it runs and stops it on a revoke, but never frees the lease: a bound lease ends
+when its holder and every process that joined it have exited. A lease tied to no process has
+nothing to join, and is only renewed.
 """
 
 from __future__ import annotations
@@ -28,14 +36,7 @@ from gpuallocd.cli.errors import EXIT_REVOKED
 from gpuallocd.cli.quick_exit import Finished
 from gpuallocd.cli.text import escape_unprintable
 
-__all__ = [
-    "COMMANDS",
-    "FORWARDED_SIGNALS",
-    "print_notice",
-    "revocation",
-    "run_command",
-    "run_leased",
-]
+__all__ = ["COMMANDS", "FORWARDED_SIGNALS", "run_joined", "run_leased"]
 
 # SIGINT is not forwarded: a Ctrl-C at the terminal reaches the command directly (it shares
 # our process group), and forwarding it too would interrupt it twice. It is ignored here
@@ -97,7 +98,7 @@ def run_command(command: Sequence[str], started: Any = None) -> int:
     return 128 - code if code < 0 else code
 
 
-def revocation(client: Any, lease_id: str) -> str | None:
+def _revocation(client: Any, lease_id: str) -> str | None:
     """Why the lease was revoked (the reason given, or 'no reason given'); None if it was not."""
     with contextlib.suppress(Exception):
         if client.lease(lease_id).state != "revoked":
@@ -113,7 +114,7 @@ def _announce_command(client: Any, lease_id: str, ttl: float | None) -> None:
         client.renew(lease_id, ttl)
 
 
-def print_notice(event: dict[str, Any]) -> None:
+def _print_notice(event: dict[str, Any]) -> None:
     """An event of the lease meant for its holder, as one line on stderr."""
     detail = escape_unprintable(str(event.get("detail") or ""))
     click.echo(f"gpuallocctl: lease {event['lease_id']}: {event['event']}: {detail}", err=True)
@@ -188,7 +189,7 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
             gpu_list = ",".join(g.uuid if g.kind == "mig" else str(g.index) for g in granted.gpus)
             click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
         ttl = request.get("ttl")
-        watch = RevokeWatch(lambda: Client(ctx.obj.socket), granted.id, print_notice)
+        watch = RevokeWatch(lambda: Client(ctx.obj.socket), granted.id, _print_notice)
 
         def started() -> None:
             if not lease.nested:  # the enclosing lease's TTL is its holder's to set
@@ -197,10 +198,51 @@ def run_leased(ctx: click.Context, command: Sequence[str], request: dict[str, An
 
         code = run_command(command, started=started)
         watch.command_ended.set()
-        reason = revocation(client, granted.id)
+        reason = _revocation(client, granted.id)
     if reason is not None:
         click.echo(
             f"gpuallocctl: lease {granted.id} was revoked ({reason}); the command was stopped",
+            err=True,
+        )
+        return EXIT_REVOKED
+    return code
+
+
+def run_joined(
+    ctx: click.Context, command: Sequence[str], lease_id: str, options: dict[str, Any]
+) -> int:
+    """Run `command` as a process of lease `lease_id` (the caller's); its exit code, or
+    EXIT_REVOKED where the lease was revoked under it."""
+    from gpulease import Client, visible_devices_env
+    from gpulease.renewer import Renewer
+
+    from gpuallocd.cli.leasing.revoke_watch import RevokeWatch
+
+    ttl = options.get("ttl")
+    with Client(ctx.obj.socket) as client, Client(ctx.obj.socket) as renewing:
+        lease = client.lease(lease_id)
+        joined = bool(lease.raw.get("bound_to_process"))
+        lease = client.join(lease_id) if joined else client.renew(lease_id, ttl)
+        os.environ.update(visible_devices_env(lease, options.get("visible", "uuid")))
+        if not ctx.obj.json:
+            how = "joined" if joined else "renewed while the command runs"
+            click.echo(f"gpuallocctl: lease {lease.id} ({how})", err=True)
+        renewer = Renewer(renewing, lease, ttl, on_revoke="warn")
+        watch = RevokeWatch(lambda: Client(ctx.obj.socket), lease.id, _print_notice)
+
+        def started() -> None:
+            renewer.start()
+            watch.start()
+
+        try:
+            code = run_command(command, started=started)
+        finally:
+            watch.command_ended.set()
+            renewer.stop()
+        reason = _revocation(client, lease.id)
+    if reason is not None:
+        click.echo(
+            f"gpuallocctl: lease {lease.id} was revoked ({reason}); the command was stopped",
             err=True,
         )
         return EXIT_REVOKED
@@ -235,8 +277,6 @@ def run(
     With --lease ID, under a lease already granted: gpuallocctl run --lease ID -- CMD
     """
     if lease_id is not None:
-        from gpuallocd.cli.leasing.joined import run_joined
-
         asked = [name for name in _REQUEST_OPTIONS if request.get(name) not in (None, ())]
         if asked or label is not None or request.get("wait") or request.get("timeout"):
             raise click.UsageError("--lease runs under that lease: it takes no request options")
