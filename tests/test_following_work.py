@@ -139,13 +139,13 @@ def test_an_agents_background_job_keeps_its_lease_after_the_session_until_it_exi
     async def main() -> tuple[dict[str, Any], int]:
         async with mcp_session(system_users, "alice", node.paths.socket) as session:
             lease = data(await session.call_tool("allocate", {"count": 1, "label": "train"}))
-            assert lease["follows_work"] is True
             env = data(await session.call_tool("export_env", {"lease_id": lease["id"]}))
             job = in_background(system_users, "alice", f"{env['prefix']} {SLEEP} 600", jobs)
             return lease, job
 
     lease, job = anyio.run(main)
     assert kept_by(node, lease["id"], job)
+    assert lease["follows_work"] is True
     with node.client() as client:
         held = {g.raw["lease_id"] for g in client.status()}
         assert lease["id"] in held
@@ -348,6 +348,33 @@ def test_a_daemon_the_job_forks_after_the_session_keeps_the_lease_after_the_job_
     assert kept_by(node, lease_id, daemon)
     stop(daemon)
     assert ends(node, lease_id)["state"] == "freed"
+
+
+def test_a_restarted_daemon_keeps_the_lease_for_the_work_that_held_it(
+    system_users: SystemUsers,
+    node: ThreadDaemon,
+    start_daemon: Callable[..., ThreadDaemon],
+    jobs: list[int],
+) -> None:
+    """The session ended and its job kept the lease; the daemon restarts: the lease is still
+    active, the job among its processes (the ledger kept `follow_work`), and it ends when
+    the job exits."""
+
+    async def main() -> tuple[str, int]:
+        async with mcp_session(system_users, "alice", node.paths.socket) as session:
+            lease = data(await session.call_tool("allocate", {"count": 1}))
+            env = data(await session.call_tool("export_env", {"lease_id": lease["id"]}))
+            job = in_background(system_users, "alice", f"{env['prefix']} {SLEEP} 600", jobs)
+            return lease["id"], job
+
+    lease_id, job = anyio.run(main)
+    assert kept_by(node, lease_id, job)
+    node.stop()
+    again = start_daemon(default_policy="simple", initialise=False)
+    assert kept_by(again, lease_id, job)
+    assert lease_of(again, lease_id)["follow_work"] is True
+    stop(job)
+    assert ends(again, lease_id)["state"] == "freed"
 
 
 def test_follow_work_needs_a_bound_lease_and_a_join_a_bound_lease_of_ones_own(
