@@ -22,6 +22,7 @@ from benchmarks.daemon import INVENTORY, RunningDaemon, running_daemon
 from benchmarks.dashboard import dashboard_rows
 from benchmarks.energy import energy_rows
 from benchmarks.floor import measure_floor
+from benchmarks.following import following_rows
 from benchmarks.genv import genv_rows
 from benchmarks.http_floor import capture_answers, serving_http_floor
 from benchmarks.load import BenchResult, run_bench
@@ -203,6 +204,7 @@ def main() -> None:
     rows += notice_rows()
     rows += membership_rows()  # BENCH_CHILDREN, BENCH_MODES
     rows += preemption_rows()
+    rows += following_rows()  # BENCH_OTHERS, BENCH_CARRIERS
     _print(rows)
 
 

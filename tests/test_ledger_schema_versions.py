@@ -37,6 +37,7 @@ FINGERPRINTS = {
     4: "c71f1faa9bae7efb",
     5: "040bfdb86c6c23cb",
     6: "c14573affe80b081",
+    7: "cf944e6536aeeb27",
 }
 
 # The first schema, as its daemon made it (its metadata's SQL).
@@ -178,21 +179,22 @@ def _lease(lease_id: str, index: int, owner: int = 1000) -> Lease:
 
 
 def _set_version(path: Path, version: int) -> None:
-    """Label the ledger `version`; below 5, without the one column version 5 added to a
-    table that version 4 had (its new tables may stay: daemons of 4 wrote them too)."""
+    """Label the ledger `version`, without the columns later versions added to a table it
+    had (version 5's tables may stay below it: daemons of 4 wrote them too)."""
     with sqlite3.connect(path) as conn:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
-        if version < 5 and "on_revoke" in columns:
-            conn.execute("ALTER TABLE leases DROP COLUMN on_revoke")
+        for added_in, column in ((5, "on_revoke"), (7, "follow_work")):
+            if version < added_in and column in columns:
+                conn.execute(f"ALTER TABLE leases DROP COLUMN {column}")
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
 
 
 def test_an_upgrade_from_the_last_version_keeps_every_lease(tmp_path: Path) -> None:
     """A ledger of version 4 as its migrations made it, with an active lease and an ended
-    one, opens as the newest version: both leases and their history as they were, the active
-    one still holding its GPU, the tables of version 5 there (empty), and the running totals
-    of version 6 built from the leases (ben's 19 seconds of one GPU)."""
+    one, opens as the current version: both leases and their history as they were, the
+    active one still holding its GPU, the tables of version 5 there (empty), and the running
+    totals of version 6 built from the leases (ben's 19 seconds of one GPU)."""
     path = _at_version(tmp_path / "v4.db", 4)
     with sqlite3.connect(path) as conn:
         for uuid, index in GPU_ROWS:
@@ -215,7 +217,7 @@ def test_an_upgrade_from_the_last_version_keeps_every_lease(tmp_path: Path) -> N
     conn.close()
     ledger = Ledger(path)
     try:
-        assert ledger.schema_version() == schema.SCHEMA_VERSION == 6
+        assert ledger.schema_version() == schema.SCHEMA_VERSION
         (held,) = ledger.active_leases()
         assert (held.id, held.owner_name, held.uuids) == ("held", "ana", ("GPU-0",))
         done = ledger.lease("done")
@@ -236,7 +238,8 @@ def test_an_upgrade_of_a_ledger_labelled_4_with_the_new_tables_keeps_their_rows(
     tmp_path: Path,
 ) -> None:
     """The daemons before version 5 wrote its tables under version 4: such a ledger opens
-    as version 5 with every lease, request id, cleanup owed and power cap to put back."""
+    as the current version with every lease, request id, cleanup owed and power cap to put
+    back."""
     path = tmp_path / "unbumped.db"
     ledger = Ledger(path)
     ledger.sync_gpus([], 0.0)
@@ -269,8 +272,9 @@ def test_the_daemon_backs_up_before_an_upgrade_and_refuses_a_newer_ledger_in_one
 ) -> None:
     """A version-4 ledger: the daemon takes a backup first (named for the versions, version 4
     inside), says where, and serves every lease. Rolled back over a ledger a newer daemon
-    upgraded to 7, it exits 65 with one line naming version 7, the versions it reads and the
-    backup taken before that upgrade; `--recover` refuses it the same way, changing nothing."""
+    upgraded to the next version, it exits 65 with one line naming that version, the versions
+    it reads and the backup taken before that upgrade; `--recover` refuses it the same way,
+    changing nothing."""
     daemon = process_daemon(inventory="example:dgx1-volta", ledger_backups=2)
     with daemon.client() as client:
         held = {client.allocate(1).id, client.allocate(2).id}
@@ -280,20 +284,25 @@ def test_the_daemon_backs_up_before_an_upgrade_and_refuses_a_newer_ledger_in_one
     upgraded = process_daemon(inventory="example:dgx1-volta", ledger_backups=2, initialise=False)
     with upgraded.client() as client:
         assert {lease.id for lease in client.leases()} == held
-    (before,) = (paths.state_dir / "backups").glob("upgrade-from-v4-to-v6-*.sqlite3")
+    now, newer = schema.SCHEMA_VERSION, schema.SCHEMA_VERSION + 1
+    (before,) = (paths.state_dir / "backups").glob(f"upgrade-from-v4-to-v{now}-*.sqlite3")
     with sqlite3.connect(f"file:{before}?mode=ro", uri=True) as conn:
         assert conn.execute("SELECT value FROM meta").fetchone() == ("4",)
     conn.close()
     assert str(before) in upgraded.stderr()
     assert upgraded.stop() == 0
 
-    way_back = paths.state_dir / "backups" / "upgrade-from-v6-to-v7-20991231T000000.000000Z.sqlite3"
+    way_back = (
+        paths.state_dir
+        / "backups"
+        / f"upgrade-from-v{now}-to-v{newer}-20991231T000000.000000Z.sqlite3"
+    )
     shutil.copyfile(ledger, way_back)  # what the newer daemon took before its upgrade
-    _set_version(ledger, 7)
+    _set_version(ledger, newer)
     code, printed = start_refused(upgraded)
     assert code == 65, printed
     (line,) = printed.strip().splitlines()
-    assert "schema version 7" in line and "reads versions up to 6" in line, line
+    assert f"schema version {newer}" in line and f"reads versions up to {now}" in line, line
     assert str(way_back) in line and "docs/recovery.md" in line, line
     refused = recover(upgraded)
     assert refused.returncode == 65, refused.stderr

@@ -93,7 +93,7 @@ def test_answers_say_dates_durations_units_energy_and_cost(
         assert "power capped at 200 W" in text and DATE.search(text), text
         assert lease["power_limit_watts"] == 200 and ISO.match(lease["expires_at"])
         assert limit_of(priced, lease["gpus"][0]["index"]) == 200_000
-        await anyio.to_thread.run_sync(priced.clock.step, 111.0)  # 2 GPUs at 200 W: 0.0123 kWh
+        await anyio.to_thread.run_sync(priced.step, 111.0)  # 2 GPUs at 200 W: 0.0123 kWh
         freed = await session.call_tool("free", {"lease_id": lease["id"]})
         assert data(freed)["state"] == "freed"
         history = await session.call_tool("lease_history", {"lease_id": lease["id"]})

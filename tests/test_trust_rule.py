@@ -272,6 +272,19 @@ def inherited_work_joins_its_owners_lease(
     assert not belongs(inherited(bobs), hers) and not belongs(inherited(twice), his)
 
 
+@proves(Decision.JOINING)
+def joining_is_of_ones_own_lease(daemon: ThreadDaemon, system_users: SystemUsers) -> None:
+    """bob's `run --lease` naming root's bound lease is refused, and his process is not one
+    of the lease's (root's own lease, of the kernel's peer uid, is all that backs a join)."""
+    open_to_everyone(daemon.paths.root)
+    with daemon.client() as client:
+        held = client.allocate(1, bind_to_process=True)
+        argv = ["run", "--lease", held.id, "--", "true"]
+        done = system_users.ctl("bob", daemon.paths.socket, *argv)
+        assert done.returncode != 0 and "permission_denied" in done.stderr, done.stdout
+        assert client.lease(held.id).raw["processes"] == [os.getpid()]
+
+
 @proves(Decision.NAMING)
 def a_name_decides_nothing() -> None:
     """A process's names (comm, argv[0]) change no unleased decision: bob's process named

@@ -98,6 +98,7 @@ class Client:
         preempt_grace: float | None = None,
         preempt_signal: str | None = None,
         requeue_of: str | None = None,
+        follow_work: bool = False,
     ) -> Lease:
         """Lease `count` GPUs (chosen by the policy), including `gpus` where given.
 
@@ -119,6 +120,9 @@ class Client:
         (SIGTERM), killed `preempt_grace` seconds after it unless `checkpoint_done` came
         first (each at most the site's bound; None: the bound). `requeue_of`: a preempted
         lease of yours whose place in the queue this request keeps (it is preemptible).
+        `follow_work` (with `bind_to_process`): when this process exits, the lease stays
+        with this user's processes that carry its id (GPUALLOCD_LEASE_ID) and were started
+        after the grant, and ends when the last of them has exited.
 
         A wait outlives a restart of the daemon: the request is sent again (same id) while
         the daemon comes back, for up to `RESTART_SECONDS` of it not answering.
@@ -146,6 +150,7 @@ class Client:
             preempt_grace_seconds=preempt_grace,
             preempt_signal=preempt_signal,
             requeue_of=requeue_of,
+            follow_work=True if follow_work else None,
         )
         if not wait:
             return Lease.from_json(self.request("POST", "/v1/leases", body))
@@ -174,6 +179,11 @@ class Client:
     def allocate_specific(self, gpus: Sequence[GpuRef], **options: Any) -> Lease:
         """Lease exactly these GPUs (UUIDs or indices)."""
         return self.allocate(gpus=gpus, **options)
+
+    def join(self, lease_id: str) -> Lease:
+        """Make this process one of the processes of a bound lease of this user's: the lease
+        lasts while it (or anything it starts) runs, as for the holder's own work."""
+        return Lease.from_json(self.request("POST", _lease_path(lease_id, "/join"), {}))
 
     def renew(self, lease_id: str, ttl: float | None = None) -> Lease:
         body = _drop_none(ttl_seconds=ttl)

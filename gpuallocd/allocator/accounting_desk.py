@@ -32,6 +32,7 @@ class AccountingDesk:
         queue: WaitQueue,
         clock: Callable[[], float],
         expire_due: Callable[[], Awaitable[list[Lease]]],
+        record_energy: Callable[[], Awaitable[None]],
     ) -> None:
         self._lifecycle = lifecycle
         self._ledger = ledger
@@ -40,13 +41,18 @@ class AccountingDesk:
         self._queue = queue
         self._clock = clock
         self._expire_due = expire_due
+        # energy read at grants and ends waits up to a second to be written with the next;
+        # a read of the record writes it first, so an end's energy is never said to be 0
+        self._record_energy = record_energy
 
     async def history(self, lease_id: str | None, limit: int) -> list[HistoryEvent]:
+        await self._record_energy()
         return await self._reads.history(lease_id, limit)  # off the event loop: long_reads.py
 
     async def history_json(
         self, lease_id: str | None, limit: int, user_name: Callable[[int], str]
     ) -> bytes:
+        await self._record_energy()
         return await self._reads.history_json(lease_id, limit, user_name)
 
     async def limits(self, subject: Caller) -> dict[str, Any]:
@@ -63,6 +69,7 @@ class AccountingDesk:
         """The window's end (now by default), and each user's GPU-hours, leases and waiting
         time inside [since, end]; only `user` (a name or a uid) where given."""
         await self._expire_due()  # a lease past its TTL is charged up to its expiry, no more
+        await self._record_energy()
         end = self._clock() if until is None else until
         found = await self._reads.usage(since, end)
         if user is not None:

@@ -90,7 +90,14 @@ class AllocatorFacade(CleanupDesk):
             lifecycle, ledger, self._worker, self._queue, order, clock, self._reads
         )
         self.accounting = AccountingDesk(
-            lifecycle, ledger, self._worker, self._reads, self._queue, clock, self.expire_due
+            lifecycle,
+            ledger,
+            self._worker,
+            self._reads,
+            self._queue,
+            clock,
+            self.expire_due,
+            record_energy=lambda: self.energy.record(),
         )
         self.gpus = GpuDesk(lifecycle, self._worker, self._queue, clock)
         self._reclaimer = IdleReclaimer(
@@ -208,6 +215,13 @@ class AllocatorFacade(CleanupDesk):
         lease = await self._worker.run(self._lifecycle.renew, caller, lease_id, ttl_seconds)
         self.notices.renewed(lease)
         await self.scan_families()
+        return lease
+
+    async def join(self, caller: Caller, lease_id: str) -> Lease:
+        """The caller's process (SO_PEERCRED) becomes one of the processes of a bound lease of
+        its own: the lease lasts while it, or what it starts, runs (`gpuallocctl run --lease`)."""
+        lease = await self._worker.run(self._lifecycle.joinable, caller, lease_id)
+        await self._processes.join(lease, caller.pid)
         return lease
 
     async def free(self, caller: Caller, lease_id: str) -> Lease:

@@ -48,6 +48,7 @@ ALLOCATE_FIELDS = frozenset(
         "on_revoke",
         "power_limit_watts",
         *PREEMPT_FIELDS,
+        "follow_work",
     }
 )
 ON_REVOKE_CHOICES = ("notify", "terminate")
@@ -139,7 +140,14 @@ def _allocate_spec(body: Body) -> AllocateSpec:
         on_revoke=body.choice("on_revoke", ON_REVOKE_CHOICES) or "notify",
         power_limit_watts=body.integer("power_limit_watts", minimum=1),
         **preempt_fields(body),
+        follow_work=bool(body.boolean("follow_work")),
     )
+    if spec.follow_work and not spec.bind_to_process:
+        raise InvalidRequest(
+            "follow_work needs bind_to_process: a lease that is not bound has no holder whose "
+            "work it could follow",
+            field="follow_work",
+        )
     if (spec.power_limit_watts or 0) > MAX_POWER_LIMIT_WATTS:
         raise InvalidRequest(
             f"power_limit_watts may be at most {MAX_POWER_LIMIT_WATTS}", field="power_limit_watts"
@@ -220,6 +228,14 @@ async def renew_lease(request: web.Request) -> web.Response:
     return _json(answer)
 
 
+async def join_lease(request: web.Request) -> web.Response:
+    """The caller's process joins a bound lease of its own (`gpuallocctl run --lease`)."""
+    caller = caller_of(request)
+    await read_body(request, frozenset())
+    lease = await facade_of(request).join(caller, request.match_info["lease_id"])
+    return _json(_lease_json(request, lease))
+
+
 async def free_lease(request: web.Request) -> web.Response:
     caller = caller_of(request)
     lease = await facade_of(request).free(caller, request.match_info["lease_id"])
@@ -293,6 +309,7 @@ def routes() -> list[web.RouteDef]:
         web.get("/v1/leases/{lease_id}", get_lease),
         web.delete("/v1/leases/{lease_id}", free_lease),
         web.post("/v1/leases/{lease_id}/renew", renew_lease),
+        web.post("/v1/leases/{lease_id}/join", join_lease),
         web.get("/v1/leases/{lease_id}/events", lease_events),
         web.post("/v1/leases/{lease_id}/revoke", revoke_lease),
         web.get("/v1/history", history),

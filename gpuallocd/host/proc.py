@@ -31,6 +31,7 @@ __all__ = [
     "mapped_file",
     "own_uid",
     "parse_stat",
+    "pids_owned_by",
     "process_owner",
     "process_start_time",
     "read_environ",
@@ -153,6 +154,25 @@ def descendants(pid: int, proc: Path = PROC) -> list[tuple[int, int]]:
         if start is not None:
             found.append((child, start))
             pending += children_of(child, proc)
+    return found
+
+
+def pids_owned_by(uid: int, proc: Path = PROC) -> list[int]:
+    """The pids whose /proc entry is `uid`'s: that user's processes, as the kernel marks each
+    entry (its effective uid), one stat each and no file read, so a walk for one user costs
+    little per process of others. A first cut only: the entry of a process that made itself
+    non-dumpable is root's (it is left out), and what a decision rests on is read again
+    (`own_uid`)."""
+    found = []
+    with os.scandir(proc) as entries:  # a third of the time of Path.iterdir and stat
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                if entry.stat(follow_symlinks=False).st_uid == uid:
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # exited meanwhile
     return found
 
 

@@ -156,6 +156,10 @@ class Decision(enum.Enum):
         "membership of a lease by the id its work inherited", "processes/inherited.py",
         {_F.OWNER, _F.START_TIME, _F.LEASES}, chooses={_F.ENVIRONMENT},
     )  # fmt: skip
+    JOINING = _rule(
+        "membership of a lease by a process that asks to join it", "allocator/leases/lifecycle.py",
+        {_F.PEER_UID, _F.START_TIME, _F.LEASES}, chooses={_F.REQUEST},
+    )  # fmt: skip
     NAMING = _rule(
         "nothing: a process's name, shown in records and views", "enforcement/proc_facts.py",
         {_F.OWNER, _F.START_TIME}, shown={_F.NAME, _F.ARGV},

@@ -24,8 +24,8 @@ Step = tuple[str, Sequence[Any]]  # one fixed statement and its parameters
 
 _INSERT_LEASE = (
     "INSERT INTO leases (id, owner_uid, owner_name, pid, label, policy, created_at, "
-    "expires_at, state, ended_at, bound, pid_start_time, waited_seconds, on_revoke) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "expires_at, state, ended_at, bound, pid_start_time, waited_seconds, on_revoke, "
+    "follow_work) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_LEASE_GPU = (
     "INSERT INTO lease_gpus (lease_id, gpu_uuid, gpu_index, position, active, kind, gpu_of, "
@@ -61,6 +61,7 @@ def grant_steps(lease: Lease, actor_uid: int, request_id: str | None = None) -> 
                 lease.pid_start_time,
                 lease.waited_seconds,
                 lease.on_revoke,
+                int(lease.follow_work),
             ),
         )
     ]

@@ -149,6 +149,9 @@ MIGRATIONS: dict[int, tuple[Step, ...]] = {
     ),
     # 6: each user's running totals (ledger/totals.py), rebuilt from the history.
     6: (_add_running_totals,),
+    # 7: a bound lease may follow its work: when its holder exits, the owner's processes
+    # that carry its id keep it (a lease of an older ledger does not)
+    7: ("ALTER TABLE leases ADD COLUMN follow_work BOOLEAN NOT NULL DEFAULT 0",),
 }
 
 

@@ -61,6 +61,7 @@ def lease_row(lease: Lease) -> dict[str, Any]:
         "pid_start_time": lease.pid_start_time,
         "waited_seconds": lease.waited_seconds,
         "on_revoke": lease.on_revoke,
+        "follow_work": lease.follow_work,
     }
 
 
@@ -115,6 +116,7 @@ def lease_from_row(
         waited_seconds=row["waited_seconds"],
         on_revoke=row["on_revoke"],
         preemptible=preemptible,
+        follow_work=bool(row["follow_work"]),
     )
 
 

@@ -52,7 +52,7 @@ __all__ = [
 
 # A change to any table, column, index or trigger below is a new version, with its
 # migration in migrations.py (tests/test_ledger_schema_versions.py holds the two together).
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 metadata = MetaData()
 
@@ -93,6 +93,7 @@ leases = Table(
     Column("pid_start_time", Integer),
     Column("waited_seconds", Float, nullable=False, default=0.0),
     Column("on_revoke", String, nullable=False, server_default="notify"),  # or "terminate"
+    Column("follow_work", Boolean, nullable=False, server_default="0"),
     Index("leases_by_state", "state"),
     Index("leases_by_end", "ended_at"),
     Index("leases_by_owner", "owner_uid", "ended_at"),

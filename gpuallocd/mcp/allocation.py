@@ -1,5 +1,7 @@
-"""The allocate tool: a lease bound to this server's process unless the agent keeps it, and
-a wait in the queue that reports progress and leaves the queue when the call is cancelled.
+"""The allocate tool: a lease bound to this server's process unless the agent keeps it, that
+follows the agent's work past the session (`follow_work`: the commands the agent started with
+its environment keep it), and a wait in the queue that reports progress and leaves the queue
+when the call is cancelled.
 
 While a request waits, the queue is read every `POLL_SECONDS` on a connection of its own and
 this process's waiter (the daemon knows it by this pid, SO_PEERCRED) is reported as MCP
@@ -59,6 +61,8 @@ def allocate_options(args: dict[str, Any]) -> dict[str, Any]:
         "wait": bool(args.get("wait", False)),
         "timeout": args.get("wait_timeout_seconds"),
         "bind_to_process": not args.get("keep", False),
+        # the agent's commands, started beside this server, keep the lease after it
+        "follow_work": not args.get("keep", False),
         "power_limit_watts": args.get("power_limit_watts"),
         "preemptible": bool(args.get("preemptible", False)),
     }

@@ -177,8 +177,10 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "allocate",
         "Allocate GPUs",
-        "Lease GPUs for your work. The lease ends with this agent session unless keep=true; "
-        "run commands with the environment from export_env. With wait=true the request queues "
+        "Lease GPUs for your work. Run commands with the environment from export_env; for "
+        "long work use its run_prefix. The lease ends when this agent session and every "
+        "command you started with its environment have ended (keep=true: only when freed or "
+        "expired). With wait=true the request queues "
         "until the GPUs are free (progress is reported; cancel the call to leave the queue), "
         "for at most wait_timeout_seconds. Refused with a quota_exceeded error past your "
         "limits, gpus_unavailable or gpu_busy when the GPUs are not free.",
@@ -232,8 +234,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         "export_env",
         "Environment for a lease",
         "The environment a command needs to use one of your leases: CUDA_VISIBLE_DEVICES "
-        "(UUIDs, or indices with visible=index), GPUALLOCD_LEASE_ID, and a shell line to "
-        "prefix a command with.",
+        "(UUIDs, or indices with visible=index), GPUALLOCD_LEASE_ID, a shell line to "
+        "prefix a command with, and run_prefix: the command line for long work (it renews "
+        "the lease while the work runs, after this session too).",
         {
             "lease_id": _LEASE_ID,
             "visible": {

@@ -106,6 +106,7 @@ _LEASE_PROPERTIES = {
     "power_limit_watts": _NUMBER,
     "bound_to_process": _BOOLEAN,
     "ends_with_this_session": _BOOLEAN,
+    "follows_work": _BOOLEAN,
     "others_text": _NOTICE,
 }
 _LEASE = _object(_LEASE_PROPERTIES, "id", "state", "owner", "gpus")
@@ -278,10 +279,12 @@ OUTPUTS: dict[str, dict[str, Any]] = {
             "state": {"type": "string"},
             "env": {"type": "object", "additionalProperties": {"type": "string"}},
             "prefix": {"type": "string"},
+            "run_prefix": {"type": "string"},
         },
         "lease_id",
         "env",
         "prefix",
+        "run_prefix",
     ),
     "allocate": _GRANTED,
     "renew": _LEASE,

@@ -16,6 +16,7 @@ from gpulease import Client, Lease, visible_devices_env
 from gpuallocd.errors import InvalidRequest, PermissionDenied
 from gpuallocd.mcp.accounts import my_limits, my_usage
 from gpuallocd.mcp.answers import Answer
+from gpuallocd.mcp.commands import run_prefix
 from gpuallocd.mcp.foreign import OthersText, name
 from gpuallocd.mcp.readable import iso, span, when
 from gpuallocd.mcp.shapes import gpu_line, gpu_view, lease_line, lease_view
@@ -195,10 +196,15 @@ def export_env(client: Client, args: dict[str, Any]) -> Answer:
     except ValueError as exc:  # MIG instances by index
         raise InvalidRequest(str(exc), field="visible") from None
     prefix = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
-    return Answer(
-        f"prefix commands with: env {prefix}",
-        {"lease_id": lease.id, "state": lease.state, "env": env, "prefix": f"env {prefix}"},
+    run = run_prefix(lease.id, client.socket_path)
+    text = (
+        f"prefix commands with: env {prefix}\n"
+        f"for long work, or work that must outlive this session, start it with: {run} COMMAND "
+        "(in the background: nohup ... > LOG 2>&1 &); it keeps the lease while it runs, "
+        "renewed, and the lease ends when it and this session have both ended"
     )
+    data = {"lease_id": lease.id, "state": lease.state, "env": env, "prefix": f"env {prefix}"}
+    return Answer(text, {**data, "run_prefix": run})
 
 
 READS = {

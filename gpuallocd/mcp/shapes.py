@@ -74,7 +74,8 @@ def gpu_line(view: dict[str, Any], now: float) -> str:
 
 
 def lease_view(lease: dict[str, Any], now: float, others: OthersText) -> dict[str, Any]:
-    """A lease; `ends_with_this_session`: bound to this server's process."""
+    """A lease; `ends_with_this_session`: bound to this server's process; `follows_work`:
+    it outlives its holder while work started with its environment runs."""
     bound = bool(lease.get("bound_to_process"))
     owner = lease["owner"]
     return {
@@ -94,6 +95,7 @@ def lease_view(lease: dict[str, Any], now: float, others: OthersText) -> dict[st
         "power_limit_watts": lease.get("power_limit_watts"),
         "bound_to_process": bound,
         "ends_with_this_session": bound and lease.get("pid") == os.getpid(),
+        "follows_work": bound and bool(lease.get("follow_work")),
     }
 
 
@@ -119,7 +121,10 @@ def lease_line(view: dict[str, Any], now: float) -> str:
         return text
     if view["seconds_left"] is not None:
         text += f", until {when(now + view['seconds_left'], now)}"
-    if view["ends_with_this_session"]:
+    if view["ends_with_this_session"] and view["follows_work"]:
+        text += "; ends with this session, or later with the last command you started with "
+        text += "its environment"
+    elif view["ends_with_this_session"]:
         text += "; ends with this session"
     elif not view["bound_to_process"]:
         text += "; kept until freed or expired"

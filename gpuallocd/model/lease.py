@@ -145,6 +145,8 @@ class Lease:
     power_limit_watts: float | None = None  # the GPUs' power cap asked for (docs/accounting.md)
     on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes
     preemptible: PreemptTerms | None = None  # may be preempted, on these terms (preemption.md)
+    # bound: when the holder exits, the owner's processes carrying the lease's id keep it
+    follow_work: bool = False
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -176,6 +178,7 @@ class Lease:
             self.power_limit_watts,
             self.on_revoke,
             self.preemptible,
+            self.follow_work,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -195,6 +198,7 @@ class Lease:
             "power_limit_watts": self.power_limit_watts,
             "on_revoke": self.on_revoke,
             "preemptible": None if self.preemptible is None else self.preemptible.to_json(),
+            "follow_work": self.follow_work,
         }
 
 

@@ -3,8 +3,11 @@
 A transient scope `gpuallocd-lease-ID.scope` in the slice `gpuallocd-leases.slice` is, by
 systemd's naming, the cgroup `gpuallocd.slice/gpuallocd-leases.slice/gpuallocd-lease-ID.scope`
 below the root of the unified hierarchy: a dash in a slice's name makes it a child of the
-slice named by what comes before the dash. Pure functions of names and file contents, and
-the two reads the tracking needs (`cgroup.procs`, `cgroup.events`).
+slice named by what comes before the dash. A lease that follows its work past its holder
+(`following.py`), or that a process joined, has a second scope for that work,
+`gpuallocd-lease-ID-work.scope`: a new unit, never one systemd may still be removing.
+Pure functions of names and file contents, and the two reads the tracking needs
+(`cgroup.procs`, `cgroup.events`).
 """
 
 from __future__ import annotations
@@ -27,20 +30,23 @@ __all__ = [
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LEASES_SLICE = "gpuallocd-leases.slice"
 SCOPE_PREFIX = "gpuallocd-lease-"
+WORK_SUFFIX = "-work"
 
 
-def scope_name(lease_id: str) -> str:
-    """The scope unit of a lease (lease ids are hex: valid in a unit name as they are)."""
-    if not lease_id or not all(c.isalnum() or c in "_-" for c in lease_id):
+def scope_name(lease_id: str, work: bool = False) -> str:
+    """The scope unit of a lease, or of its work (lease ids are hex: valid in a unit name
+    as they are)."""
+    if not lease_id or not all(c.isalnum() or c == "_" for c in lease_id):
         raise ValueError(f"not a lease id fit for a unit name: {lease_id!r}")
-    return f"{SCOPE_PREFIX}{lease_id}.scope"
+    return f"{SCOPE_PREFIX}{lease_id}{WORK_SUFFIX if work else ''}.scope"
 
 
 def lease_of_scope(unit: str) -> str | None:
-    """The lease a scope unit is named for; None for any other unit."""
+    """The lease a scope unit is named for (its own or its work's); None for any other."""
     if not unit.startswith(SCOPE_PREFIX) or not unit.endswith(".scope"):
         return None
-    return unit.removeprefix(SCOPE_PREFIX).removesuffix(".scope") or None
+    stem = unit.removeprefix(SCOPE_PREFIX).removesuffix(".scope")
+    return stem.removesuffix(WORK_SUFFIX) or None
 
 
 def slice_path(slice_unit: str) -> str:
@@ -57,9 +63,11 @@ def slice_path(slice_unit: str) -> str:
     return "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
 
 
-def scope_dir(lease_id: str, root: Path = CGROUP_ROOT, slice_unit: str = LEASES_SLICE) -> Path:
-    """The cgroup directory of a lease's scope."""
-    return root / slice_path(slice_unit) / scope_name(lease_id)
+def scope_dir(
+    lease_id: str, root: Path = CGROUP_ROOT, slice_unit: str = LEASES_SLICE, work: bool = False
+) -> Path:
+    """The cgroup directory of a lease's scope (or of its work's)."""
+    return root / slice_path(slice_unit) / scope_name(lease_id, work)
 
 
 def in_slice(cgroup: str, slice_unit: str = LEASES_SLICE) -> bool:

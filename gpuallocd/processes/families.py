@@ -67,6 +67,13 @@ class ProcessFamilies:
         self._add(lease_id, member)
         return True
 
+    def add(self, lease_id: str, members: Iterable[Member]) -> None:
+        """Add processes the lease took in after its grant (its work found when its holder
+        exited, or a process that joined it): a family of their own where it had none."""
+        self._families.setdefault(lease_id, set())
+        for member in members:
+            self._add(lease_id, member)
+
     def covered(self) -> set[int]:
         """Every pid some family holds."""
         return set(self._leases_of)

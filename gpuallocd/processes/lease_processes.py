@@ -3,7 +3,9 @@ started under it (kernel events, its systemd scope, or /proc scans), and what a 
 to them.
 
 A bound lease ends when the last of its processes has exited, never while one still runs;
-a lease that asked for it (`on_revoke: "terminate"`, as `gpuallocctl run` does) has its
+one that follows its work (`follow_work`) first takes in its owner's processes that carry its
+id (`following.py`), and a process of its owner may join it (`join`, `gpuallocctl run
+--lease`); a lease that asked for it (`on_revoke: "terminate"`, as `gpuallocctl run` does) has its
 processes stopped when it is revoked: SIGTERM, then SIGKILL after the grace period.
 """
 
@@ -14,6 +16,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from gpuallocd.errors import InvalidRequest
 from gpuallocd.host.proc import (
     ProcessTable,
     descendants,
@@ -24,6 +27,7 @@ from gpuallocd.host.proc import (
 from gpuallocd.model import Lease
 from gpuallocd.processes.events import FamilyEvents
 from gpuallocd.processes.families import Member, ProcessFamilies
+from gpuallocd.processes.following import Following
 from gpuallocd.processes.inherited import belongs, inherited, inheritors
 from gpuallocd.processes.scopes import LeaseScopes
 from gpuallocd.processes.terminate import kill_family, signal_members, terminate_family
@@ -58,7 +62,10 @@ class LeaseProcesses:
         active: Callable[[str], bool] = lambda _lease_id: True,
     ) -> None:
         self._active = active
-        self._watcher = ProcessWatcher(on_holder_exit)
+        self._on_holder_exit = on_holder_exit
+        self._on_gone = on_gone or on_holder_exit
+        self._following = Following(self._take, self._on_gone, active)
+        self._watcher = ProcessWatcher(self._holder_exited)
         self._families = ProcessFamilies()
         self._scan_lock = asyncio.Lock()
         self._terminating: set[str] = set()
@@ -73,14 +80,14 @@ class LeaseProcesses:
             self._events = FamilyEvents(
                 self.tracking.connector,
                 self._families,
-                on_gone or on_holder_exit,
+                self._gone,
                 self._rescan_now,
                 stray=self._stray_fork,
                 stray_parents=self._holder_parents,
             )
         self._scopes: LeaseScopes | None = None
         if self.tracking.mode == SCOPE:
-            self._scopes = LeaseScopes(on_gone or on_holder_exit)
+            self._scopes = LeaseScopes(self._gone)
 
     @property
     def mode(self) -> str:
@@ -98,7 +105,10 @@ class LeaseProcesses:
         return self._rescan_now()
 
     def has_work(self, lease_id: str) -> bool:
-        """Whether a process of the lease still runs (its holder, or work found again)."""
+        """Whether a process of the lease still runs (its holder, or work found again), or
+        its work is still to be looked for (`following.py`)."""
+        if self._following.pending(lease_id):
+            return True
         return any(process_start_time(pid) == start for pid, start in self._members(lease_id))
 
     def watch(self, lease: Lease) -> None:
@@ -106,6 +116,7 @@ class LeaseProcesses:
         nothing: no process of its caller is looked at."""
         if not lease.bound or lease.pid is None or lease.pid_start_time is None:
             return
+        self._following.add(lease)
         self._watcher.watch(lease)
         if self._scopes is not None and (lease.id in self._scopes or self._scopes.adopt(lease.id)):
             return  # its scope is its family
@@ -138,6 +149,7 @@ class LeaseProcesses:
         """Forget the leases not named: they ended."""
         keep = set(lease_ids)
         self._watcher.retain(keep)
+        self._following.retain(keep)
         self._families.retain(keep | self._terminating)
         if self._scopes is not None:
             self._scopes.retain(keep | self._terminating)
@@ -208,9 +220,18 @@ class LeaseProcesses:
         async with self._scan_lock:
             loop = asyncio.get_running_loop()
             table = await loop.run_in_executor(None, read_process_table)
-            return self._families.scan(table)
+            return self._ending(self._families.scan(table))
+
+    async def join(self, lease: Lease, pid: int) -> None:
+        """Process `pid` of the lease's owner asked to join the bound `lease` (the daemon
+        checked whose it is): it and what it starts are the lease's processes from now on,
+        in its work scope in `scope` mode."""
+        start = process_start_time(pid)
+        if start is None or not await self._take(lease, [(pid, start)]):
+            raise InvalidRequest("the requesting process is gone; nothing joins the lease")
 
     def close(self) -> None:
+        self._following.close()
         self._watcher.close()
         if self._events is not None:
             self._events.close()
@@ -221,10 +242,49 @@ class LeaseProcesses:
         return self._scopes is not None and lease_id in self._scopes
 
     def _members(self, lease_id: str) -> list[Member]:
-        """Its scope's processes where it has one, else the family followed in /proc."""
+        """Its scopes' processes where it has them, and the family followed in /proc."""
+        found = self._families.members(lease_id)
         if self._scopes is not None and lease_id in self._scopes:
-            return self._scopes.members(lease_id)
-        return self._families.members(lease_id)
+            return sorted({*found, *self._scopes.members(lease_id)})
+        return found
+
+    def _holder_exited(self, lease_ids: list[str]) -> None:
+        """A holder exited: its lease is looked at now, unless it waits for its look."""
+        now = self._following.divert(lease_ids)
+        if now:
+            self._on_holder_exit(now)
+
+    def _gone(self, lease_ids: list[str]) -> None:
+        """The kernel told of leases whose last process exited (their family, or scope)."""
+        now = self._ending(lease_ids)
+        if now:
+            self._on_gone(now)
+
+    def _ending(self, lease_ids: list[str]) -> list[str]:
+        """Of leases that lost their last process where one way follows them, those that
+        end: not one that waits for its look, nor one whose processes another way follows
+        still run (a scope's work beside a family followed in /proc)."""
+        return [i for i in self._following.divert(lease_ids) if not self.has_work(i)]
+
+    async def _take(self, lease: Lease, members: list[Member]) -> bool:
+        """Follow `members`, and what they started, as processes of `lease` (in its work scope
+        where they may move; one in the scope of another active lease stays there, followed
+        from /proc); whether one of its processes runs now."""
+        rest = members
+        if self._scopes is not None:
+            rest = [m for m in members if self._scopes.lease_of(m[0]) != lease.id]
+            free = [pid for pid, _start in rest if not self._held(pid)]
+            started = (child for pid in free for child, _start in descendants(pid))
+            pids = [*free, *(child for child in started if not self._held(child))]
+            if free and await self._scopes.enclose_work(lease, pids):
+                rest = [m for m in rest if m[0] not in free]
+        if rest:
+            found = [*rest, *(child for pid, _start in rest for child in descendants(pid))]
+            self._families.add(lease.id, found)
+            for pid, start in found:
+                if process_start_time(pid) != start:
+                    self._families.exited(pid)  # gone before the events could tell
+        return any(process_start_time(pid) == start for pid, start in self._members(lease.id))
 
     def _terminated(self, lease_id: str, scopes: LeaseScopes | None) -> None:
         """The last SIGKILL went out: in a scope, systemd kills what a fork slipped past it."""
@@ -240,7 +300,7 @@ class LeaseProcesses:
             return []
         table = read_process_table()
         self._reattach(table)
-        return self._families.scan(table)
+        return self._ending(self._families.scan(table))
 
     def _follow(self, lease: Lease) -> None:
         if lease.pid is None or lease.pid_start_time is None:

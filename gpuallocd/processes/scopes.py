@@ -9,6 +9,13 @@ exits the kernel flips `cgroup.events` to `populated 0`, which inotify reports a
 systemd removes the empty scope. A revoke that terminates ends with systemd's KillUnit on the
 scope, which catches a process forked while the others were being signalled.
 
+A lease that follows its work past its holder (`following.py`), or that a process joins
+(`gpuallocctl run --lease`), gets a second scope for that work, `gpuallocd-lease-ID-work.scope`
+(`enclose_work`): started at the first such process, which moves into it, and joined by the
+next ones while it runs (systemd moves a process into a running unit only where the unit is
+delegated: this scope is, and its cgroup stays root's all the same). The lease's processes
+are those of both scopes, and it ends when both are empty.
+
 A lease taken by a process already in another lease's scope (a `gpu_lease` inside
 `gpuallocctl run`, say) gets no scope: its process stays where it is, under the outer lease,
 and the inner lease follows its family from /proc. A lease's end never kills what still runs
@@ -62,7 +69,7 @@ class LeaseScopes:
         self._on_gone = on_gone
         self._root = root
         self._slice = slice_unit
-        self._dirs: dict[str, Path] = {}
+        self._dirs: dict[str, list[Path]] = {}  # lease -> its scope, and its work's
         self._lease_of: dict[int, str] = {}  # inotify watch -> lease
         self._told: set[str] = set()
         self._inotify: Inotify | None = None
@@ -75,12 +82,14 @@ class LeaseScopes:
         return lease_id in self._dirs
 
     def adopt(self, lease_id: str) -> bool:
-        """Follow the scope a lease already has (the daemon restarted); whether it has one."""
-        directory = scope_dir(lease_id, self._root, self._slice)
-        if not directory.is_dir():
-            return False
-        self._follow(lease_id, directory)
-        return True
+        """Follow the scopes a lease already has (the daemon restarted); whether it has one."""
+        found = False
+        for work in (False, True):
+            directory = scope_dir(lease_id, self._root, self._slice, work)
+            if directory.is_dir():
+                self._follow(lease_id, directory)
+                found = True
+        return found
 
     def lease_of(self, pid: int) -> str | None:
         """The lease whose scope the process is in (one that ended too: its scope lasts
@@ -111,22 +120,58 @@ class LeaseScopes:
         self._follow(lease.id, directory)
         return True
 
+    async def enclose_work(self, lease: Lease, pids: Sequence[int]) -> bool:
+        """Move `pids` into the scope of the lease's work: into it where it runs, else into
+        a new one; whether the first of them is in it now (False: the caller follows them
+        from /proc)."""
+        name = scope_name(lease.id, work=True)
+        directory = scope_dir(lease.id, self._root, self._slice, work=True)
+        description = f"gpuallocd lease {lease.id}: its work"
+        # where it runs, join it, else start it; the other way if that fails
+        attempts = (
+            (self._attach, self._start) if populated(directory) else (self._start, self._attach)
+        )
+        problems: list[str] = []
+        for attempt in attempts:  # a scope may empty, or linger, between the look and the call
+            try:
+                await attempt(name, pids, description)
+                problems = []
+                break
+            except BusError as exc:
+                problems.append(str(exc))
+        if problems or not _moved(pids[0], directory, self._root):
+            self.failed += 1
+            why = "; ".join(problems) or f"not in {name}"
+            log.warning("lease %s: its work is in no scope (%s); followed in /proc", lease.id, why)
+            return False
+        self.started += 1
+        self._follow(lease.id, directory)
+        return True
+
+    async def _attach(self, name: str, pids: Sequence[int], _description: str) -> None:
+        await self._systemd.attach(name, pids)
+
+    async def _start(self, name: str, pids: Sequence[int], description: str) -> None:
+        await self._systemd.start_scope(name, self._slice, pids, description, delegate=True)
+
     def members(self, lease_id: str) -> list[Member]:
-        """The processes in the lease's scope now, each with its start time."""
+        """The processes in the lease's scopes now, each with its start time."""
         found = []
-        for pid in procs(self._dirs[lease_id]):
-            start = process_start_time(pid)
-            if start is not None:
-                found.append((pid, start))
+        for directory in self._dirs[lease_id]:
+            for pid in procs(directory):
+                start = process_start_time(pid)
+                if start is not None:
+                    found.append((pid, start))
         return sorted(found)
 
     def empty(self, lease_id: str) -> bool:
-        return not populated(self._dirs[lease_id])
+        return not any(populated(directory) for directory in self._dirs[lease_id])
 
     def sweep(self, lease_id: str) -> None:
-        """SIGKILL to whatever is left in the lease's scope (systemd's KillUnit), soon."""
-        if lease_id in self._dirs and not self.empty(lease_id):
-            self._spawn(self._kill_quietly(scope_name(lease_id)))
+        """SIGKILL to whatever is left in the lease's scopes (systemd's KillUnit), soon."""
+        for directory in self._dirs.get(lease_id, ()):
+            if populated(directory):
+                self._spawn(self._kill_quietly(directory.name))
 
     def retain(self, lease_ids: Iterable[str]) -> None:
         """Stop following the scopes of leases not named (they ended)."""
@@ -158,10 +203,13 @@ class LeaseScopes:
             self._inotify = None
 
     def _follow(self, lease_id: str, directory: Path) -> None:
-        self._dirs[lease_id] = directory
+        dirs = self._dirs.setdefault(lease_id, [])
+        if directory not in dirs:
+            dirs.append(directory)
+        self._told.discard(lease_id)  # a scope that came since it was last told empty
         with contextlib.suppress(OSError):  # removed already: empty, told below
             self._lease_of[self._watcher().add(str(directory / "cgroup.events"))] = lease_id
-        if not populated(directory):
+        if self.empty(lease_id):
             asyncio.get_running_loop().call_soon(self._tell, [lease_id])
 
     def _watcher(self) -> Inotify:
@@ -177,7 +225,9 @@ class LeaseScopes:
         self._tell([i for i in fired if i in self._dirs and self.empty(i)])
 
     def _tell(self, lease_ids: list[str]) -> None:
-        new = sorted(i for i in lease_ids if i in self._dirs and i not in self._told)
+        new = sorted(
+            i for i in lease_ids if i in self._dirs and i not in self._told and self.empty(i)
+        )
         if new:
             self._told.update(new)
             self._on_gone(new)

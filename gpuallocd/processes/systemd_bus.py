@@ -1,5 +1,6 @@
 """systemd's manager on the system bus, through jeepney (a pure-Python D-Bus library): start
-a lease's transient scope and wait for it to be started, and signal a scope.
+a lease's transient scope and wait for it to be started, move more processes into a running
+one, and signal a scope.
 
 One connection, opened on first use and again after it drops. A scope's start job is
 awaited on systemd's own `JobRemoved` signal (systemd sends it to the client that queued the
@@ -58,12 +59,17 @@ def _local_job_removed() -> Any:
     return MatchRule(type="signal", interface=MANAGER, member="JobRemoved", path=PATH)
 
 
-def _scope_properties(slice_unit: str, pids: Sequence[int], description: str) -> list[Any]:
-    return [
+def _scope_properties(
+    slice_unit: str, pids: Sequence[int], description: str, delegate: bool
+) -> list[Any]:
+    found = [
         ("PIDs", ("au", list(pids))),
         ("Slice", ("s", slice_unit)),
         ("Description", ("s", description)),
     ]
+    # systemd moves processes into a running unit only where it is delegated; the cgroup
+    # stays root's (the unit has no User=), so no user may write it either way
+    return [*found, ("Delegate", ("b", True))] if delegate else found
 
 
 class SystemdManager:
@@ -76,10 +82,16 @@ class SystemdManager:
         self._opening = asyncio.Lock()
 
     async def start_scope(
-        self, name: str, slice_unit: str, pids: Sequence[int], description: str
+        self,
+        name: str,
+        slice_unit: str,
+        pids: Sequence[int],
+        description: str,
+        delegate: bool = False,
     ) -> None:
         """Start the transient scope `name` in `slice_unit` with `pids` moved into it, and
-        wait until systemd has run the start job (BusError if it failed or did not end)."""
+        wait until systemd has run the start job (BusError if it failed or did not end);
+        `delegate`: one that `attach` may move more processes into later."""
         from jeepney import new_method_call
 
         router = await self._connected()
@@ -87,7 +99,7 @@ class SystemdManager:
             _manager(),
             "StartTransientUnit",
             "ssa(sv)a(sa(sv))",
-            (name, "fail", _scope_properties(slice_unit, pids, description), []),
+            (name, "fail", _scope_properties(slice_unit, pids, description, delegate), []),
         )
         with router.filter(_local_job_removed(), bufsize=64) as removed:
             (job,) = await self._reply(router, call, "StartTransientUnit")
@@ -98,6 +110,15 @@ class SystemdManager:
                 raise
         if result != "done":
             raise BusError(f"the start job of {name} ended {result!r}")
+
+    async def attach(self, name: str, pids: Sequence[int]) -> None:
+        """Move `pids` into the running, delegated unit `name` (systemd 238 and later);
+        BusError where the unit is gone or refuses them. Done when systemd answers."""
+        from jeepney import new_method_call
+
+        router = await self._connected()
+        call = new_method_call(_manager(), "AttachProcessesToUnit", "ssau", (name, "", list(pids)))
+        await self._reply(router, call, "AttachProcessesToUnit")
 
     async def kill_unit(self, name: str, signal: int) -> None:
         """`signal` to every process of the unit: systemd reads its cgroup again and again

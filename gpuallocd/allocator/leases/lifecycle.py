@@ -329,6 +329,26 @@ class LeaseLifecycle:
         self._deadlines.start(lease.id, ttl)
         return renewed
 
+    def joinable(self, caller: Caller, lease_id: str) -> Lease:
+        """The caller's own active bound lease, which a process of theirs may join
+        (`Decision.JOINING`): never another user's (root's neither: a process kept alive
+        would keep someone else's GPUs), nor a lease tied to no process."""
+        lease = self._active_lease(lease_id)
+        if lease.owner_uid != caller.uid:
+            raise PermissionDenied(
+                f"lease {lease_id} belongs to {lease.owner_name}: only its owner's processes "
+                "may join it",
+                lease=lease_id,
+            )
+        if not lease.bound:
+            raise InvalidRequest(
+                f"lease {lease_id} is tied to no process (it lasts until freed, revoked or "
+                "expired): there is nothing to join",
+                field="lease_id",
+                value=lease_id,
+            )
+        return lease
+
     def free(self, caller: Caller, lease_id: str) -> Lease:
         lease = self._owned_active(caller, lease_id)
         return self._end([lease], LeaseState.FREED, caller.uid)[0]
@@ -417,6 +437,7 @@ class LeaseLifecycle:
             power_limit_watts=spec.power_limit_watts,
             on_revoke=spec.on_revoke,
             preemptible=preemptible,
+            follow_work=spec.follow_work,
         )
 
     def preempt_terms_of(

@@ -55,6 +55,7 @@ class AllocateSpec:
     mig_profile: str | None = None
     request_id: str | None = None  # a retried request with the same id gets the same lease
     on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes
+    follow_work: bool = False  # bound: the work carrying its id keeps it after the holder
     power_limit_watts: float | None = None  # cap the leased GPUs' power (allocator/power/caps.py)
     preemptible: bool = False  # may be preempted (docs/preemption.md), on the terms asked
     preempt: PreemptAsk = field(default_factory=PreemptAsk)

@@ -31,9 +31,10 @@ _VALUED = {
     "--socket": "socket",
 }
 _CHOICES = {"visible": ("uuid", "index"), "nested": ("reuse", "new")}
-# `run`'s preemption options as click gives them when none is on the line (a preemptible
-# `run` is read by click); `gpu_lease`'s own defaults say the same.
+# `run`'s options that only click reads, as click gives them when none is on the line (a
+# preemptible `run` or `run --lease` is read by click); `gpu_lease`'s defaults say the same.
 _NOT_PREEMPTIBLE = {
+    "lease_id": None,
     "preemptible": False,
     "min_runtime": None,
     "lead": None,

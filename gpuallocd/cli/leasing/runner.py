@@ -31,7 +31,16 @@ from typing import Any
 from gpuallocd.cli.exit_codes import EXIT_PREEMPTED, EXIT_REVOKED
 from gpuallocd.cli.text import escape_unprintable
 
-__all__ = ["FORWARDED_SIGNALS", "lease_request", "run_command", "run_leased"]
+__all__ = [
+    "FORWARDED_SIGNALS",
+    "is_revoked",
+    "lease_request",
+    "print_notice",
+    "revocation_reason",
+    "run_command",
+    "run_leased",
+    "say",
+]
 
 # SIGINT is not forwarded: a Ctrl-C at the terminal reaches the command directly (it shares
 # our process group), and forwarding it too would interrupt it twice. It is ignored here
@@ -113,13 +122,13 @@ def run_command(command: Sequence[str], started: Any = None) -> int:
     return 128 - code if code < 0 else code
 
 
-def _is_revoked(client: Any, lease_id: str) -> bool:
+def is_revoked(client: Any, lease_id: str) -> bool:
     with contextlib.suppress(Exception):
         return bool(client.lease(lease_id).state == "revoked")
     return False
 
 
-def _revocation_reason(socket: str | None, lease_id: str) -> str:
+def revocation_reason(socket: str | None, lease_id: str) -> str:
     """Why the lease was revoked: the reason its revoke gave, or 'no reason given'."""
     from gpulease import Client
 
@@ -136,7 +145,7 @@ def _announce_command(client: Any, lease_id: str, ttl: float | None) -> None:
         client.renew(lease_id, ttl)
 
 
-def _print_notice(event: dict[str, Any]) -> None:
+def print_notice(event: dict[str, Any]) -> None:
     """An event of the lease meant for its holder, as one line on stderr."""
     detail = escape_unprintable(str(event.get("detail") or ""))
     say(f"gpuallocctl: lease {event['lease_id']}: {event['event']}: {detail}")
@@ -208,7 +217,7 @@ def _run_leased(
         watch = RevokeWatch(
             lambda: Client(socket),
             granted.id,
-            _print_notice,
+            print_notice,
             on_preempt=write_preempt_file or (lambda preemption: None),
         )
 
@@ -220,11 +229,11 @@ def _run_leased(
         code = run_command(command, started=started)
         watch.command_ended.set()
         # The enclosing lease is its holder's to free: ask whether it was revoked meanwhile.
-        revoked = lease.nested and _is_revoked(client, granted.id)
+        revoked = lease.nested and is_revoked(client, granted.id)
         if write_preempt_file is not None:
             preempted = _preempted(client, granted.id, code)
     if revoked or lease.end_state == "revoked":
-        reason = _revocation_reason(socket, granted.id)
+        reason = revocation_reason(socket, granted.id)
         say(f"gpuallocctl: lease {granted.id} was revoked ({reason}); the command was stopped")
         return EXIT_REVOKED
     if preempted is not None:
