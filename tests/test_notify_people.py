@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuallocd.notify.state import NotifyState
 from tests.harness import DaemonPaths, HandClock, ThreadDaemon, wait_for
 from tests.notify_desktop import Desktop, start_desktop
 from tests.notify_sinks import MailSink, WebhookSink, sendmail_or_skip, write_msmtprc
@@ -149,6 +150,19 @@ def _told(person: Person, mail: MailSink, address: str) -> dict[str, list[str]]:
     }
 
 
+def _caught_up(person: Person) -> None:
+    """Wait until the person's notifier saved its cursor past every notice it delivered (it
+    delivers to each channel, then saves: a kill in between delivers the notice again)."""
+    path = person.home / ".state" / "gpuallocd" / "notify-state.json"
+    last = max(int(d.json["id"]) for d in person.hook.deliveries)
+
+    def saved() -> bool:
+        cursors = NotifyState.load(path).cursors if path.exists() else {}
+        return max(cursors.values(), default=0) >= last
+
+    wait_for(saved, 30, what="the notifier's cursor saved")
+
+
 def _all_told(person: Person, mail: MailSink, address: str, count: int) -> dict[str, list[str]]:
     wait_for(
         lambda: all(len(v) >= count for v in _told(person, mail, address).values()),
@@ -182,6 +196,7 @@ def test_a_queued_job_is_told_on_every_channel_once_across_restarts_and_to_its_o
     node.step(45 * MINUTE + 1)
     told = _all_told(alice, mail, alice_at, 2)
     assert all("expires in 15m" in t[1] for t in told.values()), told
+    _caught_up(alice)  # killed after its cursor is saved: nothing to deliver again
     node.stop_agent(alice)
     node.restart()
     node.step(MINUTE)

@@ -51,13 +51,14 @@ def test_process_owner_helper() -> None:
     assert process_owner(NO_SUCH_PID) is None
 
 
-def test_every_gpu_is_sampled_with_three_queries(dgx: tuple[NvmlInventory, FakeNvml]) -> None:
-    """One sample costs memory, utilisation and process queries per GPU, nothing more."""
+def test_every_gpu_is_sampled_with_four_queries(dgx: tuple[NvmlInventory, FakeNvml]) -> None:
+    """One sample costs memory, utilisation, process and energy-counter queries per GPU,
+    nothing more (grants and ends take the counter the last sample read)."""
     inventory, fake = dgx
     before = sum(fake.calls.values())
     states = inventory.sample()
     assert set(states) == set(fake.uuids())
-    assert sum(fake.calls.values()) - before == 3 * 8
+    assert sum(fake.calls.values()) - before == 4 * 8
 
 
 def test_mig_gpu_without_utilization_is_still_healthy(dgx: tuple[NvmlInventory, FakeNvml]) -> None:

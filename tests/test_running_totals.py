@@ -310,7 +310,11 @@ def test_fair_shares_decayed_use_reads_the_same_from_the_totals(
             for span in ledger.lease_spans(bounds[0], now)
         ]
         from_leases = decayed_gpu_hours(spans, now, half_life_hours)
-        used = decayed_gpu_hours(spans, now, 1e12)  # undecayed: each GPU-hour weighs 1
+        used: dict[str, float] = {}  # undecayed: each GPU-hour weighs 1
+        for span in spans:
+            end = now if span.ended_at is None else min(span.ended_at, now)
+            hours = span.gpus * max(0.0, end - span.created_at) / 3600.0
+            used[span.owner_name] = used.get(span.owner_name, 0.0) + hours
         for account, hours in from_leases.items():
             assert abs(from_totals.get(account, 0.0) - hours) <= 0.0055 * used[account] + 1e-12
     finally:

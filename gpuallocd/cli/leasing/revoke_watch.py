@@ -92,9 +92,7 @@ class RevokeWatch(threading.Thread):
                 except DaemonUnavailable:  # a restart: the lease is kept, ask again
                     self.command_ended.wait(RETRY_SECONDS)
                     continue
-                if self.command_ended.is_set():
-                    return  # the answer to `run`'s own free, not news for the command
-                for event in events:
+                for event in events:  # told even once the command ended: why it ended
                     after = max(after, int(event["seq"]))
                     if event["event"] == "freed" and self.command_ended.is_set():
                         continue  # run's own free, once its command ended: nothing to tell

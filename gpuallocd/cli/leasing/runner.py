@@ -48,6 +48,7 @@ __all__ = [
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_CHILD_SUBREAPER = 36
 MAX_LABEL = 200
+WATCH_LAST_WORDS_SECONDS = 5.0  # at most; the watch's answer for a revoked lease is at once
 
 QueueDisplay = Callable[[], AbstractContextManager[None]]
 
@@ -233,6 +234,8 @@ def _run_leased(
         if write_preempt_file is not None:
             preempted = _preempted(client, granted.id, code)
     if revoked or lease.end_state == "revoked":
+        # the watch answers at once for a revoked lease: its last notices go before our line
+        watch.join(timeout=WATCH_LAST_WORDS_SECONDS)
         reason = revocation_reason(socket, granted.id)
         say(f"gpuallocctl: lease {granted.id} was revoked ({reason}); the command was stopped")
         return EXIT_REVOKED
