@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,11 @@ TERMS = PreemptTerms(1800.0, 60.0, 300.0, "SIGUSR1", queued_since=0.5)
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     ledger.sync_gpus(GPUS, 0.0)
-    return ledger
+    yield ledger
+    ledger.close()
 
 
 def _preemption(lease_id: str, state: PreemptionState = PreemptionState.WARNED) -> Preemption:
