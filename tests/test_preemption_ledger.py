@@ -4,8 +4,8 @@ preemption's deadline and state for a restart, and preemptible GPU-hours apart i
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
