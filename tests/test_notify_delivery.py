@@ -225,3 +225,18 @@ def test_the_user_unit_runs_the_notifier_command() -> None:
     (exec_start,) = [line for line in text.splitlines() if line.startswith("ExecStart=")]
     assert exec_start.split()[-1] == "notify-agent" and "notify-agent" in all_commands(cli)
     assert "User=" not in text and "WantedBy=default.target" in text
+
+
+def test_a_refused_mail_is_reported_without_its_address(tmp_path: Path) -> None:
+    """An MTA that names the address it refused: the error the daemon is told (and the
+    dashboard shows) says `[address]` instead."""
+    from gpuallocd.notify.http_send import DeliveryError
+    from gpuallocd.notify.mail import send_mail
+
+    mta = tmp_path / "sendmail"
+    said = "echo 'alice@lab.example: unknown user' >&2"
+    mta.write_text(f"#!/bin/sh\ncat >/dev/null\n{said}\nexit 67\n")
+    mta.chmod(0o755)
+    with pytest.raises(DeliveryError) as refused:
+        send_mail("alice@lab.example", {"title": "t", "body": "b"}, sendmail=str(mta))
+    assert str(refused.value) == "sendmail exited with 67: [address]: unknown user"

@@ -202,22 +202,10 @@ class NoticeDesk:
         )
 
     async def failing(self) -> dict[str, Any]:
-        """For `doctor` and the dashboard: channels whose last delivery failed (no target, no
-        secret: the kind, the user, the error)."""
+        """For `doctor`: channels whose last delivery failed (no target, no secret: the kind,
+        the user, the error); the dashboard reads the same on its own connection."""
         rows = await self._worker.run(self._ledger.delivery_reports, None)
-        failing = [
-            {
-                "uid": r["uid"],
-                "channel": r["channel"],
-                "kind": r["kind"],
-                "failures": r["failures"],
-                "error": r["error"],
-                "at": r["at"],
-                "last_ok_at": r["last_ok_at"],
-            }
-            for r in rows
-            if not r["ok"]
-        ]
+        failing = await self._worker.run(self._ledger.failing_channels)
         return {"channels": len(rows), "failing": failing}
 
     # A lease observer (allocator/observer.py): after the commit -------------------------------
