@@ -37,6 +37,7 @@ FINGERPRINTS = {
     4: "c71f1faa9bae7efb",
     5: "040bfdb86c6c23cb",
     6: "c14573affe80b081",
+    7: "68bb8f55069cda0b",
 }
 
 # The first schema, as its daemon made it (its metadata's SQL).
@@ -215,7 +216,7 @@ def test_an_upgrade_from_the_last_version_keeps_every_lease(tmp_path: Path) -> N
     conn.close()
     ledger = Ledger(path)
     try:
-        assert ledger.schema_version() == schema.SCHEMA_VERSION == 6
+        assert ledger.schema_version() == schema.SCHEMA_VERSION == 7
         (held,) = ledger.active_leases()
         assert (held.id, held.owner_name, held.uuids) == ("held", "ana", ("GPU-0",))
         done = ledger.lease("done")
@@ -269,7 +270,7 @@ def test_the_daemon_backs_up_before_an_upgrade_and_refuses_a_newer_ledger_in_one
 ) -> None:
     """A version-4 ledger: the daemon takes a backup first (named for the versions, version 4
     inside), says where, and serves every lease. Rolled back over a ledger a newer daemon
-    upgraded to 7, it exits 65 with one line naming version 7, the versions it reads and the
+    upgraded to 8, it exits 65 with one line naming version 8, the versions it reads and the
     backup taken before that upgrade; `--recover` refuses it the same way, changing nothing."""
     daemon = process_daemon(inventory="example:dgx1-volta", ledger_backups=2)
     with daemon.client() as client:
@@ -280,20 +281,20 @@ def test_the_daemon_backs_up_before_an_upgrade_and_refuses_a_newer_ledger_in_one
     upgraded = process_daemon(inventory="example:dgx1-volta", ledger_backups=2, initialise=False)
     with upgraded.client() as client:
         assert {lease.id for lease in client.leases()} == held
-    (before,) = (paths.state_dir / "backups").glob("upgrade-from-v4-to-v6-*.sqlite3")
+    (before,) = (paths.state_dir / "backups").glob("upgrade-from-v4-to-v7-*.sqlite3")
     with sqlite3.connect(f"file:{before}?mode=ro", uri=True) as conn:
         assert conn.execute("SELECT value FROM meta").fetchone() == ("4",)
     conn.close()
     assert str(before) in upgraded.stderr()
     assert upgraded.stop() == 0
 
-    way_back = paths.state_dir / "backups" / "upgrade-from-v6-to-v7-20991231T000000.000000Z.sqlite3"
+    way_back = paths.state_dir / "backups" / "upgrade-from-v7-to-v8-20991231T000000.000000Z.sqlite3"
     shutil.copyfile(ledger, way_back)  # what the newer daemon took before its upgrade
-    _set_version(ledger, 7)
+    _set_version(ledger, 8)
     code, printed = start_refused(upgraded)
     assert code == 65, printed
     (line,) = printed.strip().splitlines()
-    assert "schema version 7" in line and "reads versions up to 6" in line, line
+    assert "schema version 8" in line and "reads versions up to 7" in line, line
     assert str(way_back) in line and "docs/recovery.md" in line, line
     refused = recover(upgraded)
     assert refused.returncode == 65, refused.stderr

@@ -149,6 +149,12 @@ MIGRATIONS: dict[int, tuple[Step, ...]] = {
     ),
     # 6: each user's running totals (ledger/totals.py), rebuilt from the history.
     6: (_add_running_totals,),
+    # 7: each idle lease's spell, the name of its warnings before idle reclaim across a
+    # restart (docs/notifications.md); none at the upgrade: a spell starts at the next sample
+    7: (
+        "CREATE TABLE IF NOT EXISTS idle_spells (lease_id VARCHAR NOT NULL, since FLOAT NOT "
+        "NULL, PRIMARY KEY (lease_id), FOREIGN KEY(lease_id) REFERENCES leases (id))",
+    ),
 }
 
 

@@ -187,6 +187,23 @@ class NoticeRecords(LedgerAccess):
             conn.execute(delete(table).where(table.c.uid == uid))
             conn.execute(insert(table).values(uid=uid, thresholds=text, updated_at=at))
 
+    # Idle spells -----------------------------------------------------------------------------
+
+    def idle_spells(self) -> dict[str, float]:
+        """Each lease idle at the last sample, and since when (the name of its warnings)."""
+        table = schema.idle_spells
+        with self._read() as conn:
+            return {row[0]: float(row[1]) for row in conn.execute(select(table))}
+
+    def change_idle_spells(self, begun: dict[str, float], ended: Sequence[str]) -> None:
+        """Spells that began (lease, since) and ended (leases busy again or gone)."""
+        table = schema.idle_spells
+        with self._write() as conn:
+            if ended:
+                conn.execute(delete(table).where(table.c.lease_id.in_(list(ended))))
+            for lease_id, since in begun.items():
+                conn.execute(insert(table).values(lease_id=lease_id, since=since))
+
     # Delivery reports -------------------------------------------------------------------------
 
     def record_delivery(
