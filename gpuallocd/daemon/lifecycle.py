@@ -38,7 +38,7 @@ from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handle
 from gpuallocd.api.tcp_site import Handlers, port_report
 from gpuallocd.daemon.cleanup_setup import cleanup_runner, device_access
 from gpuallocd.daemon.config.machine_checks import ConfigState
-from gpuallocd.daemon.config.notify_checks import site_channels
+from gpuallocd.daemon.config.notify_checks import site_channels, site_secret
 from gpuallocd.daemon.config.power_wiring import energy_price, lease_hardware
 from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.daemon.config.wiring import (
@@ -268,7 +268,9 @@ class Daemon:
         backups = ledger_backups(self.config, lambda: self._rules)
         site = SiteNotices(
             facade,
-            site_channels(self.config.notify_site_channels),
+            site_channels(
+                self.config.notify_site_channels, site_secret(self.config.notify_site_secret_file)
+            ),
             self.config.notify_site_events,
         )
         ctx = ApiContext(
