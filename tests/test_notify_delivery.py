@@ -271,7 +271,7 @@ def test_the_sites_webhook_is_signed_with_the_secret_of_a_root_only_file(
 def test_a_site_secret_file_open_to_others_is_refused(tmp_path: Path, mode: int) -> None:
     """A secret others may read (or a link, or one too short) stops the start with a config
     error that says what to do; nothing is sent unsigned in its place."""
-    from gpuallocd.daemon.config.notify_checks import site_secret
+    from gpuallocd.daemon.site_notices import site_secret
     from gpuallocd.errors import ConfigError
 
     secret_file = tmp_path / "site.secret"

@@ -38,7 +38,7 @@ from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handle
 from gpuallocd.api.tcp_site import Handlers, port_report
 from gpuallocd.daemon.cleanup_setup import cleanup_runner, device_access
 from gpuallocd.daemon.config.machine_checks import ConfigState
-from gpuallocd.daemon.config.notify_checks import site_channels, site_secret
+from gpuallocd.daemon.config.notify_checks import site_channels
 from gpuallocd.daemon.config.power_wiring import energy_price, lease_hardware
 from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.daemon.config.wiring import (
@@ -52,7 +52,7 @@ from gpuallocd.daemon.driver_guard import DriverGuard, close_within
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.ledger_care.opening import ledger_backups, open_ledger, with_ledger_status
 from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watchdog
-from gpuallocd.daemon.site_notices import SiteNotices
+from gpuallocd.daemon.site_notices import SiteNotices, site_secret
 from gpuallocd.daemon.socketwatch import SocketWatch
 from gpuallocd.daemon.startup.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.startup.integrity import prepare_private_dir

@@ -1,23 +1,19 @@
 """Checks of the notification settings that their types cannot say: each site channel reads
 as one (`webhook URL`, `ntfy URL/TOPIC`), each site event is a kind of notice, the retention
-is positive; the site's webhooks signed with the secret of `notify_site_secret_file`."""
+is positive."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Protocol
 
-from gpuallocd.daemon.startup.integrity import read_private_file
-from gpuallocd.errors import ConfigError, StateUnusable
+from gpuallocd.errors import ConfigError
 from gpuallocd.model.notice import NoticeKind
 from gpuallocd.notify.channels import Channel, ChannelError, site_channel
 
-__all__ = ["MIN_SECRET_LENGTH", "check_notify_settings", "site_channels", "site_secret"]
-
-MIN_SECRET_LENGTH = 16  # characters of the site's webhook secret
+__all__ = ["check_notify_settings", "site_channels"]
 
 
 class _Notify(Protocol):
@@ -38,22 +34,6 @@ def site_channels(texts: Sequence[str], secret: str = "") -> list[Channel]:
     except ChannelError as exc:
         raise ConfigError(f"notify_site_channels: {exc}") from None
     return [dataclasses.replace(c, secret=secret) if c.kind == "webhook" else c for c in channels]
-
-
-def site_secret(path: str | None) -> str:
-    """The secret the site's webhooks are signed with, from a file only root reads."""
-    if path is None:
-        return ""
-    try:
-        secret = read_private_file(Path(path), "notify_site_secret_file")
-    except StateUnusable as exc:
-        raise ConfigError(exc.message) from None
-    if len(secret) < MIN_SECRET_LENGTH:
-        raise ConfigError(
-            f"notify_site_secret_file {path}: the secret is shorter than {MIN_SECRET_LENGTH} "
-            "characters (make one: openssl rand -hex 32)"
-        )
-    return secret
 
 
 def check_notify_settings(config: _Notify) -> None:
