@@ -75,6 +75,7 @@ SAMPLES = {
     "notify_retention_days": "30",
     "notify_site_channels": "webhook https://chat.example.org/hooks/gpus",
     "notify_site_events": "gpu-unhealthy,revoked",
+    "notify_site_secret_file": "/etc/gpuallocd/site-webhook.secret",
 }
 
 

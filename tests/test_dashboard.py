@@ -411,3 +411,29 @@ def test_unleased_section_escapes_what_users_name() -> None:
     shown = unleased_html(node, str) + summary_html(node)
     assert "<img" not in shown and "<b>" not in shown and "<i>" not in shown
     assert "&lt;img src=x&gt;" in shown and "&lt;b&gt;eve&lt;/b&gt;" in shown
+
+
+def test_failing_notification_channels_are_shown_without_their_address(
+    dashboard: tuple[ThreadDaemon, str],
+) -> None:
+    """A channel whose last delivery failed shows with its user, kind, failures in a row and
+    error, the error's URLs and mail addresses blanked and its markup escaped; a channel
+    that delivered, and the channel's id (a hash of its target), do not show."""
+    from gpuallocd.dashboard.channels import failing_channels_html
+
+    assert "none failing" in failing_channels_html([], 0.0, str)
+    daemon, url = dashboard
+    error = "<b>sendmail</b> exited with 67: alice@lab.example; see https://x.example/a?t=1"
+    with daemon.client() as client:
+        client.report_delivery("mail-0a1b2c3d", "mail", False, error)
+        client.report_delivery("mail-0a1b2c3d", "mail", False, error)
+        client.report_delivery("webhook-5d41402a", "webhook", True)
+    page = get(url + "/")[1]
+    shown = json.loads(get(url + "/api/live")[1])["channels"]
+    assert shown in page
+    cells = re.findall(r"<td>(.*?)</td>", shown)
+    hidden = "&lt;b&gt;sendmail&lt;/b&gt; exited with 67: [address] see [address]"
+    assert cells[:4] == ["root", "mail", "2", hidden]
+    assert cells[5] == "never delivered"
+    assert "lab.example" not in page and "x.example" not in page and "<b>" not in shown
+    assert "0a1b2c3d" not in page and "webhook" not in shown

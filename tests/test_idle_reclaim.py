@@ -41,9 +41,12 @@ class IdleNode:
                 wait_for(lambda: client.status()[0].raw["memory_used_bytes"] == mark, 30)  # noqa: B023
 
 
-def start_idle_node(paths: DaemonPaths, **settings: Any) -> tuple[IdleNode, NvmlInventory]:
+def start_idle_node(
+    paths: DaemonPaths, clock: SteppedClock | None = None, **settings: Any
+) -> tuple[IdleNode, NvmlInventory]:
+    """A daemon over a fresh fake NVML; `clock`: go on with a stopped one's clock."""
     inventory, fake = nvml_inventory(RECORDING, xid_wait_ms=20)
-    clock = SteppedClock()
+    clock = clock or SteppedClock()
     daemon = daemon_with_config(
         paths,
         'default_policy = "simple"\n',

@@ -38,6 +38,7 @@ FINGERPRINTS = {
     5: "040bfdb86c6c23cb",
     6: "c14573affe80b081",
     7: "cf944e6536aeeb27",
+    8: "4881dc04b832b5aa",
 }
 
 # The first schema, as its daemon made it (its metadata's SQL).

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from gpulease import Client, InvalidRequest
 
+from gpuallocd.inventory.nvml.backend import NvmlInventory
 from tests.harness import DaemonPaths, HandClock, ThreadDaemon, wait_for
 from tests.rules_harness import daemon_with_config
-from tests.test_idle_reclaim import start_idle_node
+from tests.test_idle_reclaim import IdleNode, start_idle_node
 
 START = 1_800_000_000.0
 MINUTE = 60.0
@@ -210,6 +211,82 @@ def test_an_idle_lease_is_warned_before_it_may_be_reclaimed(paths: DaemonPaths) 
             node.sampled()
             told = until_told(client, 1)
             assert told[0].startswith(f"lease {lease.id} may be reclaimed (idle) in 1")
+    finally:
+        node.daemon.stop()
+        inventory.close()
+
+
+IDLE_RULES = {"idle_reclaim_minutes": 30.0, "idle_grace_minutes": 10.0}
+
+
+def restart_idle(node: IdleNode, inventory: NvmlInventory) -> tuple[IdleNode, NvmlInventory]:
+    """Stop the daemon and start another on the same ledger and clock (a fresh fake GPU:
+    idle, as the recording is)."""
+    node.daemon.stop()
+    inventory.close()
+    return start_idle_node(node.daemon.paths, clock=node.clock, **IDLE_RULES)
+
+
+def idle_warnings(client: Client) -> list[str]:
+    return [t for t in titles(client, "ending") if "may be reclaimed (idle)" in t]
+
+
+def test_an_idle_warning_is_told_once_per_threshold_across_a_restart(paths: DaemonPaths) -> None:
+    """Warned 15 minutes before idle reclaim, the daemon restarts (the idle time starts
+    again, the spell goes on): the 15-minute warning is not told again, the 1-minute one is
+    told once, before the new deadline."""
+    node, inventory = start_idle_node(paths, **IDLE_RULES)
+    try:
+        with node.daemon.client() as client:
+            lease = client.allocate(1, ttl=7200)
+            node.sampled()
+            node.clock.advance(26 * MINUTE)
+            node.sampled()
+            wait_for(lambda: len(idle_warnings(client)) == 1, 20, what="the 15-minute warning")
+        node, inventory = restart_idle(node, inventory)
+        with node.daemon.client() as client:
+            node.sampled()
+            node.clock.advance(26 * MINUTE)  # past the 15-minute mark of the new deadline
+            node.sampled()
+            client.notifications(after=0, wait=1)
+            assert len(idle_warnings(client)) == 1
+            node.clock.advance(13 * MINUTE + 1)
+            node.sampled()
+            wait_for(lambda: len(idle_warnings(client)) == 2, 20, what="the 1-minute warning")
+            assert idle_warnings(client)[1].startswith(f"lease {lease.id} may be reclaimed (idle)")
+            told = client.notifications()["notices"]
+            assert [n["data"]["threshold_seconds"] for n in told] == [900.0, 60.0]
+            node.clock.advance(30)
+            node.sampled()
+            client.notifications(after=0, wait=1)
+            assert len(idle_warnings(client)) == 2
+    finally:
+        node.daemon.stop()
+        inventory.close()
+
+
+def test_a_lease_idle_again_after_use_is_warned_again_across_a_restart(
+    paths: DaemonPaths,
+) -> None:
+    """Idle, warned, then used (a sample shows load), the daemon restarts, idle again: a
+    new spell, warned again at 15 minutes (it was never told, once per lease)."""
+    node, inventory = start_idle_node(paths, **IDLE_RULES)
+    try:
+        with node.daemon.client() as client:
+            lease = client.allocate(1, ttl=7200)
+            node.sampled()
+            node.clock.advance(26 * MINUTE)
+            node.sampled()
+            wait_for(lambda: len(idle_warnings(client)) == 1, 20, what="the first spell's warning")
+            node.fake.set_utilization(lease.gpus[0].uuid, 80)
+            node.sampled()
+        node, inventory = restart_idle(node, inventory)
+        with node.daemon.client() as client:
+            node.sampled()
+            node.clock.advance(26 * MINUTE)
+            node.sampled()
+            wait_for(lambda: len(idle_warnings(client)) == 2, 20, what="the second spell's warning")
+            assert idle_warnings(client)[1].startswith(f"lease {lease.id} may be reclaimed (idle)")
     finally:
         node.daemon.stop()
         inventory.close()

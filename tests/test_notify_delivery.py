@@ -225,3 +225,67 @@ def test_the_user_unit_runs_the_notifier_command() -> None:
     (exec_start,) = [line for line in text.splitlines() if line.startswith("ExecStart=")]
     assert exec_start.split()[-1] == "notify-agent" and "notify-agent" in all_commands(cli)
     assert "User=" not in text and "WantedBy=default.target" in text
+
+
+def test_a_refused_mail_is_reported_without_its_address(tmp_path: Path) -> None:
+    """An MTA that names the address it refused: the error the daemon is told (and the
+    dashboard shows) says `[address]` instead."""
+    from gpuallocd.notify.http_send import DeliveryError
+    from gpuallocd.notify.mail import send_mail
+
+    mta = tmp_path / "sendmail"
+    said = "echo 'alice@lab.example: unknown user' >&2"
+    mta.write_text(f"#!/bin/sh\ncat >/dev/null\n{said}\nexit 67\n")
+    mta.chmod(0o755)
+    with pytest.raises(DeliveryError) as refused:
+        send_mail("alice@lab.example", {"title": "t", "body": "b"}, sendmail=str(mta))
+    assert str(refused.value) == "sendmail exited with 67: [address]: unknown user"
+
+
+def test_the_sites_webhook_is_signed_with_the_secret_of_a_root_only_file(
+    start_daemon: Callable[..., ThreadDaemon],
+    webhook_sink: WebhookSink,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """With `notify_site_secret_file`, a site webhook carries the HMAC of its body keyed by
+    that file's secret, as a user's webhook does; it is checked by the receiver."""
+    secret = new_secret()
+    secret_file = tmp_path / "site.secret"
+    secret_file.write_text(secret + "\n")
+    secret_file.chmod(0o600)
+    webhook_sink.secret = secret
+    daemon = start_daemon(
+        default_policy="simple",
+        notify_site_channels=(f"webhook {webhook_sink.url}",),
+        notify_site_events=("revoked",),
+        notify_site_secret_file=str(secret_file),
+    )
+    with daemon.client() as client:
+        client.revoke(client.allocate(1).id, reason="maintenance")
+    wait_for(lambda: webhook_sink.deliveries, 20, what="the site's delivery")
+    (delivery,) = webhook_sink.deliveries
+    assert delivery.signed is True and delivery.json["kind"] == "revoked"
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_a_site_secret_file_open_to_others_is_refused(tmp_path: Path, mode: int) -> None:
+    """A secret others may read (or a link, or one too short) stops the start with a config
+    error that says what to do; nothing is sent unsigned in its place."""
+    from gpuallocd.daemon.site_notices import site_secret
+    from gpuallocd.errors import ConfigError
+
+    secret_file = tmp_path / "site.secret"
+    secret_file.write_text(new_secret())
+    secret_file.chmod(mode)
+    with pytest.raises(ConfigError, match="open to others"):
+        site_secret(str(secret_file))
+    secret_file.chmod(0o600)
+    link = tmp_path / "link.secret"
+    link.symlink_to(secret_file)
+    with pytest.raises(ConfigError, match="symbolic link"):
+        site_secret(str(link))
+    (tmp_path / "short.secret").write_text("abc")
+    (tmp_path / "short.secret").chmod(0o400)
+    with pytest.raises(ConfigError, match="shorter than 16"):
+        site_secret(str(tmp_path / "short.secret"))
+    assert site_secret(str(secret_file)) == secret_file.read_text()

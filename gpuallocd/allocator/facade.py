@@ -316,7 +316,7 @@ class AllocatorFacade(CleanupDesk):
         self.notices.ring_sampled()
         self._queue.kick()
         await self._reclaimer.after_sample()
-        self.notices.idle_changed()
+        await self.notices.idle_changed()
 
     def _after_sample(self) -> list[Lease]:
         """Holders told of failing GPUs; unleased use acted on (the leases it adopted); the

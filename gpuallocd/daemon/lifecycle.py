@@ -52,7 +52,7 @@ from gpuallocd.daemon.driver_guard import DriverGuard, close_within
 from gpuallocd.daemon.housekeeping import Housekeeper
 from gpuallocd.daemon.ledger_care.opening import ledger_backups, open_ledger, with_ledger_status
 from gpuallocd.daemon.sdnotify import notify_ready, notify_stopping, start_watchdog
-from gpuallocd.daemon.site_notices import SiteNotices
+from gpuallocd.daemon.site_notices import SiteNotices, site_secret
 from gpuallocd.daemon.socketwatch import SocketWatch
 from gpuallocd.daemon.startup.activation import inherited_api_socket, listen_fd_count
 from gpuallocd.daemon.startup.integrity import prepare_private_dir
@@ -269,7 +269,9 @@ class Daemon:
         backups = ledger_backups(self.config, lambda: self._rules)
         site = SiteNotices(
             facade,
-            site_channels(self.config.notify_site_channels),
+            site_channels(
+                self.config.notify_site_channels, site_secret(self.config.notify_site_secret_file)
+            ),
             self.config.notify_site_events,
         )
         ctx = ApiContext(

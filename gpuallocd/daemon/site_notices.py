@@ -3,7 +3,8 @@ notices of `notify_site_events` (an unhealthy GPU by default) posted to a lab's 
 or an ntfy topic. Delivered by the daemon, off its event loop (each delivery on a thread of
 its own, one at a time, with the senders' timeouts and retries), its place in the feed kept
 in the ledger so a restart neither repeats nor skips one. Users' channels are never here:
-each user's notifier delivers their own (gpuallocd/notify/).
+each user's notifier delivers their own (gpuallocd/notify/). The site's webhooks are signed
+with the secret of `notify_site_secret_file`, a file only root may read.
 """
 
 from __future__ import annotations
@@ -12,20 +13,39 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from gpuallocd.allocator import AllocatorFacade
-from gpuallocd.errors import GpuallocError
+from gpuallocd.daemon.startup.integrity import read_private_file
+from gpuallocd.errors import ConfigError, GpuallocError, StateUnusable
 from gpuallocd.model.notice import SITE_UID
 from gpuallocd.notify.channels import Channel
 from gpuallocd.notify.deliver import DeliveryError, Senders, deliver
 
-__all__ = ["SiteNotices"]
+__all__ = ["MIN_SECRET_LENGTH", "SiteNotices", "site_secret"]
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 60.0
 SITE_KINDS = "gpu-unhealthy"  # the site feed's own; the rest are read from every user's
+MIN_SECRET_LENGTH = 16  # characters of the site's webhook secret
+
+
+def site_secret(path: str | None) -> str:
+    """The secret the site's webhooks are signed with, from a file only root reads."""
+    if path is None:
+        return ""
+    try:
+        secret = read_private_file(Path(path), "notify_site_secret_file")
+    except StateUnusable as exc:
+        raise ConfigError(exc.message) from None
+    if len(secret) < MIN_SECRET_LENGTH:
+        raise ConfigError(
+            f"notify_site_secret_file {path}: the secret is shorter than {MIN_SECRET_LENGTH} "
+            "characters (make one: openssl rand -hex 32)"
+        )
+    return secret
 
 
 class SiteNotices:

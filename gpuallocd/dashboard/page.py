@@ -20,6 +20,7 @@ BELOW_CHARTS = (
     ("queue", "Queue"),
     ("reservations", "Advance reservations"),
     ("history", "Recent history"),
+    ("channels", "Notification channels failing"),
 )
 LIVE_SECTIONS = ABOVE_CHARTS + BELOW_CHARTS
 # Without JavaScript the browser reloads the whole page this often (seconds).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gpuallocd.dashboard.channels import failing_channels_html
 from gpuallocd.dashboard.charts import charts_html
 from gpuallocd.dashboard.page import page_html
 from gpuallocd.dashboard.sections import (
@@ -39,8 +40,8 @@ class Renderer:
         self._live: tuple[float, object, dict[str, str]] | None = None  # at, node key, parts
 
     def live(self, node: NodeNow) -> dict[str, str]:
-        """The GPUs, the queue and the history; those of less than LIVE_FRESH_SECONDS ago
-        while the GPUs and leases are as they were."""
+        """The GPUs, the queue, the history and the failing notification channels; those of
+        less than LIVE_FRESH_SECONDS ago while the GPUs and leases are as they were."""
         key = (
             node.gpus,
             node.labels,
@@ -58,6 +59,7 @@ class Renderer:
 
     def _render_live(self, node: NodeNow) -> dict[str, str]:
         events = self._reader.history(limit=HISTORY_SHOWN)
+        failing = self._reader.failing_channels()
         return {
             "now": clock_time(node.now),
             "summary": summary_html(node),
@@ -66,6 +68,7 @@ class Renderer:
             "queue": queue_html(node),
             "reservations": reservations_html(node),
             "history": history_html(events, self._user_name),
+            "channels": failing_channels_html(failing, node.now, self._user_name),
         }
 
     def charts(self, node: NodeNow) -> dict[str, str]:

@@ -152,6 +152,12 @@ MIGRATIONS: dict[int, tuple[Step, ...]] = {
     # 7: a bound lease may follow its work: when its holder exits, the owner's processes
     # that carry its id keep it (a lease of an older ledger does not)
     7: ("ALTER TABLE leases ADD COLUMN follow_work BOOLEAN NOT NULL DEFAULT 0",),
+    # 8: each idle lease's spell, the name of its warnings before idle reclaim across a
+    # restart (docs/notifications.md); none at the upgrade: a spell starts at the next sample
+    8: (
+        "CREATE TABLE IF NOT EXISTS idle_spells (lease_id VARCHAR NOT NULL, since FLOAT NOT "
+        "NULL, PRIMARY KEY (lease_id), FOREIGN KEY(lease_id) REFERENCES leases (id))",
+    ),
 }
 
 

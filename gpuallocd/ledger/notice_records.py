@@ -13,13 +13,19 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Select, delete, func, insert, select, update
 
 from gpuallocd.ledger import schema
 from gpuallocd.ledger.access import LedgerAccess
 from gpuallocd.model.notice import Notice, NoticeKind
 
-__all__ = ["INSERT_NOTICE", "NoticeRecords", "notice_from_row", "notice_steps"]
+__all__ = [
+    "INSERT_NOTICE",
+    "NoticeRecords",
+    "failing_channels_query",
+    "notice_from_row",
+    "notice_steps",
+]
 
 _SITE_CURSOR = "site_notices_delivered"
 
@@ -46,6 +52,26 @@ def _values(notice: Notice) -> tuple[Any, ...]:
 def notice_steps(notices: Iterable[Notice | None]) -> list[tuple[str, Sequence[Any]]]:
     """The hot path's steps that record `notices` (None: nothing to tell)."""
     return [(INSERT_NOTICE, _values(n)) for n in notices if n is not None]
+
+
+def failing_channels_query() -> Select[Any]:
+    """The channels whose last delivery failed, users' and the site's, for `doctor` and the
+    dashboard: who, which channel and kind, failures in a row, the error, when it was tried
+    and when it last arrived (the table holds no target and no secret)."""
+    table = schema.notify_reports
+    return (
+        select(
+            table.c.uid,
+            table.c.channel,
+            table.c.kind,
+            table.c.failures,
+            table.c.error,
+            table.c.at,
+            table.c.last_ok_at,
+        )
+        .where(table.c.ok.is_(False))
+        .order_by(table.c.uid, table.c.channel)
+    )
 
 
 def notice_from_row(row: Any) -> Notice:
@@ -161,6 +187,23 @@ class NoticeRecords(LedgerAccess):
             conn.execute(delete(table).where(table.c.uid == uid))
             conn.execute(insert(table).values(uid=uid, thresholds=text, updated_at=at))
 
+    # Idle spells -----------------------------------------------------------------------------
+
+    def idle_spells(self) -> dict[str, float]:
+        """Each lease idle at the last sample, and since when (the name of its warnings)."""
+        table = schema.idle_spells
+        with self._read() as conn:
+            return {row[0]: float(row[1]) for row in conn.execute(select(table))}
+
+    def change_idle_spells(self, begun: dict[str, float], ended: Sequence[str]) -> None:
+        """Spells that began (lease, since) and ended (leases busy again or gone)."""
+        table = schema.idle_spells
+        with self._write() as conn:
+            if ended:
+                conn.execute(delete(table).where(table.c.lease_id.in_(list(ended))))
+            for lease_id, since in begun.items():
+                conn.execute(insert(table).values(lease_id=lease_id, since=since))
+
     # Delivery reports -------------------------------------------------------------------------
 
     def record_delivery(
@@ -193,6 +236,10 @@ class NoticeRecords(LedgerAccess):
             query = query.where(table.c.uid == uid)
         with self._read() as conn:
             return [dict(row) for row in conn.execute(query).mappings().all()]
+
+    def failing_channels(self) -> list[dict[str, Any]]:
+        with self._read() as conn:
+            return [dict(row) for row in conn.execute(failing_channels_query()).mappings()]
 
     def forget_channel(self, uid: int, channel: str) -> None:
         table = schema.notify_reports

@@ -24,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gpuallocd.errors import LedgerError
 from gpuallocd.ledger import schema
+from gpuallocd.ledger.notice_records import failing_channels_query
 from gpuallocd.ledger.rows import event_from_row
 from gpuallocd.ledger.totals_records import TotalsRecords
 from gpuallocd.ledger.usage_records import UsageRecords
@@ -212,6 +213,11 @@ class LedgerReader(UsageRecords, TotalsRecords):
         )
         with self._read() as conn:
             return [GpuSpan(*row) for row in conn.execute(query).all()]
+
+    def failing_channels(self) -> list[dict[str, Any]]:
+        """Notification channels whose last delivery failed (the dashboard's section)."""
+        with self._read() as conn:
+            return [dict(row) for row in conn.execute(failing_channels_query()).mappings()]
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:

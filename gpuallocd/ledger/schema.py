@@ -34,6 +34,7 @@ __all__ = [
     "energy_use",
     "gpus",
     "history",
+    "idle_spells",
     "lease_gpus",
     "lease_requests",
     "leases",
@@ -52,7 +53,7 @@ __all__ = [
 
 # A change to any table, column, index or trigger below is a new version, with its
 # migration in migrations.py (tests/test_ledger_schema_versions.py holds the two together).
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 metadata = MetaData()
 
@@ -330,6 +331,18 @@ notify_settings = Table(
     Column("uid", Integer, primary_key=True),
     Column("thresholds", String, nullable=False),  # seconds, comma-separated, largest first
     Column("updated_at", Float, nullable=False),
+)
+
+# Each active lease idle at the last sample, and since when the daemon has seen it idle: the
+# name of its warnings before idle reclaim (`ending:LEASE:idle-reclaim:SINCE:THRESHOLD`), kept
+# so that a spell that runs on across a restart is still the one that was warned. The idle
+# time itself starts again at a restart (site/idle.py); a spell ends when a sample shows
+# the lease busy, or the lease ends.
+idle_spells = Table(
+    "idle_spells",
+    metadata,
+    Column("lease_id", String, ForeignKey("leases.id"), primary_key=True),
+    Column("since", Float, nullable=False),
 )
 
 # The last delivery to each channel of each user, as their notifier reported it (kind, ok or

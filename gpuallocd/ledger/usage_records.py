@@ -72,7 +72,7 @@ class UsageRecords(LedgerAccess):
             )
             if ids:
                 h, g, e = schema.history, schema.lease_gpus, schema.energy_use
-                for table in (schema.preemptions, schema.preemptible_leases):
+                for table in (schema.preemptions, schema.preemptible_leases, schema.idle_spells):
                     conn.execute(delete(table).where(table.c.lease_id.in_(ids)))
                 conn.execute(delete(e).where(e.c.lease_id.in_(ids)))
                 conn.execute(delete(h).where(h.c.lease_id.in_(ids)))

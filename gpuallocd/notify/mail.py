@@ -66,5 +66,6 @@ def send_mail(
     except OSError as exc:
         raise DeliveryError(f"cannot run {command[0]}: {exc.strerror or exc}") from None
     if done.returncode != 0:
-        said = one_line(done.stderr.decode(errors="replace").strip(), 200)
+        said = done.stderr.decode(errors="replace").replace(address, "[address]")
+        said = one_line(said.strip(), 200)  # reported to the daemon: never the target
         raise DeliveryError(f"sendmail exited with {done.returncode}: {said}")

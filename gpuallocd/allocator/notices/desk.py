@@ -93,6 +93,7 @@ class NoticeDesk:
         self._thresholds: dict[int, tuple[float, ...]] = {}
         self._reservations: set[str] = set()
         self._idle_armed: dict[str, float] = {}
+        self._spells: dict[str, float] = {}  # idle spells as the ledger keeps them
         self._unhealthy: set[str] = set()  # GPUs told to the site as unhealthy
         self._unleased_seen = 0
         self._to_ring: set[int] = set()
@@ -202,22 +203,10 @@ class NoticeDesk:
         )
 
     async def failing(self) -> dict[str, Any]:
-        """For `doctor` and the dashboard: channels whose last delivery failed (no target, no
-        secret: the kind, the user, the error)."""
+        """For `doctor`: channels whose last delivery failed (no target, no secret: the kind,
+        the user, the error); the dashboard reads the same on its own connection."""
         rows = await self._worker.run(self._ledger.delivery_reports, None)
-        failing = [
-            {
-                "uid": r["uid"],
-                "channel": r["channel"],
-                "kind": r["kind"],
-                "failures": r["failures"],
-                "error": r["error"],
-                "at": r["at"],
-                "last_ok_at": r["last_ok_at"],
-            }
-            for r in rows
-            if not r["ok"]
-        ]
+        failing = await self._worker.run(self._ledger.failing_channels)
         return {"channels": len(rows), "failing": failing}
 
     # A lease observer (allocator/observer.py): after the commit -------------------------------
@@ -303,6 +292,7 @@ class NoticeDesk:
         for lease in leases:
             self._arm_lease(lease, span=lease.expires_at - renewed.get(lease.id, lease.created_at))
         self._reservations = {r.id for r in self._lifecycle.reservations.live(self._clock())}
+        self._spells = await self._worker.run(self._ledger.idle_spells)
 
     async def tick(self) -> None:
         """Tell what is due: thresholds, budgets; purge notices past their retention."""
@@ -411,11 +401,12 @@ class NoticeDesk:
             if r["uid"] is not None and r["action"] in ("reported", "terminated")
         ]
 
-    def idle_changed(self) -> None:
+    async def idle_changed(self) -> None:
         """After the idle tracker saw a sample: arm the leases that became idle, take back
-        those that are busy again."""
-        rules = self._idle.rules
+        those that are busy again (or ended); each spell kept in the ledger, so its warnings
+        keep their name across a restart."""
         spells = self._idle.idle_leases()
+        await self._keep_spells(spells)
         for lease_id in [i for i in self._idle_armed if i not in spells]:
             self._ahead.disarm(lease_id, EndingReason.IDLE_RECLAIM)
             del self._idle_armed[lease_id]
@@ -423,7 +414,7 @@ class NoticeDesk:
         for lease_id, since in spells.items():
             if self._idle_armed.get(lease_id) == since:
                 continue
-            found = idle_deadline(rules, since, now)
+            found = idle_deadline(self._idle.rules, since, now, self._spells[lease_id])
             lease = self._lifecycle.active(lease_id)
             if found is None or lease is None:
                 continue
@@ -431,6 +422,17 @@ class NoticeDesk:
             self._idle_armed[lease_id] = since
             thresholds = self.thresholds_of(lease.owner_uid)
             self._ahead.arm(lease_id, EndingReason.IDLE_RECLAIM, deadline, thresholds, span=span)
+
+    async def _keep_spells(self, idle: dict[str, float]) -> None:
+        """A spell begins where a lease is idle without one (it goes on where the ledger has
+        one from before a restart); it ends where the lease is busy again or gone."""
+        begun = {i: since for i, since in idle.items() if i not in self._spells}
+        ended = [i for i in self._spells if i not in idle]
+        if begun or ended:
+            await self._worker.run(self._ledger.change_idle_spells, begun, ended)
+            for lease_id in ended:
+                del self._spells[lease_id]
+            self._spells.update(begun)
 
     async def _purge(self) -> None:
         cutoff = self._clock() - self.retention_seconds

@@ -48,11 +48,14 @@ def reservation_deadline(
     return deadline, first.start_at - first.created_at
 
 
-def idle_deadline(rules: IdleRules, since: float, now: float) -> tuple[Deadline, float] | None:
-    """From when an idle lease may be reclaimed for a waiter; once per lease (the idle time
-    starts again at a restart, so it cannot name the deadline)."""
+def idle_deadline(
+    rules: IdleRules, since: float, now: float, spell: float
+) -> tuple[Deadline, float] | None:
+    """From when an idle lease may be reclaimed for a waiter, idle since `since`; named by
+    its `spell` (when the daemon first saw it idle, kept in the ledger): the idle time starts
+    again at a restart, the spell runs on, so a warning told before is not told again."""
     if rules.reclaim_seconds is None:
         return None
     span = rules.reclaim_seconds + rules.grace_seconds
     at = since + span
-    return Deadline(at - now, at, ""), span
+    return Deadline(at - now, at, f"{spell:.0f}"), span

@@ -4,6 +4,7 @@ is positive."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Protocol
@@ -26,11 +27,13 @@ class _Notify(Protocol):
     def notify_site_events(self) -> tuple[str, ...]: ...
 
 
-def site_channels(texts: Sequence[str]) -> list[Channel]:
+def site_channels(texts: Sequence[str], secret: str = "") -> list[Channel]:
+    """The site's channels; its webhooks signed with `secret` (none: unsigned)."""
     try:
-        return [site_channel(text) for text in texts]
+        channels = [site_channel(text) for text in texts]
     except ChannelError as exc:
         raise ConfigError(f"notify_site_channels: {exc}") from None
+    return [dataclasses.replace(c, secret=secret) if c.kind == "webhook" else c for c in channels]
 
 
 def check_notify_settings(config: _Notify) -> None:

@@ -350,6 +350,14 @@ class DaemonConfig:
         "(docs/notifications.md)",
         example='["webhook https://chat.example.org/hooks/gpus"]',
     )
+    notify_site_secret_file: str | None = _setting(
+        None,
+        "a file holding the secret the site's webhooks are signed with (HMAC-SHA256 in "
+        "`X-Gpuallocd-Signature`, as users' webhooks are), read at start: a regular file of "
+        "root's (or the daemon's user's), mode 0600 or 0400, at least 16 characters; none: "
+        "unsigned (docs/notifications.md)",
+        example='"/etc/gpuallocd/site-webhook.secret"',
+    )
     notify_site_events: tuple[str, ...] = _setting(
         ("gpu-unhealthy",),
         "which notices the site's channels get: `gpu-unhealthy` (any GPU), and of every "

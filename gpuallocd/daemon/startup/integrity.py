@@ -29,6 +29,8 @@ __all__ = [
     "check_state_files",
     "mark_initialised",
     "prepare_private_dir",
+    "read_private_file",
+    "trusted_owners",
 ]
 
 log = logging.getLogger(__name__)
@@ -37,8 +39,32 @@ LEDGER_COMPANIONS = ("-wal", "-shm", "-journal")
 INITIALISED_MARKER = "initialised"  # beside the ledger: this directory has held a ledger
 
 
-def _trusted_owners() -> frozenset[int]:
+def trusted_owners() -> frozenset[int]:
     return frozenset({os.geteuid(), 0})
+
+
+MAX_PRIVATE_FILE = 4096
+
+
+def read_private_file(path: Path, what: str) -> str:
+    """The text of a file only the daemon may read (a secret): a regular file, not a link,
+    of the daemon's user or root, with no permission for group or others (0600, 0400)."""
+    fd = open_no_follow(path, os.O_RDONLY)
+    try:
+        found = os.fstat(fd)
+        if found.st_uid not in trusted_owners():
+            raise StateUnusable(
+                f"the {what} {path} belongs to uid {found.st_uid}, not to this daemon's user "
+                "or root: chown root it"
+            )
+        if found.st_mode & 0o077:
+            raise StateUnusable(
+                f"the {what} {path} is open to others (mode {stat.S_IMODE(found.st_mode):o}): "
+                "chmod 600 it, and make a new secret (it may have been read)"
+            )
+        return os.read(fd, MAX_PRIVATE_FILE).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
 
 
 def _check_dir(path: Path, what: str) -> None:
@@ -48,7 +74,7 @@ def _check_dir(path: Path, what: str) -> None:
         raise StateUnusable(f"cannot use the {what} {path}: {exc.strerror}") from exc
     if stat.S_ISLNK(found.st_mode) or not stat.S_ISDIR(found.st_mode):
         raise StateUnusable(f"the {what} {path} is not a directory (a link is refused too)")
-    if found.st_uid not in _trusted_owners():
+    if found.st_uid not in trusted_owners():
         raise StateUnusable(
             f"the {what} {path} belongs to uid {found.st_uid}, not to this daemon's user or "
             "root; another user could put files in it: chown it or choose another"
@@ -79,7 +105,7 @@ def check_state_files(paths: Iterable[Path]) -> None:
             continue
         if not stat.S_ISREG(found.st_mode):
             raise StateUnusable(f"{path} is not a regular file (a link is refused)")
-        if found.st_uid not in _trusted_owners():
+        if found.st_uid not in trusted_owners():
             raise StateUnusable(f"{path} belongs to uid {found.st_uid}, not to this daemon")
 
 
