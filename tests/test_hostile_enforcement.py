@@ -155,8 +155,11 @@ def test_a_zombie_leader_stops_no_sample_and_is_judged_by_its_threads(
 
 
 HOLDER_WHOSE_MAIN_THREAD_EXITS = f"""
-import ctypes, os, sys, threading, time
+import ctypes, os, sys, threading, time, warnings
 from gpulease import gpu_lease
+
+# 3.12 and later warn of a fork in a threaded process, quoting the line: not the log's words
+warnings.simplefilter("ignore", DeprecationWarning)
 
 def state():
     return open('/proc/self/stat').read().rsplit(')', 1)[1].split()[0]

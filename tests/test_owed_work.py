@@ -4,7 +4,7 @@ next try of work that failed, never polling; a round's outcome is one transactio
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,8 +18,10 @@ OWED = Cleanup("power_limit", "GPU-0", {"restore_mw": 300_000}, "L1")
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(tmp_path / "ledger.sqlite3")
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    yield ledger
+    ledger.close()
 
 
 async def settle() -> None:
