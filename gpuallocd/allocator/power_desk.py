@@ -63,6 +63,11 @@ class PowerDesk:
         return replace(spec, power_limit_watts=cap)
 
     @property
+    def readings(self) -> Mapping[str, PowerReading]:
+        """Each GPU's last power reading (the power timer's; reading it calls no driver)."""
+        return self._lifecycle.hardware.budget.readings
+
+    @property
     def caps(self) -> PowerCaps:
         """The caps of the leases (power/caps.py)."""
         return self._lifecycle.hardware.caps
