@@ -27,6 +27,7 @@ def test_an_ended_lease_keeps_every_other_field() -> None:
         power_limit_watts=250.0,
         on_revoke="terminate",
         preemptible=PreemptTerms(1800.0, 60.0, 300.0),
+        power_limit_requested_watts=60.0,
     )
     unset = [
         f.name

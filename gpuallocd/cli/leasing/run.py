@@ -32,6 +32,7 @@ from gpuallocd.cli.common import (
 from gpuallocd.cli.errors import EXIT_PREEMPTED, EXIT_REVOKED
 from gpuallocd.cli.quick_exit import Finished
 from gpuallocd.cli.text import escape_unprintable
+from gpuallocd.model.power import cap_text
 
 __all__ = ["COMMANDS", "FORWARDED_SIGNALS", "run_leased"]
 
@@ -200,6 +201,9 @@ def _run_leased(
         if not ctx.obj.json:
             gpu_list = ",".join(g.uuid if g.kind == "mig" else str(g.index) for g in granted.gpus)
             click.echo(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}", err=True)
+            capped = cap_text(granted.raw)
+            if capped:
+                click.echo(f"gpuallocctl: lease {granted.id}: {capped}", err=True)
         ttl = request.get("ttl")
         watch = RevokeWatch(
             lambda: Client(ctx.obj.socket),
