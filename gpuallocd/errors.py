@@ -18,6 +18,7 @@
     │   ├── QuotaExceeded         403   quota_exceeded: over a limit of the site (docs/limits.md)
     │   ├── PolicyNotApplicable   422   policy_not_applicable: the policy cannot serve this node
     │   ├── WouldWaitForever      409   would_wait_forever: the caller's own leases block the wait
+    │   ├── OverPowerBudget       409   over_power_budget: it would pass the power budget even idle
     │   ├── NotPreemptible        409   not_preemptible: the lease was not granted preemptible
     │   └── WithinMinimumRuntime  409   within_minimum_runtime: its minimum runtime has not passed
     ├── CapacityError            409    nothing fits right now; may succeed later
@@ -81,6 +82,7 @@ __all__ = [
     "MissingPrivilege",
     "NotPreemptible",
     "NvmlError",
+    "OverPowerBudget",
     "PermissionDenied",
     "PolicyNotApplicable",
     "QuotaExceeded",
@@ -221,6 +223,18 @@ class WouldWaitForever(CallerError):
     code = "would_wait_forever"
     http_status = 409
     detail_keys = frozenset({"count", "held"})
+
+
+class OverPowerBudget(CallerError):
+    """A request that would commit more than the power budget even on an idle box (nothing
+    leased, every other GPU at its idle draw): no wait could serve it, so it is refused at
+    once; `fitting_power_limit_watts` is the cap per GPU that would fit, where one does."""
+
+    code = "over_power_budget"
+    http_status = 409
+    detail_keys = frozenset(
+        {"count", "budget_watts", "committed_watts", "fitting_power_limit_watts"}
+    )
 
 
 class NotPreemptible(CallerError):

@@ -54,16 +54,17 @@ def a100(start_daemon: Callable[..., ThreadDaemon]) -> ThreadDaemon:
 
 
 def test_status_shows_memory_utilisation_and_foreign_processes(a100: ThreadDaemon) -> None:
-    """A GPU someone uses outside a lease shows its memory used, its load and user(pid)."""
-    result = ctl(a100, "status")
+    """A GPU someone uses outside a lease shows its memory used, its load, its draw and
+    power limit, and user(pid)."""
+    result = ctl(a100, "status", COLUMNS="160")
     assert result.exit_code == 0, result.output
     header = result.output.splitlines()[1].split()
-    assert header == ["IDX", "UUID", "NAME", "MEMORY", "UTIL", "STATE", "HOLDER"]
+    assert header == ["IDX", "UUID", "NAME", "MEMORY", "UTIL", "POWER", "STATE", "HOLDER"]
     gpu0 = rows_by_index(result.output)[0].split()
-    assert gpu0[2:7] == ["A100-SXM4-80GB", "10.0/80.0", "GiB", "87%", "in-use"]
+    assert gpu0[2:9] == ["A100-SXM4-80GB", "10.0/80.0", "GiB", "87%", "355/400", "W", "in-use"]
     # The recording's pid 4242: `?(4242)` where no such process runs here; where one does
     # (the pid is this machine's), its owner and command are named.
-    holder = " ".join(gpu0[7:])
+    holder = " ".join(gpu0[9:])
     assert holder == "?(4242)" or holder.startswith(f"{owner_of_pid(4242)}(4242")
 
 

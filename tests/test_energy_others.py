@@ -176,6 +176,6 @@ def test_a_power_refusal_names_the_watts_drawn_without_a_lease_and_by_whom(
         with machine.daemon.client() as root:
             wait_for(lambda: len(root.queue()) == 1, 30, what="alice waiting")
             (waiter,) = root.queue()
-        assert (waiter["reason"], waiter["reason_detail"]) == ("Power", said)
+        assert (waiter["reason"], waiter["reason_detail"]) == ("Power", said[len("power: ") :])
     finally:
         machine.daemon.stop()

@@ -28,6 +28,7 @@ def test_an_ended_lease_keeps_every_other_field() -> None:
         on_revoke="terminate",
         preemptible=PreemptTerms(1800.0, 60.0, 300.0),
         follow_work=True,
+        power_limit_requested_watts=60.0,
     )
     unset = [
         f.name

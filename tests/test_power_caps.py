@@ -242,3 +242,67 @@ def test_caps_asked_in_a_loop_slow_nobody_else(
             assert machine.fake.calls[reads] > sampled  # samples went on meanwhile
     finally:
         machine.daemon.stop()
+
+
+def test_a_cap_outside_the_cards_range_is_granted_as_set_and_said_so(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """`--power-limit 60W` on a 150-300 W card sets 150 W: the answer's `power_limit_watts`
+    is 150 with `power_limit_requested_watts` 60, `allocate` and `run` say it in a line, and
+    `leases` (its CAP column and --json) show the 150 W set."""
+    users = system_users
+    machine = started(paths, short_dir)
+    socket = machine.daemon.paths.socket
+    said = "power capped at 150 W per GPU (60 W asked: the cards take no less)"
+    try:
+        lease = ctl_json(users, "alice", machine, "allocate", "-n", "1", "--power-limit", "60W")
+        assert (lease["power_limit_watts"], lease["power_limit_requested_watts"]) == (150, 60)
+        assert limit_of(machine, lease["gpus"][0]["index"]) == 150_000
+        text = users.ctl("bob", socket, "allocate", "-n", "1", "--power-limit", "60W")
+        assert text.returncode == 0 and said in text.stdout.splitlines()
+        plain = ctl_json(users, "carol", machine, "allocate", "-n", "1", "--power-limit", "200W")
+        assert plain["power_limit_requested_watts"] is None
+        listed = ctl_json(users, "alice", machine, "leases")["leases"]
+        caps = {held["id"]: held["power_limit_watts"] for held in listed}
+        assert caps[lease["id"]] == 150 and caps[plain["id"]] == 200
+        table = users.ctl("alice", socket, "leases").stdout.splitlines()
+        assert "CAP" in table[0].split()
+        row = next(line for line in table if line.startswith(lease["id"]))
+        assert "150 W" in row
+        ran = users.ctl("dave", socket, "run", "-n", "1", "--power-limit", "60W", "--", "true")
+        assert ran.returncode == 0 and said in ran.stderr
+    finally:
+        machine.daemon.stop()
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_status_shows_each_gpus_draw_and_cap_within_the_terminal(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths, columns: int
+) -> None:
+    """alice's GPU capped at 200 W under full load: `status` gives each GPU a POWER column
+    (draw/limit from the last reading, `200/200 W` for hers, `300/300 W` for the others)
+    at 160 columns, every line within the terminal at 80 and 160; `--json` has the figures."""
+    from tests.test_cli_widths import on_terminal
+
+    users = system_users
+    machine = started(paths, short_dir)
+    socket = machine.daemon.paths.socket
+    try:
+        lease = ctl_json(users, "alice", machine, "allocate", "--gpu", "0", "--power-limit", "200W")
+        assert lease["power_limit_watts"] == 200
+
+        def power_of(index: int) -> Any:
+            gpus = ctl_json(users, "carol", machine, "status")["gpus"]
+            return next(g["power"] for g in gpus if g["index"] == index)
+
+        wait_for(lambda: power_of(0)["draw_watts"] == 200, 30, what="the capped draw read")
+        assert power_of(0)["limit_watts"] == 200 and power_of(1)["limit_watts"] == 300
+        lines = on_terminal(socket, columns, "status")
+        assert max(len(line) for line in lines) <= columns, "\n".join(lines)
+        if columns == 160:
+            assert "POWER" in lines[1].split()
+            rows = {line.split()[0]: line for line in lines[2:] if line.split()[0].isdigit()}
+            assert "200/200 W" in rows["0"] and "300/300 W" in rows["1"]
+            assert users.name("alice") in rows["0"]
+    finally:
+        machine.daemon.stop()

@@ -39,6 +39,7 @@ __all__ = [
     "MethodNotAllowed",
     "NotPreemptible",
     "NvmlError",
+    "OverPowerBudget",
     "PermissionDenied",
     "PolicyNotApplicable",
     "ProtocolError",
@@ -194,6 +195,13 @@ class QuotaExceeded(CallerError):
 
 class WouldWaitForever(CallerError):
     code = "would_wait_forever"
+
+
+class OverPowerBudget(CallerError):
+    """More than the power budget even on an idle box: `details` has
+    `fitting_power_limit_watts`, the cap per GPU that fits (null where none does)."""
+
+    code = "over_power_budget"
 
 
 class NotPreemptible(CallerError):

@@ -63,6 +63,25 @@ class PowerDesk:
         return replace(spec, power_limit_watts=cap)
 
     @property
+    def readings(self) -> Mapping[str, PowerReading]:
+        """Each GPU's last power reading (the power timer's; reading it calls no driver)."""
+        return self._lifecycle.hardware.budget.readings
+
+    def gpu_power(self) -> dict[str, dict[str, float | None]]:
+        """Each GPU's draw and power limit (its cap where a lease set one) at the last
+        reading, by UUID, for the views (no driver call)."""
+        return {
+            uuid: {
+                "draw_watts": None if r.draw_mw is None else r.draw_mw / 1000,
+                "limit_watts": None if r.limit_mw is None else r.limit_mw / 1000,
+                "default_limit_watts": (
+                    None if r.default_limit_mw is None else r.default_limit_mw / 1000
+                ),
+            }
+            for uuid, r in self.readings.items()
+        }
+
+    @property
     def caps(self) -> PowerCaps:
         """The caps of the leases (power/caps.py)."""
         return self._lifecycle.hardware.caps

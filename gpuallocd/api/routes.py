@@ -113,7 +113,8 @@ async def get_diagnostics(request: web.Request) -> web.Response:
 async def list_gpus(request: web.Request) -> web.Response:
     caller_of(request)
     statuses = await facade_of(request).gpus.gpu_status()
-    gpus = [_gpu_json(request, s) for s in statuses]
+    read = facade_of(request).power.gpu_power()  # the last reading's: no driver call
+    gpus = [{**_gpu_json(request, s), "power": read.get(s.gpu.uuid)} for s in statuses]
     power = await facade_of(request).power.status()
     tracking = facade_of(request).process_tracking()
     return _json({"gpus": gpus, "process_tracking": tracking, "power": power})

@@ -13,8 +13,9 @@ from gpuallocd.cli.style import cell_text
 __all__ = ["DROP_ORDER", "HOLDER_ROOM", "PIPE_WIDTH", "fit_columns", "terminal_width"]
 
 # Spared first to last: the UUID (`-v` and `--json` give it whole), the model (the same on
-# most boxes), the utilisation, then the memory. IDX, STATE and HOLDER always stay.
-DROP_ORDER = ("UUID", "NAME", "UTIL", "MEMORY")
+# most boxes), the utilisation, the power (draw/limit), then the memory. IDX, STATE and
+# HOLDER always stay.
+DROP_ORDER = ("UUID", "NAME", "UTIL", "POWER", "MEMORY")
 # The last column keeps at least this much of its own width before a column is dropped.
 HOLDER_ROOM = 40
 # Where no terminal says its width (a pipe, a file) and COLUMNS is not set.

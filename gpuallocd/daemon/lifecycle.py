@@ -309,6 +309,9 @@ class Daemon:
         watchdog = None
         try:
             await housekeeper.start()
+            self._config_state.power = lambda: facade.power.readings
+            for warning in self._config_state.power_warnings():
+                log.warning("%s", warning)
             await exporter.start()
             await dashboard.start()
             await server.start()

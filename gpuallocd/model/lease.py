@@ -142,11 +142,13 @@ class Lease:
     bound: bool = False  # ends when the process `pid` (started at `pid_start_time`) exits
     pid_start_time: int | None = None
     waited_seconds: float = 0.0  # how long the request waited in the queue before its grant
-    power_limit_watts: float | None = None  # the GPUs' power cap asked for (docs/accounting.md)
+    power_limit_watts: float | None = None  # the GPUs' power cap (docs/accounting.md)
     on_revoke: str = "notify"  # "terminate": a revoke stops the lease's processes
     preemptible: PreemptTerms | None = None  # may be preempted, on these terms (preemption.md)
     # bound: when the holder exits, the owner's processes carrying the lease's id keep it
     follow_work: bool = False
+    # the cap asked for, where the cards took another (kept within their range); else None
+    power_limit_requested_watts: float | None = None
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -179,6 +181,7 @@ class Lease:
             self.on_revoke,
             self.preemptible,
             self.follow_work,
+            self.power_limit_requested_watts,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -196,6 +199,7 @@ class Lease:
             "bound_to_process": self.bound,
             "waited_seconds": self.waited_seconds,
             "power_limit_watts": self.power_limit_watts,
+            "power_limit_requested_watts": self.power_limit_requested_watts,
             "on_revoke": self.on_revoke,
             "preemptible": None if self.preemptible is None else self.preemptible.to_json(),
             "follow_work": self.follow_work,

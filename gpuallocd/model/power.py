@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PowerCap", "PowerReading", "power_text"]
+__all__ = ["PowerCap", "PowerReading", "cap_text", "gpu_power_cell", "power_text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,3 +42,23 @@ def power_text(power: Mapping[str, Any]) -> str:
     of = f" of {budget:,.0f} W" if budget is not None else " W"
     drawn = f"{power['drawn_watts']:,.0f} W drawn"
     return f"power: {power['committed_watts']:,.0f}{of} committed, {drawn}"
+
+
+def cap_text(lease: Mapping[str, Any]) -> str | None:
+    """`power capped at 100 W per GPU (60 W asked: the cards take no less)` where the cards
+    took another cap than the one asked for (a lease's JSON); None where they took it."""
+    asked, cap = lease.get("power_limit_requested_watts"), lease.get("power_limit_watts")
+    if asked is None or cap is None:
+        return None
+    bound = "less" if asked < cap else "more"
+    return f"power capped at {cap:g} W per GPU ({asked:g} W asked: the cards take no {bound})"
+
+
+def gpu_power_cell(power: Mapping[str, Any] | None) -> str | None:
+    """`120/250 W`: a GPU's draw and its power limit at the last reading (`GET /v1/gpus`'s
+    per-GPU `power`); None where the GPU reports no power."""
+    if not power or power.get("limit_watts") is None:
+        return None
+    draw = power.get("draw_watts")
+    drawn = "?" if draw is None else f"{draw:,.0f}"
+    return f"{drawn}/{power['limit_watts']:,.0f} W"

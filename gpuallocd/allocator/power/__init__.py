@@ -11,6 +11,7 @@ box's power budget (docs/accounting.md).
     presence.py         each GPU's parts summed over the live samples since its last reading
     caps.py             PowerCaps: each leased GPU's limit set for the lease, put back after
     budget.py           PowerBudget: power as an allocatable resource of the box
+    never_fits.py       a request no idle box could power: refused, naming the cap that fits
 
 Imports nothing of the other rooms.
 """

@@ -4,9 +4,10 @@ Committed watts: each GPU under a lease counts its lease's cap (or its card's de
 each free GPU what it drew at the last reading (the power timer's, off the event loop): its
 idle draw, or the draw of processes run on it without a lease. A grant that would commit
 more than the budget waits (`power_fit = "wait"`), or is granted with a lower cap where
-every card of it accepts one (`power_fit = "cap"`). The queue and the refusal say what the
-committed watts are made of, naming who draws without a lease: `power: 1,084 of 1,100 W
-committed: 700 W by leases, 384 W drawn without a lease by bob on GPU 2`. Caps bound
+every card of it accepts one (`power_fit = "cap"`); one that could not fit even on an idle
+box is refused at once, naming the cap that would fit (never_fits.py). The queue and the
+refusal say what the committed watts are made of, naming who draws without a lease: `1,084
+of 1,100 W committed: 700 W by leases, 384 W drawn without a lease by bob on GPU 2`. Caps bound
 sustained draw, not millisecond spikes (docs/accounting.md).
 """
 
@@ -17,13 +18,14 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpuallocd.allocator.power.never_fits import Request, check_ever_fits
 from gpuallocd.errors import GpusUnavailable
 from gpuallocd.host.users import user_name
 from gpuallocd.model import Lease, PowerReading, UnitKind
 from gpuallocd.model.power import PowerCap
 from gpuallocd.text import escape_unprintable
 
-__all__ = ["FITS", "Drawers", "PowerBudget", "unleased_words"]
+__all__ = ["FITS", "Drawers", "PowerBudget", "below_defaults", "unleased_words"]
 
 FITS = ("wait", "cap")
 NAMED = 3  # users named in a refusal; the others counted
@@ -57,14 +59,53 @@ def unleased_words(
     return f"{total / 1000:,.0f} W drawn without a lease: {each}{rest}"
 
 
+def below_defaults(budget_watts: float | None, readings: Mapping[str, PowerReading]) -> str | None:
+    """The warning where the budget is below what the cards' default limits commit (every
+    GPU leased, none capped): leases then wait for power, or are refused, on an idle box."""
+    defaults = [r.default_limit_mw or r.limit_mw or 0 for r in readings.values()]
+    total, n = sum(defaults), len(defaults)
+    if budget_watts is None or not total or budget_watts * 1000 >= total:
+        return None
+    per_gpu = math.floor(budget_watts / n)
+    lows = [r.min_limit_mw for r in readings.values()]
+    lowest = max(low for low in lows if low is not None) if None not in lows else None
+    if lowest is not None and per_gpu * 1000 >= lowest:
+        all_of = f"all {n} fit at --power-limit {per_gpu}W"
+    elif lowest is not None:
+        all_of = f"not all {n} fit even at the cards' lowest limit, {lowest / 1000:,.0f} W"
+    else:
+        all_of = "the cards say no range of caps"
+    return (
+        f"power_budget_watts = {budget_watts:,.0f} W is below the {total / 1000:,.0f} W the "
+        f"{n} GPUs' default power limits commit: a request for many GPUs waits for power or "
+        f"is refused even on an idle box unless capped ({all_of}); raise the budget to what "
+        'the power supply carries, or set lease_power_limit_watts or power_fit = "cap" '
+        "(docs/accounting.md)"
+    )
+
+
 class PowerBudget:
     """Committed and drawn watts of the node, and whether a grant fits its budget."""
 
     def __init__(self, budget_watts: float | None, fit: str) -> None:
         self.budget_mw = None if budget_watts is None else round(budget_watts * 1000)
         self.fit = fit
-        self.readings: Mapping[str, PowerReading] = {}  # the power timer's, off the loop
+        self._readings: Mapping[str, PowerReading] = {}
+        self.idle_mw: dict[str, int] = {}  # GPU -> its idle draw: the lowest read of it
         self.note: str | None = None  # why the last request did not fit (for the queue)
+        self.short_mw = 0  # by how much it did not fit (the queue's estimate)
+
+    @property
+    def readings(self) -> Mapping[str, PowerReading]:
+        """Each GPU's last power reading (the power timer's, off the event loop)."""
+        return self._readings
+
+    @readings.setter
+    def readings(self, readings: Mapping[str, PowerReading]) -> None:
+        self._readings = readings
+        for uuid, reading in readings.items():
+            if reading.draw_mw is not None:
+                self.idle_mw[uuid] = min(reading.draw_mw, self.idle_mw.get(uuid, reading.draw_mw))
 
     def _committed_of(self, uuid: str, leased: bool, caps: Mapping[str, PowerCap]) -> int:
         reading = self.readings.get(uuid)
@@ -91,6 +132,13 @@ class PowerBudget:
             else:
                 total += reading.draw_mw or 0
         return total
+
+    def frees_mw(self, uuids: Collection[str], caps: Mapping[str, PowerCap]) -> int:
+        """What the end of the leases on `uuids` frees: each GPU's cap or default limit, less
+        its idle draw."""
+        return sum(
+            self._committed_of(uuid, True, caps) - self.idle_mw.get(uuid, 0) for uuid in uuids
+        )
 
     def drawn_mw(self) -> int:
         return sum(r.draw_mw or 0 for r in self.readings.values())
@@ -155,13 +203,15 @@ class PowerBudget:
         if self.fit == "cap" and whole and self._capable(new, per_gpu):
             self.note = None
             return replace(lease, power_limit_watts=math.floor(per_gpu / 1000))
+        request = Request(new, wanted, lease.power_limit_watts, whole, per_gpu)
+        check_ever_fits(request, self.readings, self.idle_mw, self.budget_mw, self.fit)
         made_of = self.committed_words(active, caps, {} if drawers is None else drawers())
-        self.note = (
-            f"power: {committed / 1000:,.0f} of {self.budget_mw / 1000:,.0f} W committed"
-            + (f": {made_of}" if made_of else "")
+        self.note = f"{committed / 1000:,.0f} of {self.budget_mw / 1000:,.0f} W committed" + (
+            f": {made_of}" if made_of else ""
         )
+        self.short_mw = base + sum(wanted) - self.budget_mw
         raise GpusUnavailable(
-            f"{self.note}; {len(new)} more GPU(s) would commit {sum(wanted) / 1000:,.0f} W",
+            f"power: {self.note}; {len(new)} more GPU(s) would commit {sum(wanted) / 1000:,.0f} W",
             count=len(new),
         )
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gpuallocd.errors import GpuallocError, NvmlError, QuotaExceeded
@@ -186,6 +186,20 @@ class PowerCaps:
             else:
                 self._back_now.add(uuid)
         return steps + self._forget_done()
+
+    def as_set(self, lease: Lease) -> Lease:
+        """The lease with the cap its cards took (the highest where they differ), and the
+        cap asked for where that was another (kept within the cards' range)."""
+        caps = self.recorded.get(lease.id)
+        if not caps or lease.power_limit_watts is None:
+            return lease
+        most = max(cap.set_mw for cap in caps)
+        watts = most // 1000 if most % 1000 == 0 else most / 1000
+        if watts == lease.power_limit_watts:
+            return lease
+        return replace(
+            lease, power_limit_watts=watts, power_limit_requested_watts=lease.power_limit_watts
+        )
 
     def _caps(self, lease_id: str, whole: Sequence[str], watts: float) -> list[Cap]:
         if not self.readings:

@@ -70,10 +70,12 @@ class LeaseHardware:
         self, active: Collection[Lease], lease: Lease, at: float
     ) -> tuple[Lease, list[Step]]:
         """The lease to record (as asked, or with a lower cap to fit the power budget;
-        GpusUnavailable where it does not fit), and the rows to record with it."""
+        GpusUnavailable where it does not fit; its cap as the cards take it), and the rows
+        to record with it."""
         lease = self.budget.fitted(active, lease, self.caps.in_force, self.drawers)
         self._stage(self.energy.read(active, [lease], at))
-        return lease, self.caps.granted(lease, at)
+        steps = self.caps.granted(lease, at)
+        return self.caps.as_set(lease), steps
 
     def ending(self, active: Collection[Lease], leases: Sequence[Lease], at: float) -> list[Step]:
         """The rows the end of `leases` writes with it (caps' records of limits put back)."""

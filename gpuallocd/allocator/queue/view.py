@@ -7,7 +7,8 @@ and `Reserved` (enough are free, but they are held for a waiter ahead of it). Th
 plays the queue forward through the soonest lease expiries, in order, as the queue itself
 serves: each lease ends at its current expiry and each waiter, once granted, holds its GPUs
 for its TTL. A lease renewed by its holder pushes the estimate back; it is a floor, not a
-promise (squeue --start gives the same kind).
+promise (squeue --start gives the same kind). A wait for power (`Power`) is estimated from the
+same lease expiries: the first at which the leases ended by then free the watts it lacks.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.model import Caller
 from gpuallocd.policies.serving import serve_where_free
 
-__all__ = ["QueuedRequest", "WaitInfo", "describe_waiters", "holds"]
+__all__ = ["PowerWait", "QueuedRequest", "WaitInfo", "describe_waiters", "holds"]
 
 RESOURCES = "Resources"
 RESERVED = "Reserved"
@@ -55,6 +56,16 @@ class WaitInfo:
     reason: str
     detail: str
     estimated_start_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PowerWait:
+    """Why the last grant did not fit the power budget (power/budget.py), by how many mW, and
+    the mW the end of the leases on some GPUs frees."""
+
+    note: str
+    short_mw: int
+    frees_mw: Callable[[frozenset[str]], int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,26 +166,40 @@ def describe_waiters(
     now: float,
     ttl_of: Callable[[AllocateSpec, Caller], float],
     held_until: Mapping[str, float] | None = None,
-    power_note: str | None = None,
+    power: PowerWait | None = None,
 ) -> list[WaitInfo]:
     """Reason, detail and estimated start of each waiter, in queue order.
 
     `statuses` are the GPUs without reservations (free means nobody holds or uses it);
     `held_until`: GPUs advance reservations hold from the queue, and until when;
-    `power_note`: why the last grant did not fit the power budget, where one did not.
+    `power`: why the last grant did not fit the power budget, where one did not.
     """
     held = held_until or {}
     by_uuid = {s.gpu.uuid: s for s in statuses}
     needs = _needs(waiters, usable)
     free = {s.gpu.uuid for s in statuses if s.state == "free"}
-    reasons = _reasons(needs, free, by_uuid, power_note)
+    reasons = _reasons(needs, free, by_uuid, power.note if power else None)
     releases = _releases(statuses, held)
+    power_start = _power_start(sorted(releases), power) if power else None
     ttls = [ttl_of(w.spec, w.caller) for w in waiters]  # each waiter's own limits
     starts = _play_forward(needs, free - held.keys(), releases, now, ttls)
+    starts = [power_start if r == POWER else at for (r, _), at in zip(reasons, starts, strict=True)]
     return [
         WaitInfo(reason, detail, start if start is not None and start > now else None)
         for (reason, detail), start in zip(reasons, starts, strict=True)
     ]
+
+
+def _power_start(
+    releases: Iterable[tuple[float, frozenset[str]]], power: PowerWait
+) -> float | None:
+    """The first lease expiry by which the leases ended free the watts a power wait lacks."""
+    freed = 0
+    for at, gpus in releases:
+        freed += power.frees_mw(gpus)
+        if freed >= power.short_mw:
+            return at
+    return None
 
 
 def _reasons(

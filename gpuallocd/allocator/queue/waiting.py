@@ -30,7 +30,7 @@ from gpuallocd.allocator.queue.serve import (
     serve_free_units,
 )
 from gpuallocd.allocator.queue.tiers import place, tiered
-from gpuallocd.allocator.queue.view import describe_waiters, holds
+from gpuallocd.allocator.queue.view import PowerWait, describe_waiters, holds
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
 from gpuallocd.model import Caller, Lease
@@ -92,12 +92,22 @@ class WaitQueue:
             held_until=self._lifecycle.reservations.held_until(
                 now, self._lifecycle.ttl_of(AllocateSpec())
             ),
-            power_note=self._lifecycle.hardware.budget.note,
+            power=self._power_wait(),
         )
         return [
             {**waiter.to_json(position, info, now), "priority": p.to_json() if p else None}
             for position, ((waiter, p), info) in enumerate(zip(arranged, infos, strict=True), 1)
         ]
+
+    def _power_wait(self) -> PowerWait | None:
+        """Why the last grant did not fit the power budget, for the reasons and estimates."""
+        hardware = self._lifecycle.hardware
+        budget = hardware.budget
+        if budget.note is None:
+            return None
+        return PowerWait(
+            budget.note, budget.short_mw, lambda gpus: budget.frees_mw(gpus, hardware.caps.in_force)
+        )
 
     def holds(self) -> dict[str, Hold]:
         """The free GPUs held for waiters, by UUID."""

@@ -27,6 +27,7 @@ from gpuallocd.cli.output import echo_json, escape_unprintable, format_bytes
 from gpuallocd.cli.quantities import format_duration, format_left
 from gpuallocd.cli.style import colour_enabled, render_table
 from gpuallocd.cli.table_fit import terminal_width
+from gpuallocd.model.power import cap_text
 
 if TYPE_CHECKING:
     from gpulease import Client
@@ -57,6 +58,11 @@ def unit_text(lease: dict[str, Any]) -> str:
     return "GPU"
 
 
+def _cap_cell(lease: dict[str, Any]) -> str | None:
+    cap = lease.get("power_limit_watts")
+    return None if cap is None else f"{cap:g} W"
+
+
 def _print_lease(ctx: click.Context, lease: dict[str, Any]) -> None:
     if ctx.obj.json:
         echo_json(lease)
@@ -68,6 +74,9 @@ def _print_lease(ctx: click.Context, lease: dict[str, Any]) -> None:
         click.echo(f"share {format_bytes(share)} on each GPU (GPUALLOCD_MEMORY_BYTES={share})")
     if lease["state"] == "active":
         click.echo(f"expires {format_expiry(lease['expires_at'])}")
+    capped = cap_text(lease)
+    if capped:
+        click.echo(capped)
     terms = lease.get("preemptible")
     if terms and lease["state"] == "active":
         not_before = time.strftime(
@@ -208,13 +217,15 @@ def list_leases(ctx: click.Context, user: str | None) -> None:
             format_left(lease["expires_at"], now),
             format_duration(now - lease["created_at"]),
             unit_text(lease),
+            _cap_cell(lease),
             preemption_text(lease.get("preemption"), now) if lease.get("preemptible") else None,
             lease["label"],
         )
         for lease in leases
     ]
     # TIME: how long it has been held, as squeue's TIME; UNIT: what each of GPUS is;
-    # PREEMPT: preemptible, or its preemption under way (docs/preemption.md).
+    # CAP: the power cap set on its GPUs; PREEMPT: preemptible, or its preemption under way
+    # (docs/preemption.md).
     headers = (
         "LEASE",
         "GPUS",
@@ -224,6 +235,7 @@ def list_leases(ctx: click.Context, user: str | None) -> None:
         "LEFT",
         "TIME",
         "UNIT",
+        "CAP",
         "PREEMPT",
         "LABEL",
     )

@@ -214,6 +214,10 @@ def _run_leased(
         if not quiet:
             gpu_list = ",".join(g.uuid if g.kind == "mig" else str(g.index) for g in granted.gpus)
             say(f"gpuallocctl: lease {granted.id}: GPU {gpu_list}")
+            if granted.raw.get("power_limit_requested_watts") is not None:
+                from gpuallocd.model.power import cap_text  # only then: `run` starts lean
+
+                say(f"gpuallocctl: lease {granted.id}: {cap_text(granted.raw)}")
         ttl = request.get("ttl")
         watch = RevokeWatch(
             lambda: Client(socket),

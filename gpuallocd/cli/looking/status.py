@@ -16,14 +16,14 @@ from gpuallocd.cli.output import echo_json, escape_unprintable
 from gpuallocd.cli.quantities import Duration, format_left
 from gpuallocd.cli.style import colour_enabled, render_table, short_uuid, state_cell
 from gpuallocd.cli.table_fit import fit_columns, terminal_width
-from gpuallocd.model.power import power_text
+from gpuallocd.model.power import gpu_power_cell, power_text
 from gpuallocd.model.queue_text import held_for
 
 __all__ = ["COMMANDS", "render_status"]
 
 NAME_WIDTH = 20
 VENDOR_PREFIXES = ("NVIDIA ", "AMD ")
-HEADERS = ("IDX", "UUID", "NAME", "MEMORY", "UTIL", "STATE", "HOLDER")
+HEADERS = ("IDX", "UUID", "NAME", "MEMORY", "UTIL", "POWER", "STATE", "HOLDER")
 
 
 def _gib(value: int) -> str:
@@ -97,6 +97,7 @@ def _row(gpu: dict[str, Any], now: float, verbose: bool) -> tuple[object, ...]:
         _name(gpu.get("name") or "unknown", verbose),
         _memory(gpu),
         _utilisation(gpu),
+        gpu_power_cell(gpu.get("power")),
         state_cell(str(gpu["state"])),
         _holder(gpu, now),
     )
@@ -123,6 +124,7 @@ def _part_rows(gpu: dict[str, Any], now: float, verbose: bool) -> list[tuple[obj
             m["mig_profile"],
             f"{_gib(m['memory_total_bytes'])} GiB" if m.get("memory_total_bytes") else None,
             None,
+            None,
             state_cell(str(m["state"])),
             _lease_holder(m, now),
         )
@@ -134,6 +136,7 @@ def _part_rows(gpu: dict[str, Any], now: float, verbose: bool) -> list[tuple[obj
             None,
             "share",
             f"{_gib(s['memory_bytes'])} GiB",
+            None,
             None,
             state_cell("leased"),
             _lease_holder(s, now),

@@ -2,22 +2,26 @@
 
 A config can be well-formed and still name a group or a user this machine does not have
 (`admin_groups`, `[limits.group.X]`, `[limits.user.Y]`): it starts, and the rule silently
-applies to nobody. Those are warnings, found at start and at each reload (SIGHUP), logged,
-and shown by `gpuallocctl doctor` and `/v1/health` beside the config's other warnings. A
-reload refused (a file that no longer reads) keeps the rules in force; it is shown the same
-way until a reload succeeds.
+applies to nobody; or set a `power_budget_watts` below what the GPUs' default power limits
+commit (read from the last power reading, once the daemon has one). Those are warnings,
+found at start and at each reload (SIGHUP), logged, and shown by `gpuallocctl doctor` and
+`/v1/health` beside the config's other warnings. A reload refused (a file that no longer
+reads) keeps the rules in force; it is shown the same way until a reload succeeds.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpuallocd.allocator.power.budget import below_defaults
 from gpuallocd.api.tcp_address import is_loopback_address
 from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.host import users
+from gpuallocd.model import PowerReading
 
 __all__ = ["ConfigState", "config_warnings", "machine_warnings"]
 
@@ -51,19 +55,38 @@ def machine_warnings(config: DaemonConfig) -> list[str]:
     return found
 
 
+def _no_readings() -> Mapping[str, PowerReading]:
+    return {}
+
+
 class ConfigState:
     """The warnings of the config in force, and the last reload refused since it was read."""
 
     def __init__(self, config: DaemonConfig) -> None:
-        self.warnings: list[str] = []
+        self._warnings: list[str] = []
+        self._budget_watts: float | None = None
         self.refused: dict[str, Any] | None = None
+        # the GPUs' last power reading (the power timer's; never a driver call here)
+        self.power: Callable[[], Mapping[str, PowerReading]] = _no_readings
         self.adopt(config)
+
+    @property
+    def warnings(self) -> list[str]:
+        """The config's warnings, against the machine as last read."""
+        power = below_defaults(self._budget_watts, self.power())
+        return self._warnings + ([power] if power else [])
 
     def adopt(self, config: DaemonConfig) -> list[str]:
         """A config now in force (at start, or a reload that read): its warnings."""
-        self.warnings = config_warnings(config) + machine_warnings(config)
+        self._warnings = config_warnings(config) + machine_warnings(config)
+        self._budget_watts = config.power_budget_watts
         self.refused = None
         return self.warnings
+
+    def power_warnings(self) -> list[str]:
+        """The warnings only a power reading can tell (logged once the first one came)."""
+        found = below_defaults(self._budget_watts, self.power())
+        return [found] if found else []
 
     def refuse(self, message: str, at: float) -> None:
         """A reload that did not read: the rules in force stay, and this says why."""
