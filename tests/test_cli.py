@@ -63,7 +63,7 @@ def test_human_tables_are_aligned(daemon: ThreadDaemon) -> None:
     """status and leases print aligned tables with headers."""
     ctl_json(daemon, "allocate", "-n", "1", "--label", "demo")
     status = ctl(daemon, "status").output.splitlines()[1:]  # under the summary line
-    assert status[0].split()[:6] == ["IDX", "UUID", "NAME", "MEMORY", "UTIL", "STATE"]
+    assert status[0].split()[:5] == ["IDX", "UUID", "NAME", "MEMORY", "UTIL"]
     column = status[0].index("STATE")
     assert [line[column:].split()[0] for line in status[1:]] == ["leased", "free", "free", "free"]
     leases = ctl(daemon, "leases").output.splitlines()

@@ -127,9 +127,10 @@ def test_leases_show_user_time_left_and_a_pid_only_when_bound(daemon: ThreadDaem
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        rows = {
-            line.split()[-1]: line.split() for line in ctl(daemon, "leases").output.splitlines()
-        }
+        wide = CliRunner().invoke(  # every column whole, whatever terminal ran the tests
+            cli, ["--socket", str(daemon.paths.socket), "leases"], env={"COLUMNS": "200"}
+        )
+        rows = {line.split()[-1]: line.split() for line in wide.output.splitlines()}
         assert rows["detached"][2:4] == ["root", "-"] and rows["detached"][5].startswith("1h59m")
         assert rows["bound"][3] == str(proc.pid)
     finally:

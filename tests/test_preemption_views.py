@@ -78,8 +78,9 @@ def test_the_dashboard_and_status_say_preemptible_and_preempted(node: Node) -> N
     with node.client() as client:
         client.preempt(lease_id)
         gpus = client.request("GET", "/v1/gpus")["gpus"]
-    shown = node.ctl("bob", "status").stdout
-    assert "preempted for root: ends" in shown, shown  # cut to the 100 columns of a pipe
+    status = ["-m", "gpuallocd.cli", "--socket", str(node.paths.socket), "status"]
+    shown = node.users.run("bob", status, env={"COLUMNS": "160"}).stdout  # the holder whole
+    assert "preempted for root: ends" in shown, shown
     page = gpus_html(
         NodeNow(now=0.0, name="n", gpus=gpus, labels={}, queue=[], reservations=[]),
         lambda uid: str(uid),

@@ -52,8 +52,8 @@ def test_an_agents_work_keeps_its_lease_in_a_work_scope_after_the_holder(box: Bo
     start_user_unit(box, "alice", "alice-job", named)
     start_user_unit(box, "bob", "bob-job", named)
     run = ["gpuallocctl", "run", "--lease", lease_id, "--", "sleep", "600"]
-    start_user_unit(box, "alice", "alice-run", run)
-    joined = main_pid(box, "alice-run")
+    start_user_unit(box, "alice", "alice-joined", run)
+    joined = main_pid(box, "alice-joined")
     until(lambda: joined in lease_processes(box, lease_id), 30, "run --lease to join")
     work = f"/gpuallocd.slice/gpuallocd-leases.slice/gpuallocd-lease-{lease_id}-work.scope"
     assert cgroup_of(box, joined) == work
