@@ -10,7 +10,7 @@ from gpuallocd.dashboard.source import NodeNow
 from gpuallocd.dashboard.text import clock_time, duration, esc, gib, user_of
 from gpuallocd.model import HistoryEvent
 from gpuallocd.model.actors import rule_of
-from gpuallocd.model.power import power_text
+from gpuallocd.model.power import gpu_power_cell, power_text
 from gpuallocd.model.queue_text import held_for, why_waiting
 
 __all__ = ["gpus_html", "history_html", "queue_html", "reservations_html"]
@@ -20,6 +20,7 @@ GPU_HEAD = (
     "state",
     "memory used",
     "load",
+    "power",
     "holder",
     "label",
     "time left",
@@ -78,6 +79,7 @@ def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]
         esc(state),
         _memory(gpu),
         _load(gpu),
+        esc(gpu_power_cell(gpu.get("power")) or "-"),
         f'<span class="holder">{esc(user_of(gpu["holder"]) + _preemptible(gpu))}</span>',
         f'<span class="label">{esc(gpu["label"])}</span>',
         _time_left(gpu["expires_at"], node.now),
@@ -104,6 +106,7 @@ def _part(name: str, state: str, part: dict[str, Any], label: str | None, now: f
         esc(state),
         gib(part.get("memory_total_bytes")) if "memory_total_bytes" in part else "",
         "",
+        "",
         f'<span class="holder">{esc(user_of(part["holder"]))}</span>',
         f'<span class="label">{esc(label)}</span>',
         _time_left(part["expires_at"], now),
@@ -121,8 +124,25 @@ def gpus_html(node: NodeNow, user_name: Callable[[int], str]) -> str:
 
 
 def power_html(node: NodeNow) -> str:
-    """The power line under the GPUs, where they report power (`power_text`)."""
-    return f'<p class="power">{esc(power_text(node.power))}</p>' if node.power else ""
+    """The power line under the GPUs, where they report power (`power_text`); where a power
+    budget is set, a gauge of the watts committed of it before the words."""
+    if not node.power:
+        return ""
+    return f'<p class="power">{_budget_gauge(node.power)}{esc(power_text(node.power))}</p>'
+
+
+def _budget_gauge(power: dict[str, Any]) -> str:
+    """`<meter>` of the committed watts of `power_budget_watts` (the figures `queue` and
+    `doctor` give); nothing without a budget. Past 90 % of it the gauge reads high."""
+    budget = power.get("budget_watts")
+    if not budget:
+        return ""
+    committed = power["committed_watts"]
+    title = f"{committed:,.0f} of {budget:,.0f} W committed"
+    return (
+        f'<meter class="power-budget" min="0" max="{budget:.0f}" high="{budget * 0.9:.0f}" '
+        f'optimum="0" value="{committed:.0f}" title="{esc(title)}">{esc(title)}</meter> '
+    )
 
 
 def queue_html(node: NodeNow) -> str:
