@@ -14,8 +14,9 @@ import pytest
 from gpuallocd.dashboard.charts import charts_html
 from gpuallocd.dashboard.sections import power_html
 from gpuallocd.dashboard.source import NodeNow
+from gpuallocd.dashboard.usage import usage_table
 from gpuallocd.ledger import Ledger
-from gpuallocd.model.energy import EnergyUse
+from gpuallocd.model.energy import EnergyPrice, EnergyUse
 from tests.dashboard_scene import free_port
 from tests.harness import DaemonPaths, wait_for
 from tests.test_dashboard import get
@@ -148,3 +149,17 @@ def test_each_users_kwh_and_cost_stand_beside_their_gpu_hours(
     table = charts[charts.index('id="usage-per-user"') :]
     assert "<th>GPU-hours</th><th>kWh</th><th>cost EUR</th>" in table
     assert "<td>root</td>" in table and "<td>0.30</td><td>0.15</td>" in table
+
+
+def test_the_use_per_user_table_escapes_names_and_has_no_kwh_without_energy() -> None:
+    """A user's name is text (escaped); a node that read no energy shows GPU-hours alone,
+    with no empty kWh or cost column; where others have kWh, a user without any reads `-`."""
+    hours = [{"ana": 2.0, "<b>ben": 5.0}]
+    plain = usage_table(hours, [{}], EnergyPrice(0.5, "EUR"))
+    assert "&lt;b&gt;ben" in plain and "<b>ben" not in plain
+    assert "kWh" not in plain and "cost" not in plain
+    assert plain.index("&lt;b&gt;ben") < plain.index("ana")  # the most GPU-hours first
+    priced = usage_table(hours, [{"ana": 1.0}], EnergyPrice(0.5, "EUR"))
+    assert "<td>ana</td><td>2.0</td><td>1.00</td><td>0.50</td>" in priced
+    assert "<td>&lt;b&gt;ben</td><td>5.0</td><td>-</td><td>-</td>" in priced
+    assert usage_table([{}], [{}], None) == ""

@@ -20,12 +20,15 @@ GPU_HEAD = (
     "state",
     "memory used",
     "load",
-    "power",
+    "power",  # draw of cap (`120/250 W`), where a GPU reports power
     "holder",
     "label",
     "time left",
     "lease",
 )  # processes without a lease have a section of their own, above (summary.py)
+
+
+POWER_COLUMN = GPU_HEAD.index("power")
 
 
 def _table(css: str, head: Sequence[str], rows: list[str], empty: str) -> str:
@@ -67,7 +70,7 @@ def _preemptible(gpu: dict[str, Any]) -> str:
     return f" (preempted for {preemption['for']}, ends {clock_time(preemption['deadline_at'])})"
 
 
-def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]) -> str:
+def _gpu_row(gpu: dict[str, Any], node: NodeNow, power: bool) -> str:
     state = gpu["state"]
     if gpu["drain"]:
         state += f" ({gpu['drain']['reason']})"
@@ -85,23 +88,36 @@ def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]
         _time_left(gpu["expires_at"], node.now),
         f"<code>{esc(gpu['lease_id'] or '')}</code>",
     ]
-    return _row(cells, f'class="gpu state-{esc(gpu["state"])}" data-gpu="{esc(gpu["uuid"])}"')
+    return _row(
+        _columns(cells, power),
+        f'class="gpu state-{esc(gpu["state"])}" data-gpu="{esc(gpu["uuid"])}"',
+    )
 
 
-def _part_rows(gpu: dict[str, Any], node: NodeNow) -> list[str]:
+def _part_rows(gpu: dict[str, Any], node: NodeNow, power: bool) -> list[str]:
     """A row for each MIG instance and each memory share, under its GPU."""
     rows = []
     for mig in gpu["instances"]:
         label = node.labels.get(mig["lease_id"]) if mig["lease_id"] else None
-        rows.append(_part(f"MIG {mig['mig_profile']}", mig["state"], mig, label, node.now))
+        cells = _part_cells(f"MIG {mig['mig_profile']}", mig["state"], mig, label, node.now)
+        rows.append(_row(_columns(cells, power), f'class="part state-{esc(mig["state"])}"'))
     for share in gpu["shares"]:
         name = f"share {gib(share['memory_bytes'])}"
-        rows.append(_part(name, "leased", share, node.labels.get(share["lease_id"]), node.now))
+        cells = _part_cells(name, "leased", share, node.labels.get(share["lease_id"]), node.now)
+        rows.append(_row(_columns(cells, power), 'class="part state-leased"'))
     return rows
 
 
-def _part(name: str, state: str, part: dict[str, Any], label: str | None, now: float) -> str:
-    cells = [
+def _columns(cells: list[str], power: bool) -> list[str]:
+    """The cells of a row of the GPUs' table: without the power column where no GPU of
+    the node reports power."""
+    return cells if power else cells[:POWER_COLUMN] + cells[POWER_COLUMN + 1 :]
+
+
+def _part_cells(
+    name: str, state: str, part: dict[str, Any], label: str | None, now: float
+) -> list[str]:
+    return [
         f"&#x2514; {esc(name)}",
         esc(state),
         gib(part.get("memory_total_bytes")) if "memory_total_bytes" in part else "",
@@ -112,15 +128,17 @@ def _part(name: str, state: str, part: dict[str, Any], label: str | None, now: f
         _time_left(part["expires_at"], now),
         f"<code>{esc(part['lease_id'] or '')}</code>",
     ]
-    return _row(cells, f'class="part state-{esc(state)}"')
 
 
 def gpus_html(node: NodeNow, user_name: Callable[[int], str]) -> str:
+    """Every GPU, its MIG instances and shares under it; the power column (draw of cap at
+    the last reading) where any GPU reports power."""
+    power = any(gpu_power_cell(gpu.get("power")) for gpu in node.gpus)
     rows = []
     for gpu in node.gpus:
-        rows.append(_gpu_row(gpu, node, user_name))
-        rows.extend(_part_rows(gpu, node))
-    return _table("gpus", GPU_HEAD, rows, "no GPU on this node")
+        rows.append(_gpu_row(gpu, node, power))
+        rows.extend(_part_rows(gpu, node, power))
+    return _table("gpus", _columns(list(GPU_HEAD), power), rows, "no GPU on this node")
 
 
 def power_html(node: NodeNow) -> str:

@@ -26,28 +26,34 @@ def usage_table(
     kwh: Sequence[Mapping[str, float]],
     price: EnergyPrice | None,
 ) -> str:
-    """Each user's GPU-hours, kWh (`-` where no energy was read) and cost (with a price),
-    the most GPU-hours first, from the charts' figures per day; the kWh are the user's
-    leased and unleased energy, as `usage` counts them (shares and MIG instances
-    estimated)."""
+    """Each user's GPU-hours, kWh and cost (with a price), the most GPU-hours first, from
+    the charts' figures per day; the kWh are the user's leased and unleased energy, as
+    `usage` counts them (shares and MIG instances estimated). No kWh or cost column where
+    no energy was read (`-` for a user without any where others have some)."""
     gpu_hours, energy = _summed(hours), _summed(kwh)
     users = sorted(gpu_hours.keys() | energy.keys(), key=lambda u: (-gpu_hours.get(u, 0.0), u))
     if not users:
         return ""
-    head = ["user", "GPU-hours", "kWh"]
-    if price is not None:
-        head.append(f"cost {price.currency}".strip())
-    rows = []
-    for user in users:
-        used = energy.get(user)
-        cells = [esc(user), f"{gpu_hours.get(user, 0.0):,.1f}"]
-        cells.append("-" if used is None else f"{used:,.2f}")
-        if price is not None:
-            cells.append("-" if used is None else f"{price.cost(used):,.2f}")
-        rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    head = ["user", "GPU-hours"]
+    if energy:
+        head.append("kWh")
+    priced = price if energy else None
+    if priced is not None:
+        head.append(f"cost {priced.currency}".strip())
+    rows = "".join(_row(user, gpu_hours.get(user, 0.0), energy, priced) for user in users)
     th = "".join(f"<th>{esc(h)}</th>" for h in head)
     return (
         f'<figure class="chart usage" id="usage-per-user"><figcaption>{TITLE}</figcaption>'
-        f'<table class="usage"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody>'
+        f'<table class="usage"><thead><tr>{th}</tr></thead><tbody>{rows}</tbody>'
         "</table></figure>"
     )
+
+
+def _row(user: str, hours: float, energy: Mapping[str, float], price: EnergyPrice | None) -> str:
+    cells = [esc(user), f"{hours:,.1f}"]
+    used = energy.get(user)
+    if energy:
+        cells.append("-" if used is None else f"{used:,.2f}")
+    if price is not None:
+        cells.append("-" if used is None else f"{price.cost(used):,.2f}")
+    return "<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
