@@ -120,6 +120,7 @@ def test_first_view_is_the_whole_page(dashboard: tuple[ThreadDaemon, str]) -> No
     status, page = get(url + "/")
     assert status == 200
     assert page.count('class="gpu ') == 4
+    assert "<th>power</th>" not in page  # these GPUs report no power: no column of dashes
     assert "&lt;b&gt;exp-1&lt;/b&gt;" in page and "<b>exp-1" not in page
     assert page.count("<svg") == 4
     assert '<script src="static/dashboard.js"' in page

@@ -260,8 +260,14 @@ class Daemon:
         limiter, on_ports = self._limiters()  # the API socket's; the TCP ports'
         exporter = self._exporter(facade, inventory, on_ports)
         listen = self.config.dashboard_listen
+        price = energy_price(self.config.energy_price_per_kwh, self.config.energy_currency)
         dashboard = DashboardServer(
-            facade, ledger.path, self._clock, listen=listen, handlers=self._handlers(on_ports)
+            facade,
+            ledger.path,
+            self._clock,
+            listen=listen,
+            handlers=self._handlers(on_ports),
+            energy_price=price,
         )
         started_at = self._clock()
         ports = port_report(exporter.port, dashboard.port)
@@ -284,9 +290,7 @@ class Daemon:
             ports=ports,
             ledger_admin=backups,
             config_report=self._config_state.report,
-            energy_price=energy_price(
-                self.config.energy_price_per_kwh, self.config.energy_currency
-            ),
+            energy_price=price,
         )
         socket_path = Path(self.config.socket)
         activated = inherited_api_socket()  # socket activation: systemd owns the path

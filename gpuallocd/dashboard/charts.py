@@ -12,7 +12,9 @@ from gpuallocd.charts import (
 )
 from gpuallocd.charts.svg import colors_by_rank, ranked
 from gpuallocd.dashboard.source import NodeNow, read_charts
+from gpuallocd.dashboard.usage import usage_table
 from gpuallocd.ledger.reader import LedgerReader
+from gpuallocd.model.energy import EnergyPrice
 
 __all__ = ["charts_html"]
 
@@ -24,9 +26,10 @@ def _figure(name: str, svg: str) -> str:
     return f'<figure class="chart" id="chart-{name}">{svg}</figure>'
 
 
-def charts_html(reader: LedgerReader, node: NodeNow) -> str:
+def charts_html(reader: LedgerReader, node: NodeNow, price: EnergyPrice | None = None) -> str:
     """GPU-hours per user per day (7 and 30 days), kWh per user per day (30 days, where
-    energy was read), leases per GPU (24 h), waiting times."""
+    energy was read), leases per GPU (24 h), waiting times, and each user's GPU-hours, kWh
+    and cost (with `price`) over the 30 days."""
     now = node.now
     data = read_charts(reader, now)
     month = daily_bars(data.bounds, data.hours)
@@ -68,5 +71,6 @@ def charts_html(reader: LedgerReader, node: NodeNow) -> str:
                 "waiting",
                 stacked_bars(waits, title=WAIT_TITLE, unit="requests", counts=True, colors=colors),
             ),
+            usage_table(data.hours, data.kwh, price),
         )
     )

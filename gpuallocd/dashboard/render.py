@@ -18,6 +18,7 @@ from gpuallocd.dashboard.source import NodeNow
 from gpuallocd.dashboard.summary import summary_html, unleased_html
 from gpuallocd.dashboard.text import clock_time
 from gpuallocd.ledger.reader import LedgerReader
+from gpuallocd.model.energy import EnergyPrice
 
 __all__ = ["CHARTS_FRESH_SECONDS", "HISTORY_SHOWN", "LIVE_FRESH_SECONDS", "Renderer"]
 
@@ -33,9 +34,16 @@ LIVE_FRESH_SECONDS = 1.0
 class Renderer:
     """The page and its parts, from the node read on the loop and the ledger read here."""
 
-    def __init__(self, reader: LedgerReader, user_name: Callable[[int], str]) -> None:
+    def __init__(
+        self,
+        reader: LedgerReader,
+        user_name: Callable[[int], str],
+        price: EnergyPrice | None = None,
+    ) -> None:
+        """`price`: the site's `energy_price_per_kwh`, for the cost of each user's kWh."""
         self._reader = reader
         self._user_name = user_name
+        self._price = price
         self._charts: tuple[float, dict[str, str]] | None = None  # drawn at, parts
         self._live: tuple[float, object, dict[str, str]] | None = None  # at, node key, parts
 
@@ -77,7 +85,7 @@ class Renderer:
         drawn = self._charts
         if drawn is not None and 0 <= node.now - drawn[0] < CHARTS_FRESH_SECONDS:
             return drawn[1]
-        parts = {"charts": charts_html(self._reader, node)}
+        parts = {"charts": charts_html(self._reader, node, self._price)}
         self._charts = (node.now, parts)
         return parts
 

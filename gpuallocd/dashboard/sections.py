@@ -10,7 +10,7 @@ from gpuallocd.dashboard.source import NodeNow
 from gpuallocd.dashboard.text import clock_time, duration, esc, gib, user_of
 from gpuallocd.model import HistoryEvent
 from gpuallocd.model.actors import rule_of
-from gpuallocd.model.power import power_text
+from gpuallocd.model.power import gpu_power_cell, power_text
 from gpuallocd.model.queue_text import held_for, why_waiting
 
 __all__ = ["gpus_html", "history_html", "queue_html", "reservations_html"]
@@ -20,11 +20,15 @@ GPU_HEAD = (
     "state",
     "memory used",
     "load",
+    "power",  # draw of cap (`120/250 W`), where a GPU reports power
     "holder",
     "label",
     "time left",
     "lease",
 )  # processes without a lease have a section of their own, above (summary.py)
+
+
+POWER_COLUMN = GPU_HEAD.index("power")
 
 
 def _table(css: str, head: Sequence[str], rows: list[str], empty: str) -> str:
@@ -66,7 +70,7 @@ def _preemptible(gpu: dict[str, Any]) -> str:
     return f" (preempted for {preemption['for']}, ends {clock_time(preemption['deadline_at'])})"
 
 
-def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]) -> str:
+def _gpu_row(gpu: dict[str, Any], node: NodeNow, power: bool) -> str:
     state = gpu["state"]
     if gpu["drain"]:
         state += f" ({gpu['drain']['reason']})"
@@ -78,51 +82,85 @@ def _gpu_row(gpu: dict[str, Any], node: NodeNow, user_name: Callable[[int], str]
         esc(state),
         _memory(gpu),
         _load(gpu),
+        esc(gpu_power_cell(gpu.get("power")) or "-"),
         f'<span class="holder">{esc(user_of(gpu["holder"]) + _preemptible(gpu))}</span>',
         f'<span class="label">{esc(gpu["label"])}</span>',
         _time_left(gpu["expires_at"], node.now),
         f"<code>{esc(gpu['lease_id'] or '')}</code>",
     ]
-    return _row(cells, f'class="gpu state-{esc(gpu["state"])}" data-gpu="{esc(gpu["uuid"])}"')
+    return _row(
+        _columns(cells, power),
+        f'class="gpu state-{esc(gpu["state"])}" data-gpu="{esc(gpu["uuid"])}"',
+    )
 
 
-def _part_rows(gpu: dict[str, Any], node: NodeNow) -> list[str]:
+def _part_rows(gpu: dict[str, Any], node: NodeNow, power: bool) -> list[str]:
     """A row for each MIG instance and each memory share, under its GPU."""
     rows = []
     for mig in gpu["instances"]:
         label = node.labels.get(mig["lease_id"]) if mig["lease_id"] else None
-        rows.append(_part(f"MIG {mig['mig_profile']}", mig["state"], mig, label, node.now))
+        cells = _part_cells(f"MIG {mig['mig_profile']}", mig["state"], mig, label, node.now)
+        rows.append(_row(_columns(cells, power), f'class="part state-{esc(mig["state"])}"'))
     for share in gpu["shares"]:
         name = f"share {gib(share['memory_bytes'])}"
-        rows.append(_part(name, "leased", share, node.labels.get(share["lease_id"]), node.now))
+        cells = _part_cells(name, "leased", share, node.labels.get(share["lease_id"]), node.now)
+        rows.append(_row(_columns(cells, power), 'class="part state-leased"'))
     return rows
 
 
-def _part(name: str, state: str, part: dict[str, Any], label: str | None, now: float) -> str:
-    cells = [
+def _columns(cells: list[str], power: bool) -> list[str]:
+    """The cells of a row of the GPUs' table: without the power column where no GPU of
+    the node reports power."""
+    return cells if power else cells[:POWER_COLUMN] + cells[POWER_COLUMN + 1 :]
+
+
+def _part_cells(
+    name: str, state: str, part: dict[str, Any], label: str | None, now: float
+) -> list[str]:
+    return [
         f"&#x2514; {esc(name)}",
         esc(state),
         gib(part.get("memory_total_bytes")) if "memory_total_bytes" in part else "",
+        "",
         "",
         f'<span class="holder">{esc(user_of(part["holder"]))}</span>',
         f'<span class="label">{esc(label)}</span>',
         _time_left(part["expires_at"], now),
         f"<code>{esc(part['lease_id'] or '')}</code>",
     ]
-    return _row(cells, f'class="part state-{esc(state)}"')
 
 
 def gpus_html(node: NodeNow, user_name: Callable[[int], str]) -> str:
+    """Every GPU, its MIG instances and shares under it; the power column (draw of cap at
+    the last reading) where any GPU reports power."""
+    power = any(gpu_power_cell(gpu.get("power")) for gpu in node.gpus)
     rows = []
     for gpu in node.gpus:
-        rows.append(_gpu_row(gpu, node, user_name))
-        rows.extend(_part_rows(gpu, node))
-    return _table("gpus", GPU_HEAD, rows, "no GPU on this node")
+        rows.append(_gpu_row(gpu, node, power))
+        rows.extend(_part_rows(gpu, node, power))
+    return _table("gpus", _columns(list(GPU_HEAD), power), rows, "no GPU on this node")
 
 
 def power_html(node: NodeNow) -> str:
-    """The power line under the GPUs, where they report power (`power_text`)."""
-    return f'<p class="power">{esc(power_text(node.power))}</p>' if node.power else ""
+    """The power line under the GPUs, where they report power (`power_text`); where a power
+    budget is set, a gauge of the watts committed of it before the words."""
+    if not node.power:
+        return ""
+    return f'<p class="power">{_budget_gauge(node.power)}{esc(power_text(node.power))}</p>'
+
+
+def _budget_gauge(power: dict[str, Any]) -> str:
+    """`<meter>` of the committed watts of `power_budget_watts` (the figures `queue` and
+    `doctor` give); nothing without a budget. Past 90 % of it the gauge reads high."""
+    budget = power.get("budget_watts")
+    if not budget:
+        return ""
+    committed = power["committed_watts"]
+    title = f"{committed:,.0f} of {budget:,.0f} W committed"
+    return (
+        f'<meter class="power-budget" min="0" max="{budget:.0f}" high="{budget * 0.9:.0f}" '
+        f'optimum="0" value="{committed:.0f}" title="{esc(title)}">{esc(title)}</meter> '
+    )
 
 
 def queue_html(node: NodeNow) -> str:

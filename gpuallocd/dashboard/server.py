@@ -29,6 +29,7 @@ from gpuallocd.dashboard.render import Renderer
 from gpuallocd.dashboard.source import NodeNow, read_node
 from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger.reader import LedgerReader
+from gpuallocd.model.energy import EnergyPrice
 
 __all__ = ["DashboardServer"]
 
@@ -86,11 +87,13 @@ class DashboardServer:
         *,
         listen: str | None,
         handlers: Handlers | None = None,
+        energy_price: EnergyPrice | None = None,
     ) -> None:
         """ConfigError at once when `listen` is not a HOST:PORT the dashboard may use; with
         no `listen`, start and stop do nothing. `handlers` makes the port's connection
         handlers (the daemon gives the API's: counted per peer and in the descriptor budget,
-        closed when idle); aiohttp's own by default."""
+        closed when idle); aiohttp's own by default. `energy_price`: the site's price of a kWh,
+        for the cost beside each user's kWh."""
         self._handlers = handlers
         self._address = (
             parse_host_port(listen, "dashboard_listen", allow_wildcard=False) if listen else None
@@ -98,7 +101,7 @@ class DashboardServer:
         self._facade = facade
         self._clock = clock
         self._reader = LedgerReader(ledger_path)
-        self._renderer = Renderer(self._reader, user_name)
+        self._renderer = Renderer(self._reader, user_name, energy_price)
         # One thread, started at the first page load; its reads never meet the allocator's.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard")
         self._admission = FairAdmission(

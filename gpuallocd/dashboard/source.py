@@ -63,10 +63,16 @@ async def read_node(facade: AllocatorFacade, clock: Callable[[], float]) -> Node
     queue = await facade.waiters()
     reservations = await facade.scheduling.reservations()
     power = await facade.power.status()
+    read = facade.power.gpu_power()  # the last reading's, as `GET /v1/gpus`: no driver call
     return NodeNow(
         now=clock(),
         name=facade.topology.name,
-        gpus=[status.to_json() | facade.preemption.marks(status.lease) for status in statuses],
+        gpus=[
+            status.to_json()
+            | facade.preemption.marks(status.lease)
+            | {"power": read.get(status.gpu.uuid)}
+            for status in statuses
+        ],
         labels={lease.id: lease.label for lease in leases},
         queue=queue,
         reservations=reservations,
