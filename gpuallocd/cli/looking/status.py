@@ -170,7 +170,13 @@ def render_status(
         for g in sorted(gpus, key=lambda g: g["index"])
         for row in (_row(g, now, verbose), *_part_rows(g, now, verbose))
     ]
-    headers, rows = (HEADERS, rows) if width is None else fit_columns(HEADERS, rows, width)
+    headers: tuple[str, ...] = HEADERS
+    if not any(g.get("power") for g in gpus):  # no GPU reports power: no column of dashes
+        power = HEADERS.index("POWER")
+        headers = HEADERS[:power] + HEADERS[power + 1 :]
+        rows = [row[:power] + row[power + 1 :] for row in rows]
+    if width is not None:
+        headers, rows = fit_columns(headers, rows, width)
     table = render_table(headers, rows, colour=colour, width=width)
     summary = _summary(gpus, waiters)
     notes = [escape_unprintable(u["message"]) for g in gpus for u in g.get("unleased", [])]
