@@ -1,18 +1,14 @@
-"""The façade's part for power caps (power/caps.py): the cap a request gets, putting back at
-start what a stopped daemon left capped, and setting caps again after a driver reload; the
-power budget's figures (power/budget.py)."""
+"""The façade's part for power caps (power/caps.py): putting back at start what a stopped
+daemon left capped, and setting caps again after a driver reload; the power budget's figures
+(power/budget.py). The cap a request gets is resolved at its grant (site/request_bounds.py)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.specs import AllocateSpec
-from gpuallocd.allocator.power.caps import resolve_cap
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import Caller
 
 __all__ = ["PowerDesk"]
 
@@ -20,30 +16,10 @@ __all__ = ["PowerDesk"]
 class PowerDesk:
     """Power caps through the serial worker."""
 
-    def __init__(
-        self,
-        lifecycle: LeaseLifecycle,
-        ledger: Ledger,
-        worker: SerialWorker,
-        site_default_watts: float | None = None,
-    ) -> None:
+    def __init__(self, lifecycle: LeaseLifecycle, ledger: Ledger, worker: SerialWorker) -> None:
         self._lifecycle = lifecycle
         self._ledger = ledger
         self._worker = worker
-        self.site_default_watts = site_default_watts
-
-    def resolved(self, caller: Caller, spec: AllocateSpec) -> AllocateSpec:
-        """The request with the cap it gets (QuotaExceeded above the user's maximum)."""
-        applied = self._lifecycle.quota.applied(caller)
-        name = "max_power_limit_watts"
-        cap = resolve_cap(
-            spec.power_limit_watts,
-            self.site_default_watts,
-            applied.value(name),
-            caller.user,
-            applied.sources[name],
-        )
-        return replace(spec, power_limit_watts=cap)
 
     async def start(self) -> None:
         """Put back what a stopped daemon left capped; set the caps of active leases again."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuallocd.errors import GpuallocError, GpusUnavailable
@@ -56,6 +56,15 @@ def unleased_words(
     more = len(ranked) - len(named)
     rest = f", and {more} more user(s)" if more else ""
     return f"{total / 1000:,.0f} W drawn without a lease: {each}{rest}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Over:
+    """A lease that does not fit the budget: what is committed, and what it would add."""
+
+    committed_mw: int
+    new_gpus: int
+    wanted_mw: int
 
 
 class PowerBudget:
@@ -136,7 +145,31 @@ class PowerBudget:
     ) -> Lease:
         """The lease if it fits the budget, or with a lower cap (`cap`); else GpusUnavailable,
         which keeps a waiting request in the queue. `drawers` says who used each GPU at the last
-        sample, asked only to name them in the reason."""
+        sample, asked only to name them in the reason. Why it did not fit is kept for the
+        queue (`note`)."""
+        found = self._fitting(active, lease, caps)
+        if isinstance(found, Lease):
+            self.note = None
+            return found
+        self.note, refusal = self._refusal(found, active, caps, drawers)
+        raise refusal
+
+    def check(
+        self,
+        active: Collection[Lease],
+        lease: Lease,
+        caps: Mapping[str, PowerCap],
+        drawers: Callable[[], Drawers] | None = None,
+    ) -> Lease:
+        """As `fitted`, remembering nothing (the preview's)."""
+        found = self._fitting(active, lease, caps)
+        if isinstance(found, Lease):
+            return found
+        raise self._refusal(found, active, caps, drawers)[1]
+
+    def _fitting(
+        self, active: Collection[Lease], lease: Lease, caps: Mapping[str, PowerCap]
+    ) -> Lease | _Over:
         if self.budget_mw is None:
             return lease
         leased = {unit.gpu_uuid for held in active for unit in held.gpus}
@@ -147,22 +180,31 @@ class PowerBudget:
         base = committed - sum(self._committed_of(uuid, False, caps) for uuid in new)
         wanted = [self._wanted(uuid, lease.power_limit_watts) for uuid in new]
         if base + sum(wanted) <= self.budget_mw:
-            self.note = None
             return lease
         per_gpu = (self.budget_mw - base) // len(new)
         whole = all(unit.kind is UnitKind.WHOLE for unit in lease.gpus)  # caps set whole GPUs
         if self.fit == "cap" and whole and self._capable(new, per_gpu):
-            self.note = None
             return replace(lease, power_limit_watts=math.floor(per_gpu / 1000))
+        return _Over(committed, len(new), sum(wanted))
+
+    def _refusal(
+        self,
+        over: _Over,
+        active: Collection[Lease],
+        caps: Mapping[str, PowerCap],
+        drawers: Callable[[], Drawers] | None,
+    ) -> tuple[str, GpusUnavailable]:
+        """Why the lease does not fit (the queue's note), and the refusal that says so."""
         made_of = self.committed_words(active, caps, {} if drawers is None else drawers())
-        self.note = (
-            f"power: {committed / 1000:,.0f} of {self.budget_mw / 1000:,.0f} W committed"
-            + (f": {made_of}" if made_of else "")
+        budget = (self.budget_mw or 0) / 1000
+        note = f"power: {over.committed_mw / 1000:,.0f} of {budget:,.0f} W committed" + (
+            f": {made_of}" if made_of else ""
         )
-        raise GpusUnavailable(
-            f"{self.note}; {len(new)} more GPU(s) would commit {sum(wanted) / 1000:,.0f} W",
-            count=len(new),
+        refusal = GpusUnavailable(
+            f"{note}; {over.new_gpus} more GPU(s) would commit {over.wanted_mw / 1000:,.0f} W",
+            count=over.new_gpus,
         )
+        return note, refusal
 
     def _wanted(self, uuid: str, cap_watts: float | None) -> int:
         reading = self.readings.get(uuid)

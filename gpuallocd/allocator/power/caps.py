@@ -1,27 +1,28 @@
 """Power caps of leases: each leased GPU's power limit set for the lease, put back at its end.
 
-A lease may ask for a cap (`power_limit_watts`; the site's `lease_power_limit_watts` where it
-asks none; never above the user's `max_power_limit_watts`), kept within each card's
-constraints. At the grant, in its transaction, the ledger records per GPU the cap and the
-limit to put back (`power_caps`); once the grant is committed the cap is set. At the end the
-previous limit is put back once the end is committed, and the record is deleted in the next
-transaction; a daemon killed in between finds the record at its start and puts the limit back
-then. A driver reload puts every card's default back: the timer sets the caps again. Whole
-GPUs only: a share's or a MIG instance's GPU is others' too, and is never capped.
+A lease's cap in watts is resolved at its grant with its other bounds
+(`allocator/site/request_bounds.py`); here it is kept within each card's constraints. At the
+grant, in its transaction, the ledger records per GPU the cap and the limit to put back
+(`power_caps`); once the grant is committed the cap is set. At the end the previous limit is
+put back once the end is committed, and the record is deleted in the next transaction; a
+daemon killed in between finds the record at its start and puts the limit back then. A driver
+reload puts every card's default back: the timer sets the caps again. Whole GPUs only: a
+share's or a MIG instance's GPU is others' too, and is never capped.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
-from gpuallocd.errors import GpuallocError, QuotaExceeded
+from gpuallocd.errors import GpuallocError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Lease, PowerReading, UnitKind
 from gpuallocd.model.power import PowerCap as Cap
 
-__all__ = ["PowerCaps", "PowerControl", "resolve_cap"]
+__all__ = ["CardCap", "PowerCaps", "PowerControl", "card_caps"]
 
 log = logging.getLogger(__name__)
 
@@ -34,35 +35,33 @@ class PowerControl(Protocol):
     def set_power_limit(self, uuid: str, limit_mw: int) -> None: ...
 
 
-def resolve_cap(
-    requested: float | None,
-    site_default: float | None,
-    user_max: float | None,
-    user: str,
-    source: str,
-) -> float | None:
-    """The cap a request gets: asked for (refused above the user's maximum), else the site's
-    default, never above the user's maximum; None: no cap."""
-    if requested is not None and user_max is not None and requested > user_max:
-        raise QuotaExceeded(
-            f"a power limit of {requested:g} W: max_power_limit_watts = {user_max:g} for "
-            f"{user} ({source})",
-            limit="max_power_limit_watts",
-            value=user_max,
-            current=requested,
-        )
-    wanted = site_default if requested is None else requested
-    if user_max is not None:
-        wanted = user_max if wanted is None else min(wanted, user_max)
-    return wanted
+@dataclass(frozen=True, slots=True)
+class CardCap:
+    """A whole GPU's cap for a lease: in mW within its card's range, whether the range moved
+    it from what the lease asked, and the limit it replaces."""
+
+    uuid: str
+    limit_mw: int
+    clamped: bool
+    previous_mw: int
 
 
-def _within(reading: PowerReading, watts: float) -> int | None:
-    """The cap in mW kept within the card's constraints; None where the card has none."""
-    low, high = reading.min_limit_mw, reading.max_limit_mw
-    if low is None or high is None or reading.limit_mw is None:
-        return None
-    return max(low, min(high, round(watts * 1000)))
+def card_caps(lease: Lease, readings: Mapping[str, PowerReading]) -> list[CardCap]:
+    """The cap each whole GPU of `lease` gets from its card's `readings`: none without a cap,
+    nor on a card that reports no range."""
+    if lease.power_limit_watts is None:
+        return []
+    asked = round(lease.power_limit_watts * 1000)
+    caps = []
+    for unit in lease.gpus:
+        reading = readings.get(unit.uuid) if unit.kind is UnitKind.WHOLE else None
+        if reading is None or reading.limit_mw is None:
+            continue
+        low, high = reading.min_limit_mw, reading.max_limit_mw
+        if low is not None and high is not None:
+            limit = max(low, min(high, asked))
+            caps.append(CardCap(unit.uuid, limit, limit != asked, reading.limit_mw))
+    return caps
 
 
 class PowerCaps:
@@ -81,15 +80,17 @@ class PowerCaps:
             return
         whole = [u.uuid for u in lease.gpus if u.kind is UnitKind.WHOLE]
         readings = self._control.power(whole) if whole else {}
-        caps = []
-        for uuid in whole:
-            reading = readings.get(uuid)
-            limit = None if reading is None else _within(reading, lease.power_limit_watts)
-            if reading is not None and reading.limit_mw is not None and limit is not None:
-                caps.append(Cap(uuid, lease.id, limit, reading.limit_mw))
+        caps = [
+            Cap(c.uuid, lease.id, c.limit_mw, c.previous_mw) for c in card_caps(lease, readings)
+        ]
         if caps:
             ledger.record_caps(caps)
             self._to_set[lease.id] = caps
+
+    def planned(self, lease: Lease, readings: Mapping[str, PowerReading]) -> list[CardCap]:
+        """The caps a grant of `lease` would set, from readings already taken (the preview's:
+        no driver call); none where nothing sets caps here."""
+        return [] if self._control is None else card_caps(lease, readings)
 
     def ending(self, ledger: Ledger, leases: Iterable[Lease]) -> None:
         """Leases are ending (in their transaction): their caps are put back once committed."""

@@ -58,6 +58,10 @@ class LeaseHardware:
         self.caps.granted(ledger, lease)
         return lease
 
+    def fits(self, active: Collection[Lease], lease: Lease) -> Lease:
+        """As `granted` would have it, recording nothing and reading no driver (a preview)."""
+        return self.budget.check(active, lease, self.caps.in_force, self.drawers)
+
     def ending(
         self, ledger: Ledger, active: Collection[Lease], leases: Sequence[Lease], at: float
     ) -> None:
