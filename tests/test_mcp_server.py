@@ -266,7 +266,7 @@ def test_preview_says_where_now_or_when_and_why_not_sooner(
             return fits, waits
 
     fits, waits = anyio.run(main)
-    assert fits["now"]["gpus"] == [3] and fits["quota"] is None
+    assert fits["now"]["gpus"] == [3] and fits["outcome"] == "granted"
     assert waits["now"] is None and waits["why_not_now"]["code"] == "gpus_unavailable"
     assert 590 <= waits["estimated_start_in_seconds"] <= 600
     assert [(w["gpu"], w["label"]) for w in waits["waiting_for"]] == [(0, "sweep")]

@@ -25,6 +25,7 @@ __all__ = [
     "CliError",
     "GuardedGroup",
     "as_cli_error",
+    "refusal_exit_code",
 ]
 
 EXIT_ERROR = 1  # any other error
@@ -80,6 +81,12 @@ def _exit_code(code: str, caller_error: bool) -> int:
     if code in _EXIT_BY_CODE:
         return _EXIT_BY_CODE[code]
     return EXIT_USAGE if caller_error else EXIT_ERROR
+
+
+def refusal_exit_code(refusal: dict[str, Any]) -> int:
+    """The exit code of the command whose request the daemon would refuse so (a preview's
+    `refusal`): the one the refused request itself exits with."""
+    return _exit_code(str(refusal["code"]), 400 <= int(refusal.get("status", 500)) < 500)
 
 
 def as_cli_error(exc: BaseException) -> CliError | None:

@@ -31,7 +31,7 @@ class WouldWait:
 
     position: int
     info: WaitInfo
-    waiting_for: Sequence[GpuStatus] = ()
+    waiting_for: Sequence[Sequence[GpuStatus]] = ()  # by lease
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,17 +40,17 @@ class WouldWait:
             "reason": self.info.reason,
             "reason_detail": self.info.detail,
             "estimated_start_at": self.info.estimated_start_at,
-            "waiting_for": [_held(status) for status in self.waiting_for],
+            "waiting_for": [_held(statuses) for statuses in self.waiting_for],
         }
 
 
-def _held(status: GpuStatus) -> dict[str, Any]:
-    """A lease waited for, as `status` shows its GPU to anyone: the holder, label and end."""
-    lease = status.lease
+def _held(statuses: Sequence[GpuStatus]) -> dict[str, Any]:
+    """A lease waited for, as `status` shows it to anyone: its GPUs the request could use,
+    its holder, label and end."""
+    lease = statuses[0].lease
     assert lease is not None  # waited_for keeps leased GPUs only
     return {
-        "uuid": status.gpu.uuid,
-        "index": status.gpu.index,
+        "gpus": [{"uuid": s.gpu.uuid, "index": s.gpu.index} for s in statuses],
         "holder": {"uid": lease.owner_uid, "user": lease.owner_name},
         "label": lease.label,
         "expires_at": lease.expires_at,
@@ -120,11 +120,19 @@ def _refusal(error: GpuallocError) -> dict[str, Any]:
 
 def waited_for(
     statuses: Sequence[GpuStatus], pool: frozenset[str], start: float | None
-) -> list[GpuStatus]:
-    """The leased GPUs of `pool` whose leases end by `start` (the estimated start), soonest
-    first: what the request would wait for (none without an estimate)."""
+) -> list[list[GpuStatus]]:
+    """The leases on GPUs of `pool` that end by `start` (the estimated start), soonest first,
+    each with its GPUs of the pool: what the request would wait for (none without an
+    estimate)."""
     if start is None:
         return []
-    found = [s for s in statuses if s.lease is not None and s.gpu.uuid in pool]
-    ended = [s for s in found if s.lease is not None and s.lease.expires_at <= start]
-    return sorted(ended, key=lambda s: (s.lease.expires_at if s.lease else 0.0, s.gpu.index))
+    by_lease: dict[str, list[GpuStatus]] = {}
+    for status in sorted(statuses, key=lambda s: s.gpu.index):
+        lease = status.lease
+        if lease is not None and status.gpu.uuid in pool and lease.expires_at <= start:
+            by_lease.setdefault(lease.id, []).append(status)
+    return sorted(by_lease.values(), key=lambda held: _end(held[0]))
+
+
+def _end(status: GpuStatus) -> float:
+    return 0.0 if status.lease is None else status.lease.expires_at

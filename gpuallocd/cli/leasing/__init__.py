@@ -1,6 +1,7 @@
 """Leasing commands: take GPUs, run on them, give them back (docs/cli.md, "Leasing").
 
 leases.py        leases, allocate, renew, free, revoke
+dry_run.py       allocate --dry-run: what the daemon would do with the request now
 run.py           run, shell: a lease for one command
 revoke_watch.py  run hears its own revoke and stops its command
 preempted.py     run --preemptible and --requeue: the preemption file, the supervisor
