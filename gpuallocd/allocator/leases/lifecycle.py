@@ -266,7 +266,8 @@ class LeaseLifecycle:
         """The lease a grant of `spec` would record now, or the error that would refuse it:
         the grant's own checks and choice (`_decide`, then the power budget), with nothing
         written. A lease past its end counts as ended, as the grant's expiry would make it;
-        the lease returned is never recorded (its id means nothing)."""
+        the lease returned is never recorded (its id means nothing). Over the power budget:
+        OverBudget (`power/budget.py`), with the refusal and the queue's note."""
         retried = self._retried(caller, spec)
         if retried is not None and not self._deadlines.passed(retried):
             return retried

@@ -23,7 +23,7 @@ from gpuallocd.model import Lease, PowerReading, UnitKind
 from gpuallocd.model.power import PowerCap
 from gpuallocd.text import escape_unprintable
 
-__all__ = ["FITS", "Drawers", "PowerBudget", "unleased_words"]
+__all__ = ["FITS", "Drawers", "OverBudget", "PowerBudget", "unleased_words"]
 
 FITS = ("wait", "cap")
 NAMED = 3  # users named in a refusal; the others counted
@@ -56,6 +56,16 @@ def unleased_words(
     more = len(ranked) - len(named)
     rest = f", and {more} more user(s)" if more else ""
     return f"{total / 1000:,.0f} W drawn without a lease: {each}{rest}"
+
+
+class OverBudget(Exception):
+    """A preview's lease over the budget: the refusal its grant would get, and the note the
+    queue would show its waiter (never on the wire: the refusal is)."""
+
+    def __init__(self, note: str, refusal: GpusUnavailable) -> None:
+        super().__init__(refusal.message)
+        self.note = note
+        self.refusal = refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,11 +171,11 @@ class PowerBudget:
         caps: Mapping[str, PowerCap],
         drawers: Callable[[], Drawers] | None = None,
     ) -> Lease:
-        """As `fitted`, remembering nothing (the preview's)."""
+        """As `fitted`, remembering nothing (the preview's): OverBudget where it does not fit."""
         found = self._fitting(active, lease, caps)
         if isinstance(found, Lease):
             return found
-        raise self._refusal(found, active, caps, drawers)[1]
+        raise OverBudget(*self._refusal(found, active, caps, drawers))
 
     def _fitting(
         self, active: Collection[Lease], lease: Lease, caps: Mapping[str, PowerCap]

@@ -59,7 +59,8 @@ class LeaseHardware:
         return lease
 
     def fits(self, active: Collection[Lease], lease: Lease) -> Lease:
-        """As `granted` would have it, recording nothing and reading no driver (a preview)."""
+        """As `granted` would have it, recording nothing and reading no driver (a preview);
+        OverBudget (budget.py) where it does not fit the power budget."""
         return self.budget.check(active, lease, self.caps.in_force, self.drawers)
 
     def ending(

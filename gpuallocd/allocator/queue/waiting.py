@@ -19,6 +19,7 @@ from typing import Any
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.node_view import GpuStatus, Hold
 from gpuallocd.allocator.leases.specs import AllocateSpec
+from gpuallocd.allocator.power.budget import OverBudget
 from gpuallocd.allocator.queue.index import WaiterIndex
 from gpuallocd.allocator.queue.order import QueueOrder
 from gpuallocd.allocator.queue.preview import Preview, WouldWait, waited_for
@@ -91,9 +92,13 @@ class WaitQueue:
         ]
 
     def _described(
-        self, waiters: Sequence[Waiter], statuses: Sequence[GpuStatus]
+        self,
+        waiters: Sequence[Waiter],
+        statuses: Sequence[GpuStatus],
+        power_note: str | None = None,
     ) -> list[WaitInfo]:
-        """Why each waiter waits and its estimated start, in queue order (view.py)."""
+        """Why each waiter waits and its estimated start, in queue order (view.py);
+        `power_note`: why a preview's lease does not fit the power budget."""
         now = self._clock()
         return describe_waiters(
             waiters,
@@ -104,7 +109,7 @@ class WaitQueue:
             held_until=self._lifecycle.reservations.held_until(
                 now, self._lifecycle.ttl_of(AllocateSpec())
             ),
-            power_note=self._lifecycle.hardware.budget.note,
+            power_note=power_note or self._lifecycle.hardware.budget.note,
         )
 
     def holds(self) -> dict[str, Hold]:
@@ -226,10 +231,14 @@ class WaitQueue:
         the checks a wait meets and the waiter it would be (preview.py)."""
         policy = self._lifecycle.policy_of(spec)
         reserved = self._claimed_for(caller, spec, self._arrivals)
+        power_note = None
         try:
             lease = self._lifecycle.preview(caller, spec, reserved=reserved)
+        except OverBudget as over:
+            refusal: GpuallocError | None = over.refusal
+            power_note = over.note
         except CapacityError as exc:
-            refusal: GpuallocError | None = exc
+            refusal = exc
         except CallerError as exc:
             return Preview(policy, wait, refusal=exc)
         else:
@@ -244,9 +253,10 @@ class WaitQueue:
             except CallerError as exc:
                 return Preview(policy, wait, refusal=exc)
             refusal = None
-        return Preview(policy, wait, refusal=refusal, would_wait=self._would_wait(caller, spec))
+        would_wait = self._would_wait(caller, spec, power_note)
+        return Preview(policy, wait, refusal=refusal, would_wait=would_wait)
 
-    def _would_wait(self, caller: Caller, spec: AllocateSpec) -> WouldWait:
+    def _would_wait(self, caller: Caller, spec: AllocateSpec, power_note: str | None) -> WouldWait:
         """The waiter the request would be, placed and estimated as `queue` shows waiters."""
         future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
         seq = self._arrivals + 1
@@ -255,7 +265,7 @@ class WaitQueue:
         waiters = [waiter for waiter, _ in self._arranged([*self._index, ghost])]
         position = waiters.index(ghost) + 1
         statuses = self._lifecycle.unexpired_statuses()
-        info = self._described(waiters, statuses)[position - 1]
+        info = self._described(waiters, statuses, power_note)[position - 1]
         pool = self._lifecycle.node.usable_gpus(spec)
         return WouldWait(position, info, waited_for(statuses, pool, info.estimated_start_at))
 
