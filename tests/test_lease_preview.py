@@ -13,10 +13,20 @@ from typing import Any
 import pytest
 from gpulease import Client, GpuallocError, InvalidRequest
 
+from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.specs import AllocateSpec
+from gpuallocd.allocator.site.limits import Limits, LimitsTable
+from gpuallocd.allocator.site.rules import SiteRules
+from gpuallocd.inventory import open_inventory
+from gpuallocd.ledger import Ledger
+from gpuallocd.model import Caller
 from tests.harness import DaemonPaths, HandClock, ThreadDaemon, ctl_argv
+from tests.ledger_history import INVENTORY as LEDGER_INVENTORY
+from tests.ledger_history import held, open_ledger
 from tests.rules_harness import daemon_with_config
 from tests.system_users import SystemUsers, open_to_everyone
 from tests.test_energy_leases import Machine, ctl_json
+from tests.test_running_totals import DAY, START, driver_of
 
 DGX1 = "example:dgx1-volta"
 
@@ -338,3 +348,43 @@ def test_allocate_dry_run_says_what_would_happen_and_exits_as_allocate_would(
     assert too_long.returncode == ctl("allocate", "-n", "1", "--ttl", "30d").returncode == 2
     with daemon.client() as client:
         assert len(client.leases()) == 1
+
+
+def _preview_steps(lifecycle: LeaseLifecycle, ledger: Ledger, caller: Caller) -> int:
+    """SQLite's virtual-machine steps of one preview of a GPU for `caller`."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    db = driver_of(ledger)
+    db.set_progress_handler(count, 1)
+    try:
+        assert lifecycle.preview(caller, AllocateSpec(count=1)).gpus
+    finally:
+        db.set_progress_handler(None, 1)
+    return steps
+
+
+def test_a_preview_does_the_same_work_whatever_the_history(tmp_path: Path) -> None:
+    """A user under budgets with 100 or 4,000 leases in the month: the preview's SQLite
+    work (its budget read included) is the same, as a grant's is; it reads no history."""
+    table = LimitsTable(default=Limits(max_gpu_hours_per_day=1e6, max_gpu_hours_per_month=1e6))
+    counted = []
+    for size in (100, 4000):
+        ledger, gpus = open_ledger(tmp_path / f"{size}.sqlite3")
+        step = 29 * DAY / size
+        with ledger.unit_of_work():
+            for n in range(size):
+                held(ledger, gpus, 7, START + n * step, START + n * step + 30.0, first=n % 16)
+        topology = open_inventory(LEDGER_INVENTORY).topology()
+        now = START + 30 * DAY
+        lifecycle = LeaseLifecycle(
+            ledger, topology, clock=lambda now=now: now, rules=SiteRules(limits=table)
+        )
+        counted.append(_preview_steps(lifecycle, ledger, Caller(7, 7, 1, "u7")))
+        ledger.close()
+    small, large = counted
+    assert 0 < large <= small * 1.1 + 50, counted
