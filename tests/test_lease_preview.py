@@ -141,6 +141,11 @@ def test_a_preview_writes_nothing(start_daemon: Callable[..., ThreadDaemon]) -> 
             {"count": 1, "preemptible": True},
             "quota_exceeded",
         ),
+        (
+            "[limits]\nmax_waiting = 0\n",
+            {"count": 3, "wait": True, "timeout": 5},
+            "quota_exceeded",
+        ),
         ("", {"count": 1, "ttl": 10**9}, "invalid_request"),
         ("", {"count": 5}, "count_exceeds_node"),
         ("", {"gpus": [0]}, "gpu_busy"),
@@ -190,10 +195,15 @@ def test_a_drained_gpu_and_a_budget_refuse_the_preview_as_the_allocate(paths: Da
 
 @pytest.fixture
 def budgeted(system_users: SystemUsers, short_dir: Path, paths: DaemonPaths) -> Iterator[Machine]:
-    """The recorded DGX-1, idle, under a power budget of 1,000 W (`power_fit = "wait"`)."""
+    """The recorded DGX-1, idle, under a power budget of 1,000 W (`power_fit = "wait"`); its
+    power read at the start only (the timers' hour is never reached in a test)."""
     open_to_everyone(short_dir)
     machine = Machine(
-        paths, energy_interval_seconds=0.05, power_budget_watts=1000, power_fit="wait"
+        paths,
+        energy_interval_seconds=3600,
+        sample_interval_seconds=3600,
+        power_budget_watts=1000,
+        power_fit="wait",
     )
     for uuid in machine.fake.uuids():
         machine.fake.set_utilization(uuid, 0)
@@ -201,6 +211,11 @@ def budgeted(system_users: SystemUsers, short_dir: Path, paths: DaemonPaths) -> 
     machine.daemon.start()
     yield machine
     machine.daemon.stop()
+
+
+def power_calls(machine: Machine) -> dict[str, int]:
+    """The NVML power calls made so far (reads of draw and limits, caps set)."""
+    return {name: n for name, n in machine.fake.calls.items() if "Power" in name}
 
 
 def test_the_power_budget_refuses_the_preview_as_the_allocate_and_no_driver_is_called(
@@ -211,10 +226,10 @@ def test_the_power_budget_refuses_the_preview_as_the_allocate_and_no_driver_is_c
     preview calls the driver."""
     ctl_json(system_users, "alice", budgeted, "allocate", "-n", "2")
     with budgeted.daemon.client() as client:
-        calls = sum(budgeted.fake.calls.values())
+        calls = power_calls(budgeted)
         found = client.preview(1)
         capped = client.preview(1, power_limit_watts=100)
-        assert sum(budgeted.fake.calls.values()) == calls
+        assert power_calls(budgeted) == calls
         assert found["refusal"]["code"] == "gpus_unavailable"
         assert found["refusal"]["message"].startswith("power: 858 of 1,000 W committed")
         assert found["would_wait"]["reason"] == "Power"
@@ -225,6 +240,9 @@ def test_the_power_budget_refuses_the_preview_as_the_allocate_and_no_driver_is_c
         (cap,) = capped["power_caps"]
         assert cap["index"] == capped["gpus"][0]["index"]
         assert cap["limit_mw"] >= 100_000 and cap["clamped"] == (cap["limit_mw"] != 100_000)
+        granted = client.allocate(1, power_limit_watts=100)  # the grant reads the cards
+        assert list(granted.uuids) == [g["uuid"] for g in capped["gpus"]]
+        assert power_calls(budgeted) != calls
 
 
 def test_a_preview_that_does_not_fit_gets_the_queues_own_estimate(
@@ -284,13 +302,20 @@ def test_bobs_preview_shows_no_more_than_status_and_allocate_show_him(
     system_users: SystemUsers, short_dir: Path, start_daemon: Callable[..., ThreadDaemon]
 ) -> None:
     """bob's preview names alice's lease as `status` shows it to him (holder, label, end; no
-    pid, no lease id); her request id and her preempted lease are not his to reach."""
+    pid, no lease id); her lease is not his to requeue; a wait behind his own lease is
+    refused by the preview as by the allocate."""
     open_to_everyone(short_dir)
     daemon = start_daemon(default_policy="simple")
     socket = daemon.paths.socket
     alice = ctl_json_at(system_users, "alice", socket, "allocate", "--gpu", "0", "--label", "a")
     with daemon.client() as root:
-        root.allocate_specific([1, 2, 3], ttl=60)
+        root.allocate_specific([2, 3], ttl=60)
+    ctl_json_at(system_users, "bob", socket, "allocate", "--gpu", "1")
+    endless = ("allocate", "--gpu", "1", "--wait", "--timeout", "5")
+    dry = system_users.ctl("bob", socket, *endless, "--dry-run")
+    real = system_users.ctl("bob", socket, *endless)
+    assert "[would_wait_forever]" in dry.stdout and "[would_wait_forever]" in real.stderr
+    assert dry.returncode == real.returncode == 2
     found = ctl_json_at(
         system_users, "bob", socket, "allocate", "--gpu", "0", "--dry-run", "--wait"
     )
