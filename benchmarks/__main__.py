@@ -30,6 +30,7 @@ from benchmarks.membership import membership_rows
 from benchmarks.notices import notice_rows
 from benchmarks.policies import policy_rows
 from benchmarks.preemption import preemption_rows
+from benchmarks.preview import preview_rows
 from benchmarks.process_tracking import process_tracking_rows
 from benchmarks.reads import read_rows
 from benchmarks.soak import soak_rows
@@ -200,6 +201,7 @@ def main() -> None:
         rows += energy_rows(root)
         rows += waiter_rows(root / "waiters")
     rows += ledger_pair_rows() + budget_rows() + history_rows()  # benchmarks/totals.py
+    rows += preview_rows()  # benchmarks/preview.py
     rows += process_tracking_rows()
     rows += notice_rows()
     rows += membership_rows()  # BENCH_CHILDREN, BENCH_MODES

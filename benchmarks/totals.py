@@ -42,7 +42,7 @@ from gpuallocd.inventory import open_inventory
 from gpuallocd.ledger import Ledger, LedgerReader
 from gpuallocd.model import Lease, LeasedGpu, LeaseState
 
-__all__ = ["budget_rows", "history_rows", "ledger_pair_rows", "seed_month"]
+__all__ = ["budget_rows", "configured_daemon", "history_rows", "ledger_pair_rows", "seed_month"]
 
 Row = tuple[str, str, str, str]
 
@@ -115,7 +115,9 @@ def seed_month(state_dir: Path, count: int, owners: list[tuple[int, str]], now: 
 
 
 @contextlib.contextmanager
-def _daemon(root: Path, config: str, environment: dict[str, str] | None = None) -> Iterator[Path]:
+def configured_daemon(
+    root: Path, config: str, environment: dict[str, str] | None = None
+) -> Iterator[Path]:
     """A daemon on `root` with `config` as its config file; its socket."""
     socket = root / "gpuallocd.sock"
     config_file = root / "gpuallocd.toml"
@@ -169,7 +171,7 @@ def _budget_round(size: int, seconds: float) -> tuple[BenchResult, float]:
         root.chmod(0o755)
         seed_month(root / "state", size, [(budgeted.pw_uid, BUDGETED)], now)
         config = f"[limits.user.{BUDGETED}]\nmax_gpu_hours_per_month = 1000000\n"
-        with _daemon(root, config) as socket:
+        with configured_daemon(root, config) as socket:
             run_bench(str(socket), clients=1, seconds=1.0)  # warm up
             fork = multiprocessing.get_context("fork")
             out = fork.Queue()
@@ -268,7 +270,7 @@ def _history_round(size: int, repeats: int) -> tuple[float, float, float]:
         seed_month(root / "state", size, owners, now)
         port = _free_port()
         environment = {"GPUALLOCD_DASHBOARD_LISTEN": f"127.0.0.1:{port}"}
-        with _daemon(root, "", environment) as socket:
+        with configured_daemon(root, "", environment) as socket:
             page = _page_ms(f"http://127.0.0.1:{port}/")
             usage = statistics.median(_usage_ms(socket, now) for _ in range(repeats))
         path = root / "state" / "ledger.sqlite3"

@@ -550,3 +550,63 @@ def test_a_waiter_and_a_held_gpu_are_worded_in_one_place() -> None:
         and (node.value in ("held for ", " (queue ") or str(node.value).endswith("queued "))
     )
     assert offenders == []
+
+
+# What bounds a request (its TTL, its power cap, its preemption terms) is resolved once, at
+# the grant, in allocator/site/request_bounds.py with the pure rules it composes.
+REQUEST_BOUND_RULES = {
+    "gpuallocd.allocator.site.ttl",
+    "gpuallocd.allocator.site.request_bounds",
+    "gpuallocd.allocator.power.caps",
+    "gpuallocd.allocator.power.budget",
+}
+REQUEST_BOUND_NAMES = {
+    "granted_ttl",
+    "expected_ttl",
+    "longest_ttl",
+    "preempt_terms",
+    "resolve_terms",
+    "power_cap",
+    "ttl_bounds",
+    "card_caps",
+    "terms_of",
+}
+
+
+def _names_anywhere(path: Path) -> set[str]:
+    """Every name `path` imports, reads or calls: imported names, plain names, attributes."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(alias.name.rpartition(".")[2] for alias in node.names)
+        elif isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+    return found
+
+
+def test_a_request_is_resolved_at_the_grant_not_in_the_api() -> None:
+    """The API passes a request through: it imports no rule that bounds one and calls none
+    (the data the body becomes, such as `PreemptAsk`, it may build)."""
+    api = {name: path for name, path in _modules().items() if name.startswith("gpuallocd.api")}
+    imported = sorted(
+        (name, target) for name in api for target in _graph()[name] if target in REQUEST_BOUND_RULES
+    )
+    used = sorted(
+        (name, found)
+        for name, path in api.items()
+        for found in _names_anywhere(path) & (REQUEST_BOUND_NAMES | {"resolved"})
+    )
+    assert imported == [] and used == []
+
+
+def test_the_bounds_of_a_request_are_resolved_by_the_lifecycle_alone() -> None:
+    """Only the lease lifecycle resolves a request's terms, for the grant and its preview."""
+    callers = sorted(
+        name
+        for name, path in _modules().items()
+        if "resolve_terms" in _names_anywhere(path)
+        and name != "gpuallocd.allocator.site.request_bounds"
+    )
+    assert callers == ["gpuallocd.allocator.leases.lifecycle"]

@@ -266,12 +266,45 @@ def test_preview_says_where_now_or_when_and_why_not_sooner(
             return fits, waits
 
     fits, waits = anyio.run(main)
-    assert fits["now"]["gpus"] == [3] and fits["quota"] is None
+    assert fits["now"]["gpus"] == [3] and fits["outcome"] == "granted"
     assert waits["now"] is None and waits["why_not_now"]["code"] == "gpus_unavailable"
     assert 590 <= waits["estimated_start_in_seconds"] <= 600
     assert [(w["gpu"], w["label"]) for w in waits["waiting_for"]] == [(0, "sweep")]
     with daemon.client() as client:
         assert [lease.id for lease in client.leases()] == [held.id]
+
+
+def test_preview_says_what_allocate_would_do_under_the_daemons_rules(
+    paths: DaemonPaths,
+) -> None:
+    """Under a `default_policy` of `spread` and a `max_ttl_seconds` of 10 minutes, the
+    preview picks the GPUs allocate then gets, and refuses a TTL allocate refuses, with its
+    code; a drained GPU named is refused as allocate refuses it."""
+    config = "[limits]\nmax_ttl_seconds = 600\n"
+    daemon = daemon_with_config(paths, config, default_policy="spread").start()
+    try:
+        with daemon.client() as client:
+            client.allocate_specific([0], ttl=600)
+            client.drain([3], "fan")
+
+        async def main() -> None:
+            async with mcp_session(None, "", daemon.paths.socket) as session:
+                fits = data(await session.call_tool("preview_allocation", {"count": 2}))
+                lease = data(await session.call_tool("allocate", {"count": 2, "keep": True}))
+                assert fits["now"]["policy"] == "spread"
+                assert fits["now"]["gpus"] == [g["index"] for g in lease["gpus"]]
+                asked = {"count": 1, "ttl_seconds": 3600}
+                long = data(await session.call_tool("preview_allocation", asked))
+                refused = error(await session.call_tool("allocate", asked))
+                assert long["now"] is None
+                assert long["why_not_now"]["code"] == refused["code"] == "quota_exceeded"
+                drained = data(await session.call_tool("preview_allocation", {"gpus": [3]}))
+                busy = error(await session.call_tool("allocate", {"gpus": [3]}))
+                assert drained["why_not_now"]["code"] == busy["code"]
+
+        anyio.run(main)
+    finally:
+        daemon.stop()
 
 
 def test_a_daemon_restart_mid_session_is_survived(

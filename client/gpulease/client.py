@@ -29,6 +29,36 @@ def _drop_none(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def _request_body(
+    count: int | None,
+    *,
+    gpus: Sequence[GpuRef] | None = None,
+    wait: bool = False,
+    timeout: float | None = None,
+    bind_to_process: bool = False,
+    preemptible: bool = False,
+    ttl: float | None = None,
+    min_runtime: float | None = None,
+    preempt_lead: float | None = None,
+    preempt_grace: float | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """The body of an allocate (and of its preview) from `Client.allocate`'s keywords."""
+    return _drop_none(
+        count=count,
+        gpus=list(gpus) if gpus else None,
+        ttl_seconds=ttl,
+        wait=True if wait else None,
+        wait_timeout_seconds=timeout if wait else None,
+        bind_to_process=True if bind_to_process else None,
+        preemptible=True if preemptible else None,
+        preempt_min_runtime_seconds=min_runtime,
+        preempt_lead_seconds=preempt_lead,
+        preempt_grace_seconds=preempt_grace,
+        **fields,
+    )
+
+
 class Client:
     """A connection to gpuallocd. Socket: the argument, else $GPUALLOCD_SOCKET, else the default.
 
@@ -129,25 +159,25 @@ class Client:
         """
         if wait and request_id is None:
             request_id = os.urandom(8).hex()
-        body = _drop_none(
-            count=count,
-            gpus=list(gpus) if gpus else None,
+        body = _request_body(
+            count,
+            gpus=gpus,
             policy=policy,
-            ttl_seconds=ttl,
+            ttl=ttl,
             label=label,
             min_free_memory_bytes=min_free_memory_bytes,
-            wait=True if wait else None,
-            wait_timeout_seconds=timeout if wait else None,
-            bind_to_process=True if bind_to_process else None,
+            wait=wait,
+            timeout=timeout,
+            bind_to_process=bind_to_process,
             memory_bytes=memory_bytes,
             mig_profile=mig_profile,
             request_id=request_id,
             on_revoke=on_revoke,
             power_limit_watts=power_limit_watts,
-            preemptible=True if preemptible else None,
-            preempt_min_runtime_seconds=min_runtime,
-            preempt_lead_seconds=preempt_lead,
-            preempt_grace_seconds=preempt_grace,
+            preemptible=preemptible,
+            min_runtime=min_runtime,
+            preempt_lead=preempt_lead,
+            preempt_grace=preempt_grace,
             preempt_signal=preempt_signal,
             requeue_of=requeue_of,
             follow_work=True if follow_work else None,
@@ -175,6 +205,16 @@ class Client:
                 if now - unanswered_since > RESTART_SECONDS or (deadline and now >= deadline):
                     raise
                 time.sleep(RETRY_SECONDS)
+
+    def preview(self, count: int | None = None, **options: Any) -> dict[str, Any]:
+        """What `allocate` with the same arguments would do now, writing nothing: `outcome`
+        (`granted`, `waits` or `refused`), the `policy`, the `gpus` and terms a grant would
+        get, the `refusal` allocate would answer (`code`, `message`, `details`), and where it
+        does not fit now, `would_wait`: the place, reason and estimated start of the waiter it
+        would be (docs/api.md, `POST /v1/leases/preview`)."""
+        body = _request_body(count, **options)
+        data: dict[str, Any] = self.request("POST", "/v1/leases/preview", body)
+        return data
 
     def allocate_specific(self, gpus: Sequence[GpuRef], **options: Any) -> Lease:
         """Lease exactly these GPUs (UUIDs or indices)."""

@@ -33,6 +33,7 @@ from gpuallocd.allocator.power_desk import PowerDesk
 from gpuallocd.allocator.preemption import PreemptionDesk
 from gpuallocd.allocator.publish import publish
 from gpuallocd.allocator.queue.order import QueueOrder
+from gpuallocd.allocator.queue.preview import Preview
 from gpuallocd.allocator.queue.reclaim import IdleReclaimer
 from gpuallocd.allocator.queue.waiting import WaitQueue
 from gpuallocd.allocator.scheduling_desk import SchedulingDesk
@@ -42,7 +43,7 @@ from gpuallocd.allocator.unleased.adoption import adopt_own
 from gpuallocd.allocator.unleased.guard import UnleasedGuard
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.enforcement import UnleasedRules
-from gpuallocd.errors import GpuallocError, LedgerError
+from gpuallocd.errors import CallerError, GpuallocError, LedgerError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
     Caller,
@@ -166,6 +167,16 @@ class AllocatorFacade(CleanupDesk):
             for lease in granted:
                 self.withdraw(lease, self.power.withdrawn_because(exc))
             raise
+
+    async def preview(self, caller: Caller, spec: AllocateSpec, *, wait: bool) -> Preview:
+        """What `allocate` would do now, by its own checks, writing nothing and reading no
+        driver (allocator/queue/preview.py)."""
+        if spec.requeue_of is not None:
+            try:
+                spec = await self._worker.run(self.preemption.requeue_spec, caller, spec)
+            except CallerError as exc:
+                return Preview(self._lifecycle.policy_of(spec), wait, refusal=exc)
+        return await self._worker.run(self._queue.preview, caller, spec, wait)
 
     def withdraw(self, lease: Lease, detail: str | None = None) -> None:
         """Undo a grant whose answer did not reach its client (soon, in order)."""

@@ -1,8 +1,9 @@
-"""The façade's part for power caps (power/caps.py): the cap a request gets, a grant answered
-once its cap is set, limits put back a moment after the end (owed work where the driver
-refuses or does not answer), the power timer's reading of every GPU (off the event loop,
-through the driver guard) that the caps and the power budget (power/budget.py) work from,
-and, at start, the caps of active leases set again and what ended leases left owed."""
+"""The façade's part for power caps (power/caps.py): a grant answered once its cap is set (the cap
+a request gets is resolved at its grant: site/request_bounds.py), limits put back a moment after
+the end (owed work where the driver refuses or does not answer), the power timer's reading of
+every GPU (off the event loop, through the driver guard) that the caps and the power budget
+(power/budget.py) work from, and, at start, the caps of active leases set again and what ended
+leases left owed."""
 
 from __future__ import annotations
 
@@ -10,17 +11,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from gpuallocd.allocator.crash_points import crash_point
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.specs import AllocateSpec
-from gpuallocd.allocator.power.caps import PowerCaps, put_back, resolve_cap
+from gpuallocd.allocator.power.caps import PowerCaps, put_back
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import GpuallocError, NvmlError
 from gpuallocd.ledger import Ledger
-from gpuallocd.model import Caller, Lease, PowerReading
+from gpuallocd.model import Lease, PowerReading
 from gpuallocd.model.power import PowerCap
 
 __all__ = ["PowerDesk"]
@@ -37,7 +36,6 @@ class PowerDesk:
         lifecycle: LeaseLifecycle,
         ledger: Ledger,
         worker: SerialWorker,
-        site_default_watts: float | None = None,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -45,22 +43,8 @@ class PowerDesk:
         self._clock = clock
         self._ledger = ledger
         self._worker = worker
-        self.site_default_watts = site_default_watts
         self._putting_back: dict[str, asyncio.Task[None]] = {}
         lifecycle.hardware.caps.later = self._later
-
-    def resolved(self, caller: Caller, spec: AllocateSpec) -> AllocateSpec:
-        """The request with the cap it gets (QuotaExceeded above the user's maximum)."""
-        applied = self._lifecycle.quota.applied(caller)
-        name = "max_power_limit_watts"
-        cap = resolve_cap(
-            spec.power_limit_watts,
-            self.site_default_watts,
-            applied.value(name),
-            caller.user,
-            applied.sources[name],
-        )
-        return replace(spec, power_limit_watts=cap)
 
     @property
     def readings(self) -> Mapping[str, PowerReading]:

@@ -160,11 +160,24 @@ def _allocate_spec(body: Body) -> AllocateSpec:
 async def allocate(request: web.Request) -> web.StreamResponse:
     caller = caller_of(request)
     body = await read_body(request, ALLOCATE_FIELDS)
-    spec = facade_of(request).power.resolved(caller, _allocate_spec(body))
+    spec = _allocate_spec(body)  # resolved at the grant (allocator/site/request_bounds.py)
     wait = bool(body.boolean("wait"))
     timeout = body.seconds("wait_timeout_seconds")
     lease = await facade_of(request).allocate(caller, spec, wait=wait, timeout=timeout)
     return await _deliver(request, lease)
+
+
+async def preview_lease(request: web.Request) -> web.Response:
+    """What allocate would do with the same body now, writing nothing: the grant's own
+    checks (allocator/queue/preview.py). A body allocate would refuse as malformed is refused
+    here the same way; what the grant would refuse is the answer's `refusal`."""
+    caller = caller_of(request)
+    body = await read_body(request, ALLOCATE_FIELDS)
+    spec = _allocate_spec(body)
+    wait = bool(body.boolean("wait"))
+    body.seconds("wait_timeout_seconds")  # checked as allocate checks it
+    found = await facade_of(request).preview(caller, spec, wait=wait)
+    return _json(found.to_json())
 
 
 async def _deliver(request: web.Request, lease: Lease) -> web.StreamResponse:
@@ -307,6 +320,7 @@ def routes() -> list[web.RouteDef]:
         web.get("/v1/gpus", list_gpus),
         web.get("/v1/leases", list_leases),
         web.post("/v1/leases", allocate),
+        web.post("/v1/leases/preview", preview_lease),
         web.get("/v1/leases/{lease_id}", get_lease),
         web.delete("/v1/leases/{lease_id}", free_lease),
         web.post("/v1/leases/{lease_id}/renew", renew_lease),

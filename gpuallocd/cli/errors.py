@@ -37,6 +37,7 @@ __all__ = [
     "GuardedGroup",
     "as_cli_error",
     "exit_as_a_command",
+    "refusal_exit_code",
 ]
 
 _EXIT_BY_CODE = {
@@ -83,6 +84,12 @@ def _exit_code(code: str, caller_error: bool) -> int:
     if code in _EXIT_BY_CODE:
         return _EXIT_BY_CODE[code]
     return EXIT_USAGE if caller_error else EXIT_ERROR
+
+
+def refusal_exit_code(refusal: dict[str, Any]) -> int:
+    """The exit code of the command whose request the daemon would refuse so (a preview's
+    `refusal`): the one the refused request itself exits with."""
+    return _exit_code(str(refusal["code"]), 400 <= int(refusal.get("status", 500)) < 500)
 
 
 def as_cli_error(exc: BaseException) -> CliError | None:

@@ -197,7 +197,6 @@ class Daemon:
             tracking=self._tracking(),
             unleased=unleased_rules(self.config),
         )
-        facade.power.site_default_watts = self.config.lease_power_limit_watts
         facade.notices.retention_seconds = self.config.notify_retention_days * 86400.0
         self._facade_in_service = facade
         return facade

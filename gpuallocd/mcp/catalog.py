@@ -169,9 +169,9 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "preview_allocation",
         "Preview an allocation",
-        "What a request would get now and where (the placement policy run on the live "
-        "machine), or, when it does not fit, why not and when it may start if it waited. "
-        "Changes nothing.",
+        "What an allocate of this request would do now: the GPUs and policy (the daemon's "
+        "own checks and choice on the live machine), or the refusal it would get with its "
+        "code, and when it does not fit, when it may start if it waited. Changes nothing.",
         {**_REQUEST, **_OTHERS},
     ),
     ToolSpec(

@@ -184,16 +184,21 @@ _EVENT = _object(
 )
 _PREVIEW = _object(
     {
-        "count": {"type": "integer"},
-        "quota": {"type": ["object", "null"]},
+        "outcome": {"type": "string", "enum": ["granted", "waits", "refused"]},
+        "policy": {"type": "string"},
         "now": {
             "type": ["object", "null"],
-            "description": "The plan where it fits now: gpus, policy, reason, score ...",
+            "description": "Where it fits now: gpus (indexes), uuids, policy, expires_at ...",
         },
-        "why_not_now": _object({"code": {"type": "string"}, "message": {"type": "string"}}),
+        "why_not_now": {
+            "type": ["object", "null"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+            "description": "The refusal an allocate would get now, with its stable code",
+        },
         "estimated_start_at": _MOMENT,
         "estimated_start_in_seconds": _NUMBER,
         "waiters_ahead": {"type": "integer"},
+        "reason": _STRING,
         "waiting_for": _list(
             _object(
                 {
@@ -208,7 +213,8 @@ _PREVIEW = _object(
         ),
         "others_text": _NOTICE,
     },
-    "count",
+    "outcome",
+    "policy",
     "now",
 )
 

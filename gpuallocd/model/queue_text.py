@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["held_for", "queued_line", "why_waiting"]
+__all__ = ["held_for", "queued_line", "why_waiting", "would_queue_line"]
 
 
 def held_for(reserved: Mapping[str, Any]) -> str:
@@ -30,4 +30,11 @@ def queued_line(waiter: Mapping[str, Any], total: int, waited: str, start: str |
     """`queued 1 of 2 (12s): Resources: wants 2 GPU(s); 0 free; start in ~47m`: where a
     request of one's own stands, `waited` and `start` written by the caller."""
     text = f"queued {waiter['position']} of {total} ({waited}): {why_waiting(waiter)}"
+    return text if start is None else f"{text}; start {start}"
+
+
+def would_queue_line(waiter: Mapping[str, Any], start: str | None) -> str:
+    """`would queue at position 1: Resources: wants 2 GPU(s); 0 free; start in ~47m`: the
+    waiter a request would be (a preview's `would_wait`), `start` written by the caller."""
+    text = f"would queue at position {waiter['position']}: {why_waiting(waiter)}"
     return text if start is None else f"{text}; start {start}"

@@ -10,7 +10,7 @@ record the lease in one ledger transaction, and only then update the in-memory v
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 from gpuallocd.allocator.leases.chooser import Chooser
@@ -24,8 +24,8 @@ from gpuallocd.allocator.leases.slices import leased_units, vanished_units
 from gpuallocd.allocator.leases.specs import AllocateSpec, AllocatorSettings
 from gpuallocd.allocator.power.hardware import LeaseHardware
 from gpuallocd.allocator.site.drain import DrainBoard
-from gpuallocd.allocator.site.preempt_bounds import preempt_terms
 from gpuallocd.allocator.site.quota import Quota
+from gpuallocd.allocator.site.request_bounds import GrantTerms, resolve_terms, ttl_bounds
 from gpuallocd.allocator.site.reservation_board import ReservationBoard, caller_of_uid
 from gpuallocd.allocator.site.rules import SiteRules
 from gpuallocd.allocator.site.ttl import TtlBounds, expected_ttl, granted_ttl
@@ -46,7 +46,6 @@ from gpuallocd.model import (
     LeaseEvent,
     LeaseState,
     LiveState,
-    PreemptTerms,
     Topology,
 )
 from gpuallocd.model.lease import ENDING_EVENT, new_lease_id
@@ -177,12 +176,19 @@ class LeaseLifecycle:
         self.expire_due()
         return self.node.statuses(self._active.values(), holds, self.drains.drains)
 
+    def unexpired_statuses(self) -> list[GpuStatus]:
+        """The GPUs as the next expiry would leave them, expiring nothing (a preview's)."""
+        return self.node.statuses(self._unexpired(), None, self.drains.drains)
+
+    def _unexpired(self) -> list[Lease]:
+        return [lease for lease in self._active.values() if not self._deadlines.passed(lease)]
+
     def ttl_bounds(self, caller: Caller | None) -> TtlBounds:
         """What bounds `caller`'s lease lifetimes (None: the site's bounds alone)."""
         default, site_max = self._settings.default_ttl_seconds, self._settings.max_ttl_seconds
         if caller is None:
             return TtlBounds(default_seconds=default, site_max_seconds=site_max)
-        return self.quota.ttl_bounds(caller, default, site_max)
+        return ttl_bounds(self._settings.bounds, self.quota.applied(caller))
 
     def ttl_of(self, spec: AllocateSpec, caller: Caller | None = None) -> float:
         """The lifetime a grant of `spec` to `caller` will get, for estimates (`ttl.py`)."""
@@ -250,6 +256,37 @@ class LeaseLifecycle:
         retried = self._retried(caller, spec)
         if retried is not None:
             return retried
+        lease = self._decide(caller, spec, self._active.values(), reserved, waited_since)
+        lease = self.record_grant(lease, spec.request_id)
+        self._request_ids.remember(caller.uid, spec.request_id, lease.id)
+        return lease
+
+    def preview(
+        self, caller: Caller, spec: AllocateSpec, *, reserved: frozenset[str] = frozenset()
+    ) -> Lease:
+        """The lease a grant of `spec` would record now, or the error that would refuse it:
+        the grant's own checks and choice (`_decide`, then the power budget), with nothing
+        written. A lease past its end counts as ended, as the grant's expiry would make it;
+        the lease returned is never recorded (its id means nothing). Over the power budget:
+        OverBudget (`power/budget.py`), with the refusal and the queue's note."""
+        retried = self._retried(caller, spec)
+        if retried is not None and not self._deadlines.passed(retried):
+            return retried
+        active = self._unexpired()
+        lease = self._decide(caller, spec, active, reserved, None)
+        return self.hardware.fits(active, lease)
+
+    def _decide(
+        self,
+        caller: Caller,
+        spec: AllocateSpec,
+        active: Collection[Lease],
+        reserved: frozenset[str],
+        waited_since: float | None,
+    ) -> Lease:
+        """The lease a grant would make over the `active` leases, or the error that refuses
+        it: the request's bounds, limits, drains, reservations, the policy's checked choice.
+        Reads only (the grant records what it returns; the preview shows it)."""
         request = request_for(
             self.topology,
             spec.count,
@@ -258,20 +295,19 @@ class LeaseLifecycle:
             memory_bytes=spec.memory_bytes,
             mig_profile=spec.mig_profile,
         )
-        ttl = self._ttl(caller, spec.ttl_seconds)
+        now = self._clock()
+        terms = self.terms_of(caller, spec, waited_since, now)
         if request.kind == "whole":  # shares and slices are counted once placed
-            self._check_quota(caller, request.count, spec.preemptible)
+            self.quota.check_grant(caller, active, gpus=request.count, preemptible=spec.preemptible)
         self.drains.check_not_drained(request.required, self.topology)
         unavailable = reserved | frozenset(self.drains.covered(self.topology))
         ttl, (policy_name, choice) = self.reservations.fit(
             caller,
-            self._clock(),
-            ttl,
+            now,
+            terms.ttl_seconds,
             defaulted=spec.ttl_seconds is None,
             wanted=request.required,
-            choose=lambda held: self._chooser.choose(
-                self._active.values(), spec, request, unavailable | held
-            ),
+            choose=lambda held: self._chooser.choose(active, spec, request, unavailable | held),
         )
         if not choice.exact:
             log.warning(
@@ -279,11 +315,13 @@ class LeaseLifecycle:
             )
         units = leased_units(self.topology, request, choice.gpus)
         if request.kind != "whole":
-            self.quota.check_units(caller, self._active.values(), units, spec.preemptible)
-        lease = self._new_lease(caller, spec, policy_name, units, ttl, waited_since)
-        lease = self.record_grant(lease, spec.request_id)
-        self._request_ids.remember(caller.uid, spec.request_id, lease.id)
-        return lease
+            self.quota.check_units(caller, active, units, spec.preemptible)
+        terms = replace(terms, ttl_seconds=ttl)
+        return self._new_lease(caller, spec, policy_name, units, terms, waited_since)
+
+    def policy_of(self, spec: AllocateSpec) -> str:
+        """The policy that chooses for `spec`: the one it names, else `default_policy`."""
+        return spec.policy or self._settings.default_policy
 
     def record_grant(self, lease: Lease, request_id: str | None = None) -> Lease:
         """Record a lease decided here or by an adoption (allocator/unleased/adoption.py)."""
@@ -413,14 +451,13 @@ class LeaseLifecycle:
         spec: AllocateSpec,
         policy_name: str,
         units: tuple[LeasedGpu, ...],
-        ttl: float,
+        terms: GrantTerms,
         waited_since: float | None,
     ) -> Lease:
         start_time = self._start_time_of(caller.pid) if spec.bind_to_process else None
         if spec.bind_to_process and start_time is None:
             raise InvalidRequest("the requesting process is gone; nothing to bind the lease to")
         now = self._clock()
-        preemptible = self.preempt_terms_of(caller, spec, waited_since, now)
         return Lease(
             id=new_lease_id(),
             gpus=units,
@@ -430,30 +467,28 @@ class LeaseLifecycle:
             label=spec.label,
             policy=policy_name,
             created_at=now,
-            expires_at=now + ttl,
+            expires_at=now + terms.ttl_seconds,
             bound=spec.bind_to_process,
             pid_start_time=start_time,
             waited_seconds=0.0 if waited_since is None else max(0.0, now - waited_since),
-            power_limit_watts=spec.power_limit_watts,
+            power_limit_watts=terms.power_limit_watts,
             on_revoke=spec.on_revoke,
-            preemptible=preemptible,
+            preemptible=terms.preemptible,
             follow_work=spec.follow_work,
         )
 
-    def preempt_terms_of(
+    def terms_of(
         self, caller: Caller, spec: AllocateSpec, waited_since: float | None, now: float
-    ) -> PreemptTerms | None:
-        """The terms a preemptible grant of `spec` gets (None: not preemptible), or the
-        error that refuses it (`site/preempt_bounds.py`)."""
-        if not spec.preemptible:
-            return None
+    ) -> GrantTerms:
+        """The lifetime, power cap and preemption terms a grant of `spec` to `caller` gets,
+        or the error that refuses it (`site/request_bounds.py`, the one place they are
+        resolved). `waited_since`: when the request joined the queue."""
         since = spec.queued_since if spec.queued_since is not None else waited_since
-        return preempt_terms(
+        return resolve_terms(
+            self._settings.bounds,
             self.quota.applied(caller),
-            self._settings.preempt_defaults,
-            spec.preempt,
+            spec.ask,
             queued_since=now if since is None else since,
-            requeue_of=spec.requeue_of,
         )
 
     def _end(
@@ -501,6 +536,3 @@ class LeaseLifecycle:
 
     def _ttl(self, caller: Caller, requested: float | None) -> float:
         return granted_ttl(self.ttl_bounds(caller), requested)
-
-    def _check_quota(self, caller: Caller, gpus: float, preemptible: bool = False) -> None:
-        self.quota.check_grant(caller, self._active.values(), gpus=gpus, preemptible=preemptible)

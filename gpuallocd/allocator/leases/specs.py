@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuallocd.allocator.site.preempt_bounds import PreemptAsk, PreemptDefaults
+from gpuallocd.allocator.site.request_bounds import RequestAsk, SiteBounds
 
 __all__ = ["AllocateSpec", "AllocatorSettings"]
 
@@ -27,12 +28,23 @@ class AllocatorSettings:
     preempt_min_runtime_seconds: float = 1800.0  # preemptible leases (docs/preemption.md)
     preempt_lead_seconds: float = 60.0
     preempt_grace_seconds: float = 300.0
+    lease_power_limit_watts: float | None = None  # the cap of a lease that asks for none
 
     @property
     def preempt_defaults(self) -> PreemptDefaults:
         """The site's preemption terms, the bounds where no `[limits]` value applies."""
         return PreemptDefaults(
             self.preempt_min_runtime_seconds, self.preempt_lead_seconds, self.preempt_grace_seconds
+        )
+
+    @property
+    def bounds(self) -> SiteBounds:
+        """The settings that bound every request (site/request_bounds.py)."""
+        return SiteBounds(
+            self.default_ttl_seconds,
+            self.max_ttl_seconds,
+            self.lease_power_limit_watts,
+            self.preempt_defaults,
         )
 
 
@@ -61,3 +73,14 @@ class AllocateSpec:
     preempt: PreemptAsk = field(default_factory=PreemptAsk)
     requeue_of: str | None = None  # a preempted lease of the caller's whose place it keeps
     queued_since: float | None = None  # that place (the daemon's, from the ledger; never asked)
+
+    @property
+    def ask(self) -> RequestAsk:
+        """What it asks of its bounds, resolved at the grant (site/request_bounds.py)."""
+        return RequestAsk(
+            self.ttl_seconds,
+            self.power_limit_watts,
+            self.preemptible,
+            self.preempt,
+            self.requeue_of,
+        )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuallocd.allocator.power.never_fits import Request, check_ever_fits
@@ -25,7 +25,7 @@ from gpuallocd.model import Lease, PowerReading, UnitKind
 from gpuallocd.model.power import PowerCap
 from gpuallocd.text import escape_unprintable
 
-__all__ = ["FITS", "Drawers", "PowerBudget", "below_defaults", "unleased_words"]
+__all__ = ["FITS", "Drawers", "OverBudget", "PowerBudget", "below_defaults", "unleased_words"]
 
 FITS = ("wait", "cap")
 NAMED = 3  # users named in a refusal; the others counted
@@ -82,6 +82,25 @@ def below_defaults(budget_watts: float | None, readings: Mapping[str, PowerReadi
         'the power supply carries, or set lease_power_limit_watts or power_fit = "cap" '
         "(docs/accounting.md)"
     )
+
+
+class OverBudget(Exception):
+    """A preview's lease over the budget: the refusal its grant would get, and the note the
+    queue would show its waiter (never on the wire: the refusal is)."""
+
+    def __init__(self, note: str, refusal: GpusUnavailable) -> None:
+        super().__init__(refusal.message)
+        self.note = note
+        self.refusal = refusal
+
+
+@dataclass(frozen=True, slots=True)
+class _Over:
+    """A lease that does not fit the budget: what is committed, and what it would add."""
+
+    committed_mw: int
+    base_mw: int
+    request: Request
 
 
 class PowerBudget:
@@ -185,7 +204,32 @@ class PowerBudget:
     ) -> Lease:
         """The lease if it fits the budget, or with a lower cap (`cap`); else GpusUnavailable,
         which keeps a waiting request in the queue. `drawers` says who used each GPU at the last
-        sample, asked only to name them in the reason."""
+        sample, asked only to name them in the reason. Why it did not fit is kept for the
+        queue (`note`)."""
+        found = self._fitting(active, lease, caps)
+        if isinstance(found, Lease):
+            self.note = None
+            return found
+        self.note, refusal = self._refusal(found, active, caps, drawers)
+        self.short_mw = found.base_mw + sum(found.request.wanted_mw) - (self.budget_mw or 0)
+        raise refusal
+
+    def check(
+        self,
+        active: Collection[Lease],
+        lease: Lease,
+        caps: Mapping[str, PowerCap],
+        drawers: Callable[[], Drawers] | None = None,
+    ) -> Lease:
+        """As `fitted`, remembering nothing (the preview's): OverBudget where it does not fit."""
+        found = self._fitting(active, lease, caps)
+        if isinstance(found, Lease):
+            return found
+        raise OverBudget(*self._refusal(found, active, caps, drawers))
+
+    def _fitting(
+        self, active: Collection[Lease], lease: Lease, caps: Mapping[str, PowerCap]
+    ) -> Lease | _Over:
         if self.budget_mw is None:
             return lease
         leased = {unit.gpu_uuid for held in active for unit in held.gpus}
@@ -196,24 +240,34 @@ class PowerBudget:
         base = committed - sum(self._committed_of(uuid, False, caps) for uuid in new)
         wanted = [self._wanted(uuid, lease.power_limit_watts) for uuid in new]
         if base + sum(wanted) <= self.budget_mw:
-            self.note = None
             return lease
         per_gpu = (self.budget_mw - base) // len(new)
         whole = all(unit.kind is UnitKind.WHOLE for unit in lease.gpus)  # caps set whole GPUs
         if self.fit == "cap" and whole and self._capable(new, per_gpu):
-            self.note = None
             return replace(lease, power_limit_watts=math.floor(per_gpu / 1000))
-        request = Request(new, wanted, lease.power_limit_watts, whole, per_gpu)
-        check_ever_fits(request, self.readings, self.idle_mw, self.budget_mw, self.fit)
+        return _Over(committed, base, Request(new, wanted, lease.power_limit_watts, whole, per_gpu))
+
+    def _refusal(
+        self,
+        over: _Over,
+        active: Collection[Lease],
+        caps: Mapping[str, PowerCap],
+        drawers: Callable[[], Drawers] | None,
+    ) -> tuple[str, GpusUnavailable]:
+        """Why the lease does not fit (the queue's note), and the refusal that says so; the
+        refusal of a request that could not fit even on an idle box (`never_fits.py`) first."""
+        budget_mw = self.budget_mw or 0
+        check_ever_fits(over.request, self.readings, self.idle_mw, budget_mw, self.fit)
         made_of = self.committed_words(active, caps, {} if drawers is None else drawers())
-        self.note = f"{committed / 1000:,.0f} of {self.budget_mw / 1000:,.0f} W committed" + (
+        note = f"{over.committed_mw / 1000:,.0f} of {budget_mw / 1000:,.0f} W committed" + (
             f": {made_of}" if made_of else ""
         )
-        self.short_mw = base + sum(wanted) - self.budget_mw
-        raise GpusUnavailable(
-            f"power: {self.note}; {len(new)} more GPU(s) would commit {sum(wanted) / 1000:,.0f} W",
-            count=len(new),
+        wanted, count = sum(over.request.wanted_mw), len(over.request.gpus)
+        refusal = GpusUnavailable(
+            f"power: {note}; {count} more GPU(s) would commit {wanted / 1000:,.0f} W",
+            count=count,
         )
+        return note, refusal
 
     def _wanted(self, uuid: str, cap_watts: float | None) -> int:
         reading = self.readings.get(uuid)

@@ -1,10 +1,10 @@
 """Power caps of leases: each leased GPU's power limit set for the lease, put back after.
 
-A lease may ask for a cap (`power_limit_watts`; the site's `lease_power_limit_watts` where it
-asks none; never above the user's `max_power_limit_watts`), kept within each card's
-constraints. Whole GPUs only: a share's or a MIG instance's GPU is others' too, and is never
-capped. Every driver call goes through the driver guard, off the event loop
-(`PowerDriver`); nothing here waits on the driver inside a transaction:
+A lease's cap in watts is resolved at its grant with its other bounds
+(`allocator/site/request_bounds.py`); here it is kept within each card's constraints. Whole GPUs
+only: a share's or a MIG instance's GPU is others' too, and is never capped. Every driver call
+goes through the driver guard, off the event loop (`PowerDriver`); nothing here waits on the
+driver inside a transaction:
 
 - **Grant.** In its transaction, the ledger records per GPU the cap and the limit to put back
   (`power_caps`), both from what the daemon knows (the card's range from the last power
@@ -39,7 +39,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gpuallocd.errors import GpuallocError, NvmlError, QuotaExceeded
+from gpuallocd.errors import GpuallocError, NvmlError
 from gpuallocd.ledger import Ledger
 from gpuallocd.ledger.cleanup_records import due_now_steps, supersede_steps
 from gpuallocd.ledger.hot import Step
@@ -48,7 +48,7 @@ from gpuallocd.model import Lease, PowerReading, UnitKind
 from gpuallocd.model.cleanup import Cleanup
 from gpuallocd.model.power import PowerCap as Cap
 
-__all__ = ["POWER_LIMIT", "PowerCaps", "PowerDriver", "resolve_cap"]
+__all__ = ["POWER_LIMIT", "CardCap", "PowerCaps", "PowerDriver", "card_caps"]
 
 log = logging.getLogger(__name__)
 
@@ -71,29 +71,6 @@ class PowerDriver(Protocol):
         ...
 
     async def set_limit(self, uuid: str, limit_mw: int, task: str) -> None: ...
-
-
-def resolve_cap(
-    requested: float | None,
-    site_default: float | None,
-    user_max: float | None,
-    user: str,
-    source: str,
-) -> float | None:
-    """The cap a request gets: asked for (refused above the user's maximum), else the site's
-    default, never above the user's maximum; None: no cap."""
-    if requested is not None and user_max is not None and requested > user_max:
-        raise QuotaExceeded(
-            f"a power limit of {requested:g} W: max_power_limit_watts = {user_max:g} for "
-            f"{user} ({source})",
-            limit="max_power_limit_watts",
-            value=user_max,
-            current=requested,
-        )
-    wanted = site_default if requested is None else requested
-    if user_max is not None:
-        wanted = user_max if wanted is None else min(wanted, user_max)
-    return wanted
 
 
 def _within(reading: PowerReading, watts: float) -> int | None:
@@ -124,6 +101,34 @@ class Owed:
 def put_back(uuid: str, restore_mw: int, lease_id: str | None) -> Cleanup:
     """The owed work of putting `uuid`'s limit back to `restore_mw`."""
     return Cleanup(POWER_LIMIT, uuid, {"restore_mw": restore_mw}, lease_id)
+
+
+@dataclass(frozen=True, slots=True)
+class CardCap:
+    """A whole GPU's cap for a lease: in mW within its card's range, whether the range moved
+    it from what the lease asked, and the limit it replaces."""
+
+    uuid: str
+    limit_mw: int
+    clamped: bool
+    previous_mw: int
+
+
+def card_caps(lease: Lease, readings: Mapping[str, PowerReading]) -> list[CardCap]:
+    """The cap each whole GPU of `lease` gets from its card's `readings` (a preview's: no
+    driver call): none without a cap, nor on a card that reports no range."""
+    if lease.power_limit_watts is None:
+        return []
+    asked = round(lease.power_limit_watts * 1000)
+    caps = []
+    for unit in lease.gpus:
+        reading = readings.get(unit.uuid) if unit.kind is UnitKind.WHOLE else None
+        if reading is None or reading.limit_mw is None:
+            continue
+        limit = _within(reading, lease.power_limit_watts)
+        if limit is not None:
+            caps.append(CardCap(unit.uuid, limit, limit != asked, reading.limit_mw))
+    return caps
 
 
 class PowerCaps:
@@ -186,6 +191,11 @@ class PowerCaps:
             else:
                 self._back_now.add(uuid)
         return steps + self._forget_done()
+
+    def planned(self, lease: Lease, readings: Mapping[str, PowerReading]) -> list[CardCap]:
+        """The caps a grant of `lease` would set, from readings already taken (the preview's:
+        no driver call); none where nothing sets caps here."""
+        return [] if self._driver is None else card_caps(lease, readings)
 
     def as_set(self, lease: Lease) -> Lease:
         """The lease with the cap its cards took (the highest where they differ), and the

@@ -77,6 +77,11 @@ class LeaseHardware:
         steps = self.caps.granted(lease, at)
         return self.caps.as_set(lease), steps
 
+    def fits(self, active: Collection[Lease], lease: Lease) -> Lease:
+        """As `granted` would have it, recording nothing and reading no driver (a preview);
+        OverBudget (budget.py) where it does not fit the power budget."""
+        return self.budget.check(active, lease, self.caps.in_force, self.drawers)
+
     def ending(self, active: Collection[Lease], leases: Sequence[Lease], at: float) -> list[Step]:
         """The rows the end of `leases` writes with it (caps' records of limits put back)."""
         self._stage(self.energy.read(active, leases, at))

@@ -17,10 +17,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.node_view import Hold
+from gpuallocd.allocator.leases.node_view import GpuStatus, Hold
 from gpuallocd.allocator.leases.specs import AllocateSpec
+from gpuallocd.allocator.power.budget import OverBudget
 from gpuallocd.allocator.queue.index import WaiterIndex
 from gpuallocd.allocator.queue.order import QueueOrder
+from gpuallocd.allocator.queue.preview import Preview, WouldWait, waited_for
 from gpuallocd.allocator.queue.serve import (
     LookedAt,
     Outcome,
@@ -30,9 +32,9 @@ from gpuallocd.allocator.queue.serve import (
     serve_free_units,
 )
 from gpuallocd.allocator.queue.tiers import place, tiered
-from gpuallocd.allocator.queue.view import PowerWait, describe_waiters, holds
+from gpuallocd.allocator.queue.view import PowerWait, WaitInfo, describe_waiters, holds
 from gpuallocd.allocator.worker import SerialWorker
-from gpuallocd.errors import CapacityError, GpuallocError, GpusUnavailable
+from gpuallocd.errors import CallerError, CapacityError, GpuallocError, GpusUnavailable
 from gpuallocd.model import Caller, Lease
 from gpuallocd.model.durations import typed_duration
 from gpuallocd.policies.fair_share import Priority
@@ -83,30 +85,43 @@ class WaitQueue:
         arranged = self._arranged(list(self._index))
         waiters = [waiter for waiter, _ in arranged]
         now = self._clock()
-        infos = describe_waiters(
+        infos = self._described(waiters, self._lifecycle.gpu_status())
+        return [
+            {**waiter.to_json(position, info, now), "priority": p.to_json() if p else None}
+            for position, ((waiter, p), info) in enumerate(zip(arranged, infos, strict=True), 1)
+        ]
+
+    def _described(
+        self,
+        waiters: Sequence[Waiter],
+        statuses: Sequence[GpuStatus],
+        power_note: str | None = None,
+    ) -> list[WaitInfo]:
+        """Why each waiter waits and its estimated start, in queue order (view.py);
+        `power_note`: why a preview's lease does not fit the power budget."""
+        now = self._clock()
+        return describe_waiters(
             waiters,
-            self._lifecycle.gpu_status(),
+            statuses,
             self._lifecycle.usable_gpus,
             now=now,
             ttl_of=self._lifecycle.ttl_of,
             held_until=self._lifecycle.reservations.held_until(
                 now, self._lifecycle.ttl_of(AllocateSpec())
             ),
-            power=self._power_wait(),
+            power=self._power_wait(power_note),
         )
-        return [
-            {**waiter.to_json(position, info, now), "priority": p.to_json() if p else None}
-            for position, ((waiter, p), info) in enumerate(zip(arranged, infos, strict=True), 1)
-        ]
 
-    def _power_wait(self) -> PowerWait | None:
-        """Why the last grant did not fit the power budget, for the reasons and estimates."""
+    def _power_wait(self, note: str | None = None) -> PowerWait | None:
+        """Why the last grant (or a preview's lease: `note`) did not fit the power budget, for
+        the reasons and estimates."""
         hardware = self._lifecycle.hardware
         budget = hardware.budget
-        if budget.note is None:
+        note = note or budget.note
+        if note is None:
             return None
         return PowerWait(
-            budget.note, budget.short_mw, lambda gpus: budget.frees_mw(gpus, hardware.caps.in_force)
+            note, budget.short_mw, lambda gpus: budget.frees_mw(gpus, hardware.caps.in_force)
         )
 
     def holds(self) -> dict[str, Hold]:
@@ -199,6 +214,14 @@ class WaitQueue:
         queued before it came, and under fair share of a priority at least its own; a
         request that may not be preempted lets no preemptible waiter go first, a preemptible
         one only those whose place is before its own (tiers.py)."""
+        reserved = self._claimed_for(caller, spec, arrived)
+        lease = self._lifecycle.allocate(caller, spec, reserved=reserved)
+        on_grant(lease)
+        return lease
+
+    def _claimed_for(self, caller: Caller, spec: AllocateSpec, arrived: int) -> frozenset[str]:
+        """The units a new request of `caller` for `spec` leaves to the waiters ahead of it
+        (`arrived`: the waiters queued before it came)."""
         self._follow_layout()
         order = self._order
         priority = order.priorities() if order is not None else None
@@ -210,12 +233,53 @@ class WaitQueue:
             ahead = lambda w: w.seq <= arrived and tier(w) and priority(w) >= own  # noqa: E731
             ahead_first = ahead_first and self._index.in_order  # and of priority too
         kept = self._lifecycle.kept_from()
-        reserved = claimed_units(
+        return claimed_units(
             self._index, kept, ahead, ahead_first=ahead_first, looked_at=self._looked_at
         )
-        lease = self._lifecycle.allocate(caller, spec, reserved=reserved)
-        on_grant(lease)
-        return lease
+
+    def preview(self, caller: Caller, spec: AllocateSpec, wait: bool) -> Preview:
+        """What `allocate` would do now, writing nothing (run it in the serial worker): the
+        same claim for the waiters ahead and the grant's own checks; where it does not fit,
+        the checks a wait meets and the waiter it would be (preview.py)."""
+        policy = self._lifecycle.policy_of(spec)
+        reserved = self._claimed_for(caller, spec, self._arrivals)
+        power_note = None
+        try:
+            lease = self._lifecycle.preview(caller, spec, reserved=reserved)
+        except OverBudget as over:
+            refusal: GpuallocError | None = over.refusal
+            power_note = over.note
+        except CapacityError as exc:
+            refusal = exc
+        except CallerError as exc:
+            return Preview(policy, wait, refusal=exc)
+        else:
+            hardware = self._lifecycle.hardware
+            caps = hardware.caps.planned(lease, hardware.budget.readings)
+            retry = lease.id if self._lifecycle.is_active(lease.id) else None
+            return Preview(policy, wait, lease=lease, caps=caps, retry_of=retry)
+        if wait:
+            try:
+                self._lifecycle.check_servable(caller, spec)
+                self._lifecycle.quota.check_waiting(caller, self.waiting_of(caller.uid))
+            except CallerError as exc:
+                return Preview(policy, wait, refusal=exc)
+            refusal = None
+        would_wait = self._would_wait(caller, spec, power_note)
+        return Preview(policy, wait, refusal=refusal, would_wait=would_wait)
+
+    def _would_wait(self, caller: Caller, spec: AllocateSpec, power_note: str | None) -> WouldWait:
+        """The waiter the request would be, placed and estimated as `queue` shows waiters."""
+        future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
+        seq = self._arrivals + 1
+        ghost = Waiter(caller=caller, spec=spec, since=self._clock(), future=future, seq=seq)
+        future.cancel()  # never queued, never answered
+        waiters = [waiter for waiter, _ in self._arranged([*self._index, ghost])]
+        position = waiters.index(ghost) + 1
+        statuses = self._lifecycle.unexpired_statuses()
+        info = self._described(waiters, statuses, power_note)[position - 1]
+        pool = self._lifecycle.node.usable_gpus(spec)
+        return WouldWait(position, info, waited_for(statuses, pool, info.estimated_start_at))
 
     def _tier_ahead(self, spec: AllocateSpec) -> Callable[[Waiter], bool]:
         """Which waiters' tier goes before a new request of `spec` (tiers.py)."""

@@ -25,7 +25,6 @@ from gpuallocd.allocator.site.limits import (
     units_weight,
 )
 from gpuallocd.allocator.site.rules import SiteRules
-from gpuallocd.allocator.site.ttl import TtlBounds
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller, Lease, LeasedGpu, UnitKind
 
@@ -62,18 +61,6 @@ class Quota:
             shares=len(shares_held(active, uid)),
             budgets=self._budget_use(uid) if with_budgets else {},
             preemptible_gpus=held_preemptible,
-        )
-
-    def ttl_bounds(self, caller: Caller, default: float, site_max: float) -> TtlBounds:
-        """What bounds `caller`'s lease lifetimes: the site's default and maximum, and their
-        own `max_ttl_seconds` (with where it was set, for the refusal's message)."""
-        applied = self.applied(caller)
-        return TtlBounds(
-            default_seconds=default,
-            site_max_seconds=site_max,
-            user_max_seconds=applied.value("max_ttl_seconds"),
-            user=caller.user,
-            user_max_source=applied.sources["max_ttl_seconds"],
         )
 
     def budget_use(self, uid: int) -> TotalsUse:

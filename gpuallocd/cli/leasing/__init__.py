@@ -1,6 +1,7 @@
 """Leasing commands: take GPUs, run on them, give them back (docs/cli.md, "Leasing").
 
 leases.py        leases, allocate, renew, free, revoke
+dry_run.py       allocate --dry-run: what the daemon would do with the request now
 run.py           run, shell: a lease for one command (their options, read by click)
 runner.py        what run and shell do once their options are read, without click
 quick_run.py     the plain forms of run, read without click (how jobs start)

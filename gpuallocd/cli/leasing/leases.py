@@ -22,6 +22,7 @@ from gpuallocd.cli.common import (
     user_known,
 )
 from gpuallocd.cli.errors import EXIT_USAGE, CliError
+from gpuallocd.cli.leasing.dry_run import show_preview
 from gpuallocd.cli.leasing.waiting import queued
 from gpuallocd.cli.output import echo_json, escape_unprintable, format_bytes
 from gpuallocd.cli.quantities import format_duration, format_left
@@ -129,6 +130,11 @@ def _owned_by(lease: dict[str, Any], user: str) -> bool:
     show_default=True,
     help="With --export: how CUDA_VISIBLE_DEVICES names the GPUs.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Say what the daemon would do now (GPUs, or why not and the wait), leasing nothing.",
+)
 @preemption_options(requeue=False)
 @click.pass_context
 def allocate(
@@ -147,6 +153,7 @@ def allocate(
     timeout: float | None,
     export: bool,
     visible: str,
+    dry_run: bool,
     **preemption: Any,
 ) -> None:
     """Lease GPUs until freed or expired: -n N, or --gpu ID ... (or both); --memory SIZE for
@@ -158,24 +165,30 @@ def allocate(
         raise click.UsageError("give -n N, --gpu, --memory or --mig")
     if export and ctx.obj.json:
         raise click.UsageError("use --export or --json, not both")
+    if export and dry_run:
+        raise click.UsageError("use --export or --dry-run, not both")
     if export:
         check_visible(mig, visible)
-    terms = preemption_arguments(preemption)
+    request = {
+        "gpus": list(gpus) or None,
+        "policy": policy,
+        "ttl": ttl,
+        "label": label,
+        "min_free_memory_bytes": min_free_memory,
+        "wait": wait,
+        "timeout": timeout,
+        "memory_bytes": memory,
+        "mig_profile": mig,
+        "power_limit_watts": power_limit,
+        **preemption_arguments(preemption),
+    }
+    if dry_run:
+        with daemon_client(ctx) as client:
+            found = client.preview(count, **request)
+        show_preview(ctx, found)
+        return
     with queued(ctx, wait), daemon_client(ctx) as client:
-        lease = client.allocate(
-            count,
-            gpus=list(gpus) or None,
-            policy=policy,
-            ttl=ttl,
-            label=label,
-            min_free_memory_bytes=min_free_memory,
-            wait=wait,
-            timeout=timeout,
-            memory_bytes=memory,
-            mig_profile=mig,
-            power_limit_watts=power_limit,
-            **terms,
-        )
+        lease = client.allocate(count, **request)
     if export:
         _print_export(lease, visible)
         click.echo(give_back_hint(lease.id), err=True)
