@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -277,14 +278,27 @@ def joining_is_of_ones_own_lease(daemon: ThreadDaemon, system_users: SystemUsers
     """bob's `run --lease` naming root's bound lease is refused, and his process is not one
     of the lease's (root's own lease, of the kernel's peer uid, is all that backs a join)."""
     open_to_everyone(daemon.paths.root)
-    with daemon.client() as client:
-        held = client.allocate(1, bind_to_process=True)
-        mine = [os.getpid()]  # the holder, once the daemon's tracking has it
-        wait_for(lambda: client.lease(held.id).raw["processes"] == mine, 30, what="holder")
-        argv = ["run", "--lease", held.id, "--", "true"]
-        done = system_users.ctl("bob", daemon.paths.socket, *argv)
-        assert done.returncode != 0 and "permission_denied" in done.stderr, done.stdout
-        assert client.lease(held.id).raw["processes"] == mine
+    holder = subprocess.Popen(  # a holder of its own: this process may be in others' leases
+        [sys.executable, "-c", _HOLDER, str(daemon.paths.socket)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        lease_id = holder.stdout.readline().strip()
+        with daemon.client() as client:
+            wait_for(
+                lambda: holder.pid in client.lease(lease_id).raw["processes"], 30, what="holder"
+            )
+            argv = ["run", "--lease", lease_id, "--", "true"]
+            done = system_users.ctl("bob", daemon.paths.socket, *argv)
+            assert done.returncode != 0 and "permission_denied" in done.stderr, done.stdout
+            found = client.lease(lease_id).raw["processes"]
+        bob = system_users.uid("bob")
+        assert holder.pid in found and not [p for p in found if _owner(p) == bob], found
+    finally:
+        holder.communicate("", timeout=30)
 
 
 @proves(Decision.NAMING)
@@ -587,3 +601,21 @@ def test_the_readers_refuse_a_decision_that_does_not_read_that_fact() -> None:
         loader_variables(Decision.SHARE_COUNT, os.getpid())
     with pytest.raises(ValueError, match="reads no NAME"):
         names(Decision.GRANT, os.getpid())
+
+
+def _owner(pid: int) -> int | None:
+    """The uid that owns a process, None where it is gone."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+# Takes a lease bound to itself and holds it until its stdin closes.
+_HOLDER = """
+import sys
+from gpulease import Client
+with Client(sys.argv[1]) as client:
+    print(client.allocate(1, bind_to_process=True).id, flush=True)
+    sys.stdin.read()
+"""
