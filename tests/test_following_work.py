@@ -406,14 +406,17 @@ def test_a_lease_that_does_not_follow_its_work_ends_with_its_holder(
     )
     assert holder.stdout is not None and holder.stdin is not None
     lease_id = holder.stdout.readline().strip()
-    job = subprocess.Popen(
-        [SLEEP, "600"], env={"GPUALLOCD_LEASE_ID": lease_id}, start_new_session=True
+    # The id is set for the job alone, by a shell of its own: a child of the holder's parent
+    # that carries the id from its exec may be a `clone(CLONE_PARENT)` child of the holder's,
+    # and is taken in where its environment is read after that exec.
+    line = f"GPUALLOCD_LEASE_ID={lease_id} {SLEEP} 600 < /dev/null > /dev/null 2>&1 & echo $!"
+    started = subprocess.run(
+        ["sh", "-c", line], capture_output=True, text=True, check=True, timeout=60
     )
-    jobs.append(job.pid)
+    job = int(started.stdout.split()[-1])
+    jobs.append(job)
     holder.stdin.close()
     holder.wait(30)
     holder.stdout.close()
     assert ends(node, lease_id)["state"] == "freed"
-    assert job.poll() is None
-    job.kill()
-    job.wait()
+    assert Path(f"/proc/{job}").exists()

@@ -178,8 +178,10 @@ def test_an_environment_rewritten_after_exec_takes_no_lease(
     alices = node_.allocate("alice")
     lease_id, gpu = alices["id"], alices["gpus"][0]["uuid"]
     node.put(gpu, node.start("alice", carrying(lease_id, gpu)))
-    order.write_text(f"{lease_id} {gpu}")
-    order.chmod(0o644)
+    written = order.with_suffix(".partial")
+    written.write_text(f"{lease_id} {gpu}")
+    written.chmod(0o644)
+    written.rename(order)  # bob waits for the name: he never reads half a file
     wait_for(lambda: "rewritten" in bob_log.read_text(), 30, what="bob's rewrite")
     assert f"GPUALLOCD_LEASE_ID={lease_id}".encode() in Path(f"/proc/{bobs}/environ").read_bytes()
     node_.stop()
