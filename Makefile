@@ -10,9 +10,18 @@ TEST_WORKERS ?= 4
 
 .PHONY: daemon test system-test lint check bench clean
 
+# The venv is filled by pip, or by uv where one is on PATH or named (`make UV=path/to/uv`):
+# the same packages from the same index, resolved and installed in seconds instead of a minute.
+UV ?= $(shell command -v uv 2>/dev/null)
+PACKAGES := -e ./client -e '.[dev]' -e ./contrib/jupyter
+
 $(STAMP): pyproject.toml client/pyproject.toml contrib/jupyter/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e ./client -e '.[dev]' -e ./contrib/jupyter
+ifneq ($(strip $(UV)),)
+	$(UV) pip install --quiet --python $(PY) $(PACKAGES)
+else
+	$(PY) -m pip install --quiet $(PACKAGES)
+endif
 	touch $(STAMP)
 
 ## Start the daemon in the foreground on a bundled example topology (no GPU needed).

@@ -12,6 +12,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,7 @@ def holder_pids(log: Path) -> tuple[str, int, int]:
 def overlapping_leases(ledger: Path) -> list[tuple[str, str, str]]:
     """Pairs of leases that held one unit at once, read from the ledger itself: none, where
     nothing was double-booked."""
-    with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as conn:
+    with closing(sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)) as conn, conn:
         rows = conn.execute(
             "SELECT g.gpu_uuid, l.id, l.created_at, coalesce(l.ended_at, 1e18) "
             "FROM lease_gpus g JOIN leases l ON l.id = g.lease_id WHERE g.kind != 'share'"

@@ -7,6 +7,7 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def ledger_digest(paths: DaemonPaths) -> str:
     """Every row of every table of the ledger, hashed (read on a connection of its own),
     but the housekeeping's purge mark."""
     uri = f"file:{paths.state_dir / 'ledger.sqlite3'}?mode=ro"
-    with sqlite3.connect(uri, uri=True) as db:
+    with closing(sqlite3.connect(uri, uri=True)) as db, db:
         tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         digest = hashlib.sha256()
         for table in sorted(tables):

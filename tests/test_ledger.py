@@ -109,7 +109,7 @@ def test_what_a_revoke_does_to_a_leases_processes_is_kept_in_the_ledger(tmp_path
         "lib": "notify",
     }
     second.close()
-    with sqlite3.connect(tmp_path / "v1.db") as conn:
+    with closing(sqlite3.connect(tmp_path / "v1.db")) as conn, conn:
         conn.executescript(SCHEMA_V1)
     conn.close()  # `with` commits; it does not close
     upgraded = Ledger(tmp_path / "v1.db")

@@ -16,6 +16,7 @@ import json
 import shutil
 import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +183,7 @@ def _lease(lease_id: str, index: int, owner: int = 1000) -> Lease:
 def _set_version(path: Path, version: int) -> None:
     """Label the ledger `version`, without the columns later versions added to a table it
     had (version 5's tables may stay below it: daemons of 4 wrote them too)."""
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
         for added_in, column in ((5, "on_revoke"), (7, "follow_work")):
             if version < added_in and column in columns:
@@ -197,7 +198,7 @@ def test_an_upgrade_from_the_last_version_keeps_every_lease(tmp_path: Path) -> N
     active one still holding its GPU, the tables of version 5 there (empty), and the running
     totals of version 6 built from the leases (ben's 19 seconds of one GPU)."""
     path = _at_version(tmp_path / "v4.db", 4)
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         for uuid, index in GPU_ROWS:
             conn.execute(
                 "INSERT INTO gpus (uuid, gpu_index, name, present, first_seen, last_seen) "
@@ -229,7 +230,7 @@ def test_an_upgrade_from_the_last_version_keeps_every_lease(tmp_path: Path) -> N
         assert (bens.leases, bens.gpu_seconds) == (1, 19.0)
     finally:
         ledger.close()
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     conn.close()
     assert set(TABLES_OF_5) <= names
@@ -244,7 +245,7 @@ def test_an_upgrade_of_a_ledger_labelled_4_with_the_new_tables_keeps_their_rows(
     path = tmp_path / "unbumped.db"
     ledger = Ledger(path)
     ledger.sync_gpus([], 0.0)
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.executemany(
             "INSERT INTO gpus (uuid, gpu_index, name, present, first_seen, last_seen) "
             "VALUES (?, ?, 'GPU', 1, 0, 0)",
@@ -287,7 +288,7 @@ def test_the_daemon_backs_up_before_an_upgrade_and_refuses_a_newer_ledger_in_one
         assert {lease.id for lease in client.leases()} == held
     now, newer = schema.SCHEMA_VERSION, schema.SCHEMA_VERSION + 1
     (before,) = (paths.state_dir / "backups").glob(f"upgrade-from-v4-to-v{now}-*.sqlite3")
-    with sqlite3.connect(f"file:{before}?mode=ro", uri=True) as conn:
+    with closing(sqlite3.connect(f"file:{before}?mode=ro", uri=True)) as conn, conn:
         assert conn.execute("SELECT value FROM meta").fetchone() == ("4",)
     conn.close()
     assert str(before) in upgraded.stderr()

@@ -8,6 +8,7 @@ import socket
 import sqlite3
 import threading
 from collections.abc import Callable
+from contextlib import closing
 from email import message_from_bytes, policy
 from pathlib import Path
 
@@ -137,7 +138,7 @@ def test_a_flood_of_one_users_notices_wakes_no_one_else_and_reads_by_index(
         assert len(client.notifications(limit=500)["notices"]) == 200
     assert answered and answered[0]["notices"] == []
     ledger = Path(daemon.config.ledger_path)
-    with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as db:
+    with closing(sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)) as db, db:
         plan = db.execute(
             "EXPLAIN QUERY PLAN SELECT * FROM notices WHERE uid = ? AND seq > ? "
             "ORDER BY seq LIMIT 100",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 from tests.harness import ProcessDaemon, wait_for
@@ -23,7 +24,7 @@ TERMS = {
 
 
 def _recorded(ledger: Path, lease_id: str) -> tuple[float, str]:
-    with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as conn:
+    with closing(sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)) as conn, conn:
         deadline, state = conn.execute(
             "SELECT deadline_at, state FROM preemptions WHERE lease_id = ?", (lease_id,)
         ).fetchone()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def test_a_preemptible_lease_keeps_its_terms_across_a_reopen(tmp_path: Path) -> 
 
 def test_a_lease_granted_before_preemption_existed_is_not_preemptible(tmp_path: Path) -> None:
     """An older ledger upgraded: its leases are as they were, none preemptible."""
-    with sqlite3.connect(tmp_path / "v1.db") as conn:
+    with closing(sqlite3.connect(tmp_path / "v1.db")) as conn, conn:
         conn.executescript(SCHEMA_V1)
     ledger = Ledger(tmp_path / "v1.db")
     (lease,) = ledger.active_leases()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,7 @@ def test_a_night_of_preemptible_runs_gives_way_in_the_morning_and_loses_no_work(
 
     ledger = node.paths.state_dir / "ledger.sqlite3"
     assert overlapping_leases(ledger) == []
-    with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as conn:
+    with closing(sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)) as conn, conn:
         ends = conn.execute(
             "SELECT lease_id, count(*) FROM history WHERE event IN "
             "('freed', 'expired', 'revoked', 'preempted') GROUP BY lease_id"
