@@ -1,8 +1,8 @@
 """The allocator's façade: the one object the API (and the daemon's housekeeping) calls.
 
-Split by API area: leases (here), the GPUs (`gpus`, gpu_desk.py), the record (`accounting`,
-accounting_desk.py), scheduling (`scheduling`, scheduling_desk.py) and owed cleanups
-(cleanups.py).
+Split by API area: leases (here), the GPUs (`gpus`, desks/gpus.py), the record (`accounting`,
+desks/accounting.py), scheduling (`scheduling`, desks/scheduling.py), energy and power
+(desks/energy.py, desks/power.py) and owed cleanups (cleanups.py).
 
 Each method is one whole operation: it runs the lease lifecycle through the serial worker
 (one call at a time, on the event loop, answered after the ledger commit), and does what
@@ -18,25 +18,25 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from gpuallocd.allocator.accounting_desk import AccountingDesk
 from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.cleanups import CleanupDesk
-from gpuallocd.allocator.energy_desk import EnergyDesk
-from gpuallocd.allocator.gpu_desk import GpuDesk
+from gpuallocd.allocator.desks.accounting import AccountingDesk
+from gpuallocd.allocator.desks.energy import EnergyDesk
+from gpuallocd.allocator.desks.gpus import GpuDesk
+from gpuallocd.allocator.desks.power import PowerDesk
+from gpuallocd.allocator.desks.scheduling import SchedulingDesk
 from gpuallocd.allocator.leases.health_notice import HealthNotices
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.long_reads import LongReads
 from gpuallocd.allocator.notices import NoticeDesk
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, Observers, timed_allocation
-from gpuallocd.allocator.power_desk import PowerDesk
 from gpuallocd.allocator.preemption import PreemptionDesk
 from gpuallocd.allocator.publish import publish
 from gpuallocd.allocator.queue.order import QueueOrder
 from gpuallocd.allocator.queue.preview import Preview
 from gpuallocd.allocator.queue.reclaim import IdleReclaimer
 from gpuallocd.allocator.queue.waiting import WaitQueue
-from gpuallocd.allocator.scheduling_desk import SchedulingDesk
 from gpuallocd.allocator.site.idle import IdleRules
 from gpuallocd.allocator.site.rules import SiteRules
 from gpuallocd.allocator.unleased.adoption import adopt_own
@@ -121,7 +121,7 @@ class AllocatorFacade(CleanupDesk):
         self._bells = LeaseBells()
         self.health = HealthNotices(lifecycle)
         self.energy = EnergyDesk(lifecycle, ledger, self._worker, clock, self._reads)
-        self.power = PowerDesk(lifecycle, ledger, self._worker, clock=clock)  # power_desk.py
+        self.power = PowerDesk(lifecycle, ledger, self._worker, clock=clock)  # desks/power.py
         self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
         self.revoke_grace_seconds = revoke_grace_seconds
 
@@ -160,7 +160,7 @@ class AllocatorFacade(CleanupDesk):
                 lease = await self._queue.allocate(
                     caller, spec, wait=wait, timeout=timeout, on_grant=on_grant
                 )
-                await self.power.capped(lease)  # its cap set (power_desk.py)
+                await self.power.capped(lease)  # its cap set (desks/power.py)
             await self._processes.enclose(lease)  # in its scope before it hears of the grant
             return lease
         except BaseException as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from gpuallocd.allocator import gpu_admin
+from gpuallocd.allocator.desks import gpu_admin
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.node_view import GpuStatus
 from gpuallocd.allocator.queue.advance import held_for_status
