@@ -32,7 +32,7 @@ from pathlib import Path
 from benchmarks.daemon import RunningDaemon, running_daemon
 from benchmarks.load import run_bench
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.parts import Parts
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.power.budget import PowerBudget
 from gpuallocd.allocator.power.caps import PowerCaps
@@ -160,7 +160,7 @@ def _lifecycle(root: Path, kind: str) -> _Bench:
         EnergyMeter(enabled=kind != "off"), caps, PowerBudget(2400 if capped else None, "wait")
     )
     ledger = Ledger(root / f"{kind}.sqlite3", sync="normal")
-    parts = Parts.of(ledger, inventory.topology(), clock=time.time, hardware=hardware)
+    parts = SharedParts.of(ledger, inventory.topology(), clock=time.time, hardware=hardware)
     lifecycle = LeaseLifecycle(ledger, parts, clock=time.time)
     lifecycle.update_live(inventory.sample())
     readings = inventory.power()

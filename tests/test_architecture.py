@@ -635,3 +635,132 @@ def test_the_bounds_of_a_request_are_resolved_by_the_lifecycle_alone() -> None:
         and name != "gpuallocd.allocator.site.request_bounds"
     )
     assert callers == ["gpuallocd.allocator.leases.lifecycle"]
+
+
+# The lease lifecycle grants and ends leases; the parts it grants with (allocator/leases/
+# parts.py) are handed to whoever uses them by the composition root, never reached through it.
+LIFECYCLE_HOME = "gpuallocd.allocator.leases.lifecycle"
+LIFECYCLE_NAMES = {"lifecycle", "_lifecycle"}
+
+
+def _names_lifecycle(node: ast.AST) -> bool:
+    """`lifecycle`, `_lifecycle`, or an attribute of that name (`self._lifecycle`)."""
+    if isinstance(node, ast.Name):
+        return node.id in LIFECYCLE_NAMES
+    return isinstance(node, ast.Attribute) and node.attr in LIFECYCLE_NAMES
+
+
+def _lifecycle_surface() -> set[str]:
+    """The public names the lifecycle's class defines: its methods and properties."""
+    from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+
+    return {name for name in vars(LeaseLifecycle) if not name.startswith("_")}
+
+
+def _reaches_through(tree: ast.AST, surface: set[str]) -> list[tuple[int, str]]:
+    """Each `lifecycle.X` whose X is not a method or property of the class (a part it holds,
+    a private attribute), and each chain `lifecycle.X.Y`."""
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and _names_lifecycle(node.value)
+            and node.attr not in surface
+        ):
+            found.append((node.lineno, node.attr))
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and _names_lifecycle(node.value.value)
+        ):
+            found.append((node.lineno, f"{node.value.attr}.{node.attr}"))
+    return found
+
+
+def test_nothing_reaches_through_the_lifecycle() -> None:
+    """Outside lifecycle.py, a lifecycle is used by its methods and properties alone: no
+    `lifecycle.X` where X is not one the class defines (the parts it holds are private: a
+    module that needs the quota, the node view, the drains, the reservations, the lease
+    hardware or the settings is handed them), and no chain `lifecycle.X.Y` through what
+    one returns (`lifecycle.topology.gpus`: the node view is handed out for that). A
+    lifecycle is held under the name `lifecycle` or `_lifecycle` (checked below), so the
+    rule sees every use."""
+    surface = _lifecycle_surface()
+    offenders = {
+        name: found
+        for name, tree in _trees()
+        if name != LIFECYCLE_HOME and (found := _reaches_through(tree, surface))
+    }
+    assert offenders == {}
+
+
+def test_the_lifecycle_shows_none_of_its_parts() -> None:
+    """No method or property of the lifecycle is named as one of its parts (the fields of
+    SharedParts), so that none is read as `lifecycle.<part>`."""
+    from dataclasses import fields
+
+    from gpuallocd.allocator.leases.parts import SharedParts
+
+    parts = {f.name for f in fields(SharedParts)} | {"parts"}
+    assert _lifecycle_surface() & parts == set()
+
+
+def _annotated_lifecycle(annotation: ast.AST | None) -> bool:
+    return annotation is not None and "LeaseLifecycle" in ast.unparse(annotation)
+
+
+def _misnamed_lifecycles(tree: ast.AST) -> list[tuple[int, str]]:
+    """Parameters and names annotated `LeaseLifecycle`, and names a lifecycle (made, or
+    taken from one) is assigned to, that are not called `lifecycle` or `_lifecycle`."""
+    held: list[tuple[int, ast.AST | str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and _annotated_lifecycle(node.annotation):
+            held.append((node.lineno, node.arg))
+        elif isinstance(node, ast.AnnAssign) and _annotated_lifecycle(node.annotation):
+            held.append((node.lineno, node.target))
+        elif isinstance(node, ast.Assign):
+            value = node.value
+            made = isinstance(value, ast.Call) and "LeaseLifecycle" in ast.unparse(value.func)
+            if made or _names_lifecycle(value):
+                held += [(node.lineno, target) for target in node.targets]
+    return [
+        (line, name if isinstance(name, str) else ast.unparse(name))
+        for line, name in held
+        if not (name in LIFECYCLE_NAMES if isinstance(name, str) else _names_lifecycle(name))
+    ]
+
+
+def test_a_lifecycle_is_always_called_lifecycle() -> None:
+    """Every parameter, field or name holding a lease lifecycle is called `lifecycle` or
+    `_lifecycle`: what lets the rule above see every use of one."""
+    offenders = {name: found for name, tree in _trees() if (found := _misnamed_lifecycles(tree))}
+    assert offenders == {}
+
+
+# The allocator is made in one place: the daemon's composition root. The recovery makes the
+# lifecycle of its rebuilt ledger the same way, from the same parts.
+ALLOCATOR_MAKERS = {
+    "SharedParts": {"gpuallocd.daemon.assembly", "gpuallocd.daemon.ledger_care.rebuild"},
+    "LeaseLifecycle": {"gpuallocd.daemon.assembly", "gpuallocd.daemon.ledger_care.rebuild"},
+    "AllocatorFacade": {"gpuallocd.daemon.assembly"},
+}
+
+
+def _makes(tree: ast.AST, cls: str) -> bool:
+    """Whether `tree` calls `cls(...)` or `cls.of(...)`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr == "of":
+                func = func.value
+            if isinstance(func, ast.Name) and func.id == cls:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("cls", sorted(ALLOCATOR_MAKERS))
+def test_the_allocator_is_made_in_one_place(cls: str) -> None:
+    """The shared parts, the lifecycle and the façade are made in daemon/assembly.py (and
+    the recovery's lifecycle in its rebuild): a reader finds where each part comes from."""
+    makers = {name for name, tree in _trees() if _makes(tree, cls)}
+    assert makers == ALLOCATOR_MAKERS[cls]

@@ -14,7 +14,7 @@ import pytest
 from gpulease import Client, GpuallocError, InvalidRequest
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.parts import Parts
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.site.limits import Limits, LimitsTable
 from gpuallocd.allocator.site.rules import SiteRules
@@ -408,7 +408,7 @@ def test_a_preview_does_the_same_work_whatever_the_history(tmp_path: Path) -> No
         topology = open_inventory(LEDGER_INVENTORY).topology()
         now = START + 30 * DAY
         rules = SiteRules(limits=table)
-        parts = Parts.of(ledger, topology, clock=lambda now=now: now, rules=rules)
+        parts = SharedParts.of(ledger, topology, clock=lambda now=now: now, rules=rules)
         lifecycle = LeaseLifecycle(ledger, parts, clock=lambda now=now: now)
         counted.append(_preview_steps(lifecycle, ledger, Caller(7, 7, 1, "u7")))
         ledger.close()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gpuallocd.allocator import AllocateSpec, AllocatorSettings, LeaseLifecycle
 from gpuallocd.allocator.leases.node_view import Hold
-from gpuallocd.allocator.leases.parts import Parts
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.queue.index import WaiterIndex
 from gpuallocd.allocator.queue.order import QueueOrder
 from gpuallocd.allocator.queue.serve import (
@@ -67,7 +67,7 @@ class Twin:
 
     def __init__(self, root: Path, loop: asyncio.AbstractEventLoop) -> None:
         self.ledger = Ledger(root / "ledger.sqlite3")
-        parts = Parts.of(self.ledger, MIG_NODE, clock=lambda: 1000.0, settings=SETTINGS)
+        parts = SharedParts.of(self.ledger, MIG_NODE, clock=lambda: 1000.0, settings=SETTINGS)
         self.lifecycle = LeaseLifecycle(self.ledger, parts, clock=lambda: 1000.0)
         self.index: WaiterIndex[Waiter] = WaiterIndex(parts.node.usable_gpus)
         self.waiters: list[Waiter] = []
@@ -179,7 +179,7 @@ class LiveQueue:
         self.ledger = Ledger(root / "ledger.sqlite3")
         settings = AllocatorSettings(default_policy="simple", queue_order=queue_order)
         topology = load_topology("example:dgx1-volta")
-        parts = Parts.of(self.ledger, topology, clock=lambda: 1000.0, settings=settings)
+        parts = SharedParts.of(self.ledger, topology, clock=lambda: 1000.0, settings=settings)
         self.lifecycle = LeaseLifecycle(self.ledger, parts, clock=lambda: 1000.0)
         self.worker = SerialWorker(self.ledger.unit_of_work, self.lifecycle.reload)
         self.looked: list[Waiter] = []

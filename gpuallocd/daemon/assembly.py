@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 from gpuallocd.allocator import AllocatorFacade, LeaseLifecycle, LeaseObserver
 from gpuallocd.allocator.cleanups import CleanupHandler, CleanupRunner
-from gpuallocd.allocator.leases.parts import Parts
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.observer import Observers
 from gpuallocd.allocator.power.budget import PowerBudget
 from gpuallocd.allocator.power.caps import POWER_LIMIT, PowerCaps
@@ -73,7 +73,7 @@ def assemble(
     `rules`: the site rules in force; `metrics`: the first to be told of each transition."""
     topology = inventory.topology()
     hardware = lease_hardware(inventory, config, guard)
-    parts = Parts.of(
+    parts = SharedParts.of(
         ledger,
         topology,
         clock=clock,

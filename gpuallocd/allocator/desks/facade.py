@@ -27,7 +27,7 @@ from gpuallocd.allocator.desks.power import PowerDesk
 from gpuallocd.allocator.desks.scheduling import SchedulingDesk
 from gpuallocd.allocator.leases.health_notice import HealthNotices
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.parts import Parts
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.long_reads import LongReads
 from gpuallocd.allocator.notices import NoticeDesk
@@ -68,7 +68,7 @@ class AllocatorFacade(CleanupDesk):
     def __init__(
         self,
         lifecycle: LeaseLifecycle,
-        parts: Parts,
+        parts: SharedParts,
         ledger: Ledger,
         *,
         clock: Callable[[], float],

@@ -17,7 +17,7 @@ from gpuallocd.allocator.leases.chooser import Chooser
 from gpuallocd.allocator.leases.deadlines import Deadlines
 from gpuallocd.allocator.leases.events_log import Transition
 from gpuallocd.allocator.leases.node_view import GpuStatus, Hold
-from gpuallocd.allocator.leases.parts import Parts
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.leases.request_ids import RequestIds
 from gpuallocd.allocator.leases.servable import KeptFrom, check_servable
 from gpuallocd.allocator.leases.sharing import share_capacity
@@ -68,7 +68,7 @@ class LeaseLifecycle:
     def __init__(
         self,
         ledger: Ledger,
-        parts: Parts,
+        parts: SharedParts,
         *,
         clock: Clock,
         start_time_of: Callable[[int], int | None] = process_start_time,

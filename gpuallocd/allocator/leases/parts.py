@@ -4,11 +4,11 @@ The lifecycle grants and ends leases; around it, the queue, the notices, preempt
 unleased guard and the façade's desks each read some of the same few things: the settings
 that decide a grant, the node's view (topology, live state), the quota (limits, budgets and
 the admin groups), the drains, the advance reservations' board, and the lease hardware
-(energy, power caps, the power budget). `Parts.of` makes them over a ledger and a topology;
-the composition root (daemon/assembly.py; the recovery's rebuild for its own lifecycle)
-hands the bundle to the lifecycle and to the façade, and the façade hands each desk the
-parts it uses one by one, as keyword arguments named as the fields here, so that a desk's
-constructor says what it reads. Nobody reaches them through the lifecycle
+(energy, power caps, the power budget). `SharedParts.of` makes them over a ledger and a
+topology; the composition root (daemon/assembly.py; the recovery's rebuild for its own
+lifecycle) hands the bundle to the lifecycle and to the façade, and the façade hands each
+desk the parts it uses one by one, as keyword arguments named as the fields here, so that a
+desk's constructor says what it reads. Nobody reaches them through the lifecycle
 (tests/test_architecture.py).
 """
 
@@ -27,11 +27,11 @@ from gpuallocd.allocator.site.rules import SiteRules
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Topology
 
-__all__ = ["Parts"]
+__all__ = ["SharedParts"]
 
 
 @dataclass(frozen=True)
-class Parts:
+class SharedParts:
     """The shared parts of one node's allocator (each one instance, for the daemon's life)."""
 
     settings: AllocatorSettings
@@ -51,7 +51,7 @@ class Parts:
         settings: AllocatorSettings | None = None,
         rules: SiteRules | None = None,
         hardware: LeaseHardware | None = None,
-    ) -> Parts:
+    ) -> SharedParts:
         """The parts over `ledger` and `topology`: the drains and reservations as the ledger
         holds them, the quota under `rules` (none by default), `hardware` where the machine
         has power and energy to read (none by default)."""

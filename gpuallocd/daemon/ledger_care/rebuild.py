@@ -28,7 +28,7 @@ from pathlib import Path
 
 from gpuallocd.allocator import AllocatorSettings, SiteRules
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.parts import Parts
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.site.quota import Quota
 from gpuallocd.allocator.site.reservation_board import caller_of_uid
 from gpuallocd.allocator.unleased.adoption import Adoption
@@ -200,7 +200,7 @@ def rebuild(
         raise LedgerError(f"the rebuilt ledger does not open: {exc.message}") from exc
     try:
         # the recovery's own lifecycle, made as the daemon's is (allocator/leases/parts.py)
-        parts = Parts.of(
+        parts = SharedParts.of(
             ledger, evidence.topology, clock=lambda: now, settings=site.settings, rules=site.rules
         )
         lifecycle = LeaseLifecycle(ledger, parts, clock=lambda: now)
