@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -188,6 +189,42 @@ def test_every_package_has_a_place_in_the_map() -> None:
     assert packages == sorted(ALLOWED)
     doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
     assert [p for p in packages if f"`{p}/`" not in doc] == []
+
+
+DOCS = PACKAGE.parent / "docs"
+WHERE_THINGS_GO = (
+    "add a budget kind",
+    "add an MCP tool",
+    "change how a share's energy is estimated",
+    "add a recorded machine",
+)
+
+
+def _section(text: str, title: str) -> str:
+    """The body of the `## title` section of a markdown page."""
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def _named_paths(text: str) -> list[str]:
+    """The paths a text names in backquotes: a word with a slash, or a file name."""
+    quoted = re.findall(r"`([^`\s]+)`", text)
+    return [q for q in quoted if "/" in q or re.fullmatch(r"[\w.-]+\.(py|md|toml|json)", q)]
+
+
+def test_where_things_go_names_paths_that_exist() -> None:
+    """docs/architecture.md's "Where things go" names the changes a newcomer looks for, and
+    every path it names exists (in the package, else from the repository's root)."""
+    section = _section((DOCS / "architecture.md").read_text(), "Where things go")
+    assert [task for task in WHERE_THINGS_GO if f"| {task}" not in section] == []
+    paths = _named_paths(section)
+    missing = [
+        path
+        for path in paths
+        if not (PACKAGE / path).exists() and not (PACKAGE.parent / path).exists()
+    ]
+    assert len(paths) > 20 and missing == []
 
 
 def test_at_most_four_files_stand_at_the_top() -> None:

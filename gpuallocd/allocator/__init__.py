@@ -38,6 +38,7 @@ from __future__ import annotations
 from gpuallocd.allocator.desks.facade import AllocatorFacade
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.leases.node_view import GPU_STATES, GpuStatus, NodeView
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.leases.specs import AllocateSpec, AllocatorSettings
 from gpuallocd.allocator.observer import LeaseObserver
 from gpuallocd.allocator.site.idle import IdleRules
@@ -56,5 +57,6 @@ __all__ = [
     "Limits",
     "LimitsTable",
     "NodeView",
+    "SharedParts",
     "SiteRules",
 ]

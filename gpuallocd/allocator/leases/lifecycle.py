@@ -5,6 +5,11 @@ façade runs every call through the serial worker, one at a time on the event lo
 decision and its record are never interleaved with another. The flow of a grant: expire what
 is due, check the request, build an immutable snapshot, ask the policy, check its choice,
 record the lease in one ledger transaction, and only then update the in-memory view.
+
+It keeps to granting and ending. The parts it grants with (the quota, drains, reservations
+board, node view, lease hardware and settings: parts.py) are handed to it, and it keeps them
+to itself: a module that reads one is handed it too, by the composition root
+(daemon/assembly.py) or the façade, never through the lifecycle (tests/test_architecture.py).
 """
 
 from __future__ import annotations
