@@ -27,10 +27,12 @@ Its rooms, each with a map of its own (floors guarded by tests/test_architecture
 `desks/` is the top room: it may import every other room and the modules at the top, and
 nothing imports it but this door. `site/` imports nothing of the other rooms; `leases/`
 nothing of `queue/` or `unleased/`; the other rooms import of the top only `worker.py`,
-`long_reads.py`, `bells.py`, `observer.py`, `cleanups.py` and `crash_points.py`, which
-import nothing of the allocator but each other. The processes a bound lease covers, and
-stopping them, are `gpuallocd.processes`, below. The rules a request and a policy's answer
-obey live in `gpuallocd.policies.rules`, where `plan` and `simulate` use them too.
+`long_reads.py`, `bells.py` and `crash_points.py`, which import nothing of the allocator.
+The crash points stay here, not in `daemon/` where they are armed: the power and preemption
+desks and the API's routes break at them too, and neither may import the daemon. The
+processes a bound lease covers, and stopping them, are `gpuallocd.processes`, below. The
+rules a request and a policy's answer obey live in `gpuallocd.policies.rules`, where `plan`
+and `simulate` use them too.
 """
 
 from __future__ import annotations
