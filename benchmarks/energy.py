@@ -32,13 +32,13 @@ from pathlib import Path
 from benchmarks.daemon import RunningDaemon, running_daemon
 from benchmarks.load import run_bench
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.power.budget import PowerBudget
 from gpuallocd.allocator.power.caps import PowerCaps
 from gpuallocd.allocator.power.energy import EnergyMeter
 from gpuallocd.allocator.power.hardware import LeaseHardware
-from gpuallocd.daemon.config.power_wiring import GuardedPower
-from gpuallocd.daemon.driver_guard import DriverGuard
+from gpuallocd.daemon.driver_guard import DriverGuard, GuardedPower
 from gpuallocd.inventory.nvml.backend import NvmlInventory
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import (
@@ -139,7 +139,17 @@ def pair_rows(root: Path) -> tuple[list[Row], float]:
     return rows, cpu_off
 
 
-def _lifecycle(root: Path, kind: str) -> tuple[LeaseLifecycle, NvmlInventory]:
+@dataclass
+class _Bench:
+    """A lease lifecycle with the lease hardware and the ledger it was made with."""
+
+    lifecycle: LeaseLifecycle
+    hardware: LeaseHardware
+    ledger: Ledger
+    inventory: NvmlInventory
+
+
+def _lifecycle(root: Path, kind: str) -> _Bench:
     """A lease lifecycle over the recorded DGX-1 (fake NVML), energy and caps as `kind` says,
     its ledger on `root` (`ledger_sync = "normal"`: the bookkeeping's CPU, not the disk's)."""
     inventory, _ = nvml_inventory("dgx1-volta", xid_wait_ms=20)
@@ -150,19 +160,20 @@ def _lifecycle(root: Path, kind: str) -> tuple[LeaseLifecycle, NvmlInventory]:
         EnergyMeter(enabled=kind != "off"), caps, PowerBudget(2400 if capped else None, "wait")
     )
     ledger = Ledger(root / f"{kind}.sqlite3", sync="normal")
-    lifecycle = LeaseLifecycle(ledger, inventory.topology(), clock=time.time, hardware=hardware)
+    parts = SharedParts.of(ledger, inventory.topology(), clock=time.time, hardware=hardware)
+    lifecycle = LeaseLifecycle(ledger, parts, clock=time.time)
     lifecycle.update_live(inventory.sample())
     readings = inventory.power()
     hardware.budget.readings = readings
     caps.learned(readings, caps.asked_now())
-    return lifecycle, inventory
+    return _Bench(lifecycle, hardware, ledger, inventory)
 
 
-async def _pairs_cpu_us(lifecycle: LeaseLifecycle, watts: float | None, pairs: int) -> float:
+async def _pairs_cpu_us(bench: _Bench, watts: float | None, pairs: int) -> float:
     """CPU microseconds of one allocate+free through the lifecycle, its observers told as
     the worker tells them; the energy read written in one transaction per `pairs`, as the
     daemon writes it once a second."""
-    hardware, ledger = lifecycle.hardware, lifecycle._ledger
+    lifecycle, hardware, ledger = bench.lifecycle, bench.hardware, bench.ledger
     caller = Caller(uid=0, gid=0, pid=os.getpid(), user="root")
     spec = AllocateSpec(count=1, gpus=(0,), power_limit_watts=watts)
     start = time.process_time()
@@ -194,11 +205,11 @@ def bookkeeping_rows(
         made = {kind: _lifecycle(root, kind) for kind in kinds}
         try:
             for _ in range(rounds):
-                for kind, (lifecycle, _) in made.items():
-                    found[kind].append(await _pairs_cpu_us(lifecycle, kinds[kind], pairs))
+                for kind, bench in made.items():
+                    found[kind].append(await _pairs_cpu_us(bench, kinds[kind], pairs))
         finally:
-            for _, inventory in made.values():
-                inventory.close()
+            for bench in made.values():
+                bench.inventory.close()
         return found
 
     found = asyncio.run(measure())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,6 +191,42 @@ def test_every_package_has_a_place_in_the_map() -> None:
     assert [p for p in packages if f"`{p}/`" not in doc] == []
 
 
+DOCS = PACKAGE.parent / "docs"
+WHERE_THINGS_GO = (
+    "add a budget kind",
+    "add an MCP tool",
+    "change how a share's energy is estimated",
+    "add a recorded machine",
+)
+
+
+def _section(text: str, title: str) -> str:
+    """The body of the `## title` section of a markdown page."""
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def _named_paths(text: str) -> list[str]:
+    """The paths a text names in backquotes: a word with a slash, or a file name."""
+    quoted = re.findall(r"`([^`\s]+)`", text)
+    return [q for q in quoted if "/" in q or re.fullmatch(r"[\w.-]+\.(py|md|toml|json)", q)]
+
+
+def test_where_things_go_names_paths_that_exist() -> None:
+    """docs/architecture.md's "Where things go" names the changes a newcomer looks for, and
+    every path it names exists (in the package, else from the repository's root)."""
+    section = _section((DOCS / "architecture.md").read_text(), "Where things go")
+    assert [task for task in WHERE_THINGS_GO if f"| {task}" not in section] == []
+    paths = _named_paths(section)
+    missing = [
+        path
+        for path in paths
+        if not (PACKAGE / path).exists() and not (PACKAGE.parent / path).exists()
+    ]
+    assert len(paths) > 20 and missing == []
+
+
 def test_at_most_four_files_stand_at_the_top() -> None:
     """The top of the package is `__init__`, `__main__`, `errors` and `text` (what users
     control, escaped for every printer: the CLI and the daemon's log, standard library
@@ -234,6 +271,7 @@ ROOMS = {
         "unleased": {"leases", "site", "power"},
         "notices": {"leases", "site"},
         "preemption": {"leases", "site", "queue", "notices"},
+        "desks": {"leases", "site", "power", "queue", "unleased", "notices", "preemption"},
     },
     "gpuallocd.daemon": {
         "config": set(),
@@ -248,6 +286,9 @@ ROOMS = {
         "notifying": set(),
     },
 }
+# A package's top room: it may import every module of the door but the package's own
+# `__init__` (which imports it), and no room or door module imports it.
+TOP_ROOMS = {"gpuallocd.allocator": "desks"}
 # Door modules a room may import: they import nothing of their own package.
 DOOR_LEAVES = {
     "gpuallocd.allocator": {"worker", "long_reads", "bells", "crash_points"},
@@ -286,15 +327,35 @@ def test_rooms_keep_to_their_floors(package: str) -> None:
         if room is None:
             continue
         allowed = ROOMS[package][room] | {room}
+        leaves = DOOR_LEAVES[package]
         for target in targets:
             if not target.startswith(package + "."):
                 continue
             other = _room_of(target, package)
             leaf = target.removeprefix(package + ".")
-            if (other is None and leaf not in DOOR_LEAVES[package]) or (
+            if (other is None and leaf not in leaves and room != TOP_ROOMS.get(package)) or (
                 other is not None and other not in allowed
             ):
                 offenders.append((name, target))
+    assert offenders == []
+
+
+@pytest.mark.parametrize("package", sorted(TOP_ROOMS))
+def test_only_the_door_enters_the_top_room(package: str) -> None:
+    """The top room (the allocator's desks) is imported by the package's `__init__` alone:
+    no other room and no module of the door reaches up into it."""
+    top = f"{package}.{TOP_ROOMS[package]}"
+
+    def inside(module: str) -> bool:
+        return module == top or module.startswith(top + ".")
+
+    offenders = sorted(
+        (name, target)
+        for name, targets in _graph().items()
+        if name.startswith(package + ".") and not inside(name)
+        for target in targets
+        if inside(target)
+    )
     assert offenders == []
 
 
@@ -334,6 +395,7 @@ def _mapped(package_dir: Path) -> list[str]:
         PACKAGE / "daemon" / "startup",
         PACKAGE / "daemon" / "ledger_care",
         PACKAGE / "api",
+        PACKAGE / "allocator" / "desks",
         PACKAGE / "allocator" / "leases",
         PACKAGE / "allocator" / "site",
         PACKAGE / "allocator" / "queue",
@@ -610,3 +672,132 @@ def test_the_bounds_of_a_request_are_resolved_by_the_lifecycle_alone() -> None:
         and name != "gpuallocd.allocator.site.request_bounds"
     )
     assert callers == ["gpuallocd.allocator.leases.lifecycle"]
+
+
+# The lease lifecycle grants and ends leases; the parts it grants with (allocator/leases/
+# parts.py) are handed to whoever uses them by the composition root, never reached through it.
+LIFECYCLE_HOME = "gpuallocd.allocator.leases.lifecycle"
+LIFECYCLE_NAMES = {"lifecycle", "_lifecycle"}
+
+
+def _names_lifecycle(node: ast.AST) -> bool:
+    """`lifecycle`, `_lifecycle`, or an attribute of that name (`self._lifecycle`)."""
+    if isinstance(node, ast.Name):
+        return node.id in LIFECYCLE_NAMES
+    return isinstance(node, ast.Attribute) and node.attr in LIFECYCLE_NAMES
+
+
+def _lifecycle_surface() -> set[str]:
+    """The public names the lifecycle's class defines: its methods and properties."""
+    from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+
+    return {name for name in vars(LeaseLifecycle) if not name.startswith("_")}
+
+
+def _reaches_through(tree: ast.AST, surface: set[str]) -> list[tuple[int, str]]:
+    """Each `lifecycle.X` whose X is not a method or property of the class (a part it holds,
+    a private attribute), and each chain `lifecycle.X.Y`."""
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and _names_lifecycle(node.value)
+            and node.attr not in surface
+        ):
+            found.append((node.lineno, node.attr))
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and _names_lifecycle(node.value.value)
+        ):
+            found.append((node.lineno, f"{node.value.attr}.{node.attr}"))
+    return found
+
+
+def test_nothing_reaches_through_the_lifecycle() -> None:
+    """Outside lifecycle.py, a lifecycle is used by its methods and properties alone: no
+    `lifecycle.X` where X is not one the class defines (the parts it holds are private: a
+    module that needs the quota, the node view, the drains, the reservations, the lease
+    hardware or the settings is handed them), and no chain `lifecycle.X.Y` through what
+    one returns (`lifecycle.topology.gpus`: the node view is handed out for that). A
+    lifecycle is held under the name `lifecycle` or `_lifecycle` (checked below), so the
+    rule sees every use."""
+    surface = _lifecycle_surface()
+    offenders = {
+        name: found
+        for name, tree in _trees()
+        if name != LIFECYCLE_HOME and (found := _reaches_through(tree, surface))
+    }
+    assert offenders == {}
+
+
+def test_the_lifecycle_shows_none_of_its_parts() -> None:
+    """No method or property of the lifecycle is named as one of its parts (the fields of
+    SharedParts), so that none is read as `lifecycle.<part>`."""
+    from dataclasses import fields
+
+    from gpuallocd.allocator.leases.parts import SharedParts
+
+    parts = {f.name for f in fields(SharedParts)} | {"parts"}
+    assert _lifecycle_surface() & parts == set()
+
+
+def _annotated_lifecycle(annotation: ast.AST | None) -> bool:
+    return annotation is not None and "LeaseLifecycle" in ast.unparse(annotation)
+
+
+def _misnamed_lifecycles(tree: ast.AST) -> list[tuple[int, str]]:
+    """Parameters and names annotated `LeaseLifecycle`, and names a lifecycle (made, or
+    taken from one) is assigned to, that are not called `lifecycle` or `_lifecycle`."""
+    held: list[tuple[int, ast.AST | str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and _annotated_lifecycle(node.annotation):
+            held.append((node.lineno, node.arg))
+        elif isinstance(node, ast.AnnAssign) and _annotated_lifecycle(node.annotation):
+            held.append((node.lineno, node.target))
+        elif isinstance(node, ast.Assign):
+            value = node.value
+            made = isinstance(value, ast.Call) and "LeaseLifecycle" in ast.unparse(value.func)
+            if made or _names_lifecycle(value):
+                held += [(node.lineno, target) for target in node.targets]
+    return [
+        (line, name if isinstance(name, str) else ast.unparse(name))
+        for line, name in held
+        if not (name in LIFECYCLE_NAMES if isinstance(name, str) else _names_lifecycle(name))
+    ]
+
+
+def test_a_lifecycle_is_always_called_lifecycle() -> None:
+    """Every parameter, field or name holding a lease lifecycle is called `lifecycle` or
+    `_lifecycle`: what lets the rule above see every use of one."""
+    offenders = {name: found for name, tree in _trees() if (found := _misnamed_lifecycles(tree))}
+    assert offenders == {}
+
+
+# The allocator is made in one place: the daemon's composition root. The recovery makes the
+# lifecycle of its rebuilt ledger the same way, from the same parts.
+ALLOCATOR_MAKERS = {
+    "SharedParts": {"gpuallocd.daemon.assembly", "gpuallocd.daemon.ledger_care.rebuild"},
+    "LeaseLifecycle": {"gpuallocd.daemon.assembly", "gpuallocd.daemon.ledger_care.rebuild"},
+    "AllocatorFacade": {"gpuallocd.daemon.assembly"},
+}
+
+
+def _makes(tree: ast.AST, cls: str) -> bool:
+    """Whether `tree` calls `cls(...)` or `cls.of(...)`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr == "of":
+                func = func.value
+            if isinstance(func, ast.Name) and func.id == cls:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("cls", sorted(ALLOCATOR_MAKERS))
+def test_the_allocator_is_made_in_one_place(cls: str) -> None:
+    """The shared parts, the lifecycle and the façade are made in daemon/assembly.py (and
+    the recovery's lifecycle in its rebuild): a reader finds where each part comes from."""
+    makers = {name for name, tree in _trees() if _makes(tree, cls)}
+    assert makers == ALLOCATOR_MAKERS[cls]

@@ -15,6 +15,7 @@ import pytest
 from gpulease import Client, GpuallocError, InvalidRequest
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.site.limits import Limits, LimitsTable
 from gpuallocd.allocator.site.rules import SiteRules
@@ -407,9 +408,9 @@ def test_a_preview_does_the_same_work_whatever_the_history(tmp_path: Path) -> No
                 held(ledger, gpus, 7, START + n * step, START + n * step + 30.0, first=n % 16)
         topology = open_inventory(LEDGER_INVENTORY).topology()
         now = START + 30 * DAY
-        lifecycle = LeaseLifecycle(
-            ledger, topology, clock=lambda now=now: now, rules=SiteRules(limits=table)
-        )
+        rules = SiteRules(limits=table)
+        parts = SharedParts.of(ledger, topology, clock=lambda now=now: now, rules=rules)
+        lifecycle = LeaseLifecycle(ledger, parts, clock=lambda now=now: now)
         counted.append(_preview_steps(lifecycle, ledger, Caller(7, 7, 1, "u7")))
         ledger.close()
     small, large = counted

@@ -14,8 +14,7 @@ import pytest
 
 from gpuallocd.allocator.cleanups import CleanupRunner
 from gpuallocd.allocator.power.caps import POWER_LIMIT, PowerCaps
-from gpuallocd.daemon.config.power_wiring import GuardedPower
-from gpuallocd.daemon.driver_guard import DriverGuard
+from gpuallocd.daemon.driver_guard import DriverGuard, GuardedPower
 from gpuallocd.inventory.nvml.backend import NvmlInventory
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Lease, LeasedGpu, LeaseState

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from gpuallocd.allocator import AllocateSpec, AllocatorSettings, LeaseLifecycle
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.errors import CapacityError, GpuallocError
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller, Lease
@@ -39,12 +40,10 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     def open(self) -> None:
         self.ledger = Ledger(self.dir / "ledger.sqlite3")
+        settings = AllocatorSettings(default_policy="simple", default_ttl_seconds=100)
+        parts = SharedParts.of(self.ledger, TOPOLOGY, clock=lambda: self.now, settings=settings)
         self.allocator = LeaseLifecycle(
-            self.ledger,
-            TOPOLOGY,
-            clock=lambda: self.now,
-            settings=AllocatorSettings(default_policy="simple", default_ttl_seconds=100),
-            start_time_of=self.processes.get,
+            self.ledger, parts, clock=lambda: self.now, start_time_of=self.processes.get
         )
         for lease in self.allocator.reconcile_processes():
             self.acked.pop(lease.id, None)

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from gpulease import GpuallocError, GpuBusy, GpusUnavailable, InvalidRequest, Lease, gpu_lease
 
 from gpuallocd.allocator import AllocateSpec, AllocatorSettings, LeaseLifecycle
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.cli import cli
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import Caller
@@ -169,9 +170,8 @@ def test_two_users_share_one_gpu_and_neither_is_foreign(tmp_path: Path) -> None:
     try:
         ledger = Ledger(tmp_path / "ledger.sqlite3")
         settings = AllocatorSettings(shared_gpus=("all",), share_memory_reserve_bytes=GIB)
-        lifecycle = LeaseLifecycle(
-            ledger, inventory.topology(), clock=lambda: 1.0, settings=settings
-        )
+        parts = SharedParts.of(ledger, inventory.topology(), clock=lambda: 1.0, settings=settings)
+        lifecycle = LeaseLifecycle(ledger, parts, clock=lambda: 1.0)
         spec = AllocateSpec(count=1, memory_bytes=20 * GIB)
         bo = lifecycle.allocate(Caller(uid=os.getuid() + 1, gid=1, pid=2, user="bo"), spec)
         ana = lifecycle.allocate(Caller(uid=os.getuid(), gid=0, pid=1, user="ana"), spec)

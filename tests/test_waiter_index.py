@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from gpuallocd.allocator import AllocateSpec, AllocatorSettings, LeaseLifecycle
 from gpuallocd.allocator.leases.node_view import Hold
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.queue.index import WaiterIndex
 from gpuallocd.allocator.queue.order import QueueOrder
 from gpuallocd.allocator.queue.serve import (
@@ -66,10 +67,9 @@ class Twin:
 
     def __init__(self, root: Path, loop: asyncio.AbstractEventLoop) -> None:
         self.ledger = Ledger(root / "ledger.sqlite3")
-        self.lifecycle = LeaseLifecycle(
-            self.ledger, MIG_NODE, clock=lambda: 1000.0, settings=SETTINGS
-        )
-        self.index: WaiterIndex[Waiter] = WaiterIndex(self.lifecycle.node.usable_gpus)
+        parts = SharedParts.of(self.ledger, MIG_NODE, clock=lambda: 1000.0, settings=SETTINGS)
+        self.lifecycle = LeaseLifecycle(self.ledger, parts, clock=lambda: 1000.0)
+        self.index: WaiterIndex[Waiter] = WaiterIndex(parts.node.usable_gpus)
         self.waiters: list[Waiter] = []
         self.leases: list[Lease | None] = []
         self._loop = loop
@@ -177,17 +177,23 @@ class LiveQueue:
 
     def __init__(self, root: Path, queue_order: str) -> None:
         self.ledger = Ledger(root / "ledger.sqlite3")
-        self.lifecycle = LeaseLifecycle(
-            self.ledger,
-            load_topology("example:dgx1-volta"),
-            clock=lambda: 1000.0,
-            settings=AllocatorSettings(default_policy="simple", queue_order=queue_order),
-        )
+        settings = AllocatorSettings(default_policy="simple", queue_order=queue_order)
+        topology = load_topology("example:dgx1-volta")
+        parts = SharedParts.of(self.ledger, topology, clock=lambda: 1000.0, settings=settings)
+        self.lifecycle = LeaseLifecycle(self.ledger, parts, clock=lambda: 1000.0)
         self.worker = SerialWorker(self.ledger.unit_of_work, self.lifecycle.reload)
         self.looked: list[Waiter] = []
-        order = QueueOrder(self.lifecycle.settings, self.ledger, lambda: 1000.0)
+        order = QueueOrder(settings, self.ledger, lambda: 1000.0)
         self.queue = WaitQueue(
-            self.lifecycle, self.worker, lambda: 1000.0, order, looked_at=self.looked.append
+            self.lifecycle,
+            self.worker,
+            lambda: 1000.0,
+            order,
+            looked_at=self.looked.append,
+            node=parts.node,
+            quota=parts.quota,
+            reservations=parts.reservations,
+            hardware=parts.hardware,
         )
         self.crowd: list[asyncio.Task[Lease]] = []
 

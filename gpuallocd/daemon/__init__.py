@@ -3,8 +3,8 @@
 main.py             `gpuallocd`: options from the settings table, errors to exit codes
 lifecycle.py        Daemon: start up, serve until signalled, shut down
 housekeeping.py     background loops: expiry, live sampling, process polling
+assembly.py         the composition root: every allocator part made and handed out
 driver_guard.py     GPU driver calls off the loop, one at a time, with a deadline
-cleanup_setup.py    the cleanups a lease's end owes the machine, and their handlers
 diagnostics.py      what the running daemon tells `doctor`; config warnings
 hints.py            what to do next, added to the first startup errors
 socketwatch.py      noticing that the served socket was removed or replaced

@@ -14,6 +14,9 @@ call that hangs is dropped before it starts. The API keeps answering from the
 ledger and the last sample. When the hung call returns at last, the driver is in service
 again, and those who asked (`when_answering`) are told.
 
+`GuardedPower` is the inventory's power calls (reading, setting a limit) through the guard,
+as the power caps and the power budget use them.
+
 `report()` is what `/v1/health`, `/v1/diagnostics` and `gpuallocctl doctor` show: the
 vendor-library calls overdue (named by the gate's CallWatch, with how long they have run),
 and the guarded task waiting on them.
@@ -26,15 +29,17 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from gpuallocd.errors import InventoryError
+from gpuallocd.errors import InventoryError, NvmlError
 from gpuallocd.inventory import DriverCalls, Inventory
+from gpuallocd.inventory.base import PowerMetering
 from gpuallocd.inventory.calls import CallWatch, InFlight
+from gpuallocd.model import PowerReading
 
-__all__ = ["DriverGuard", "close_within"]
+__all__ = ["DriverGuard", "GuardedPower", "close_within"]
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +254,36 @@ class DriverGuard:
             "hung_calls": [entry.to_json(now) for entry in hung],
             "paused": [entry.call for entry in waiting],
         }
+
+
+class GuardedPower:
+    """The inventory's power calls through the driver guard: off the event loop, in turn
+    with the samples and every other driver call, each within the driver's deadline. While a
+    call hangs each is refused at once (NvmlError, as the driver's own refusals are): caps
+    and the power budget never wait on a stuck driver (docs/driver-faults.md)."""
+
+    def __init__(self, inventory: PowerMetering, guard: DriverGuard) -> None:
+        self._inventory = inventory
+        self._guard = guard
+
+    @property
+    def hung(self) -> bool:
+        return self._guard.hung
+
+    async def read(self) -> Mapping[str, PowerReading]:
+        try:
+            return await self._guard.call("power reading", self._inventory.power)
+        except InventoryError as exc:
+            raise NvmlError(exc.message, nvml_call="nvmlDeviceGetPowerUsage") from exc
+
+    async def set_limit(self, uuid: str, limit_mw: int, task: str) -> None:
+        def set_it() -> None:
+            self._inventory.set_power_limit(uuid, limit_mw)
+
+        try:
+            await self._guard.call(task, set_it)
+        except InventoryError as exc:
+            raise NvmlError(exc.message, nvml_call="nvmlDeviceSetPowerManagementLimit") from exc
 
 
 def close_within(close: Callable[[], None], seconds: float) -> bool:

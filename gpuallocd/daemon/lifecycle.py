@@ -25,28 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from gpuallocd import __version__
-from gpuallocd.allocator import (
-    AllocatorFacade,
-    LeaseLifecycle,
-)
+from gpuallocd.allocator import AllocatorFacade
 from gpuallocd.allocator.crash_points import arm
 from gpuallocd.allocator.leases.deadlines import boottime
-from gpuallocd.allocator.observer import LeaseObserver, Observers
 from gpuallocd.api.app import ApiContext, create_app
 from gpuallocd.api.limits import ConnectionLimiter, connection_limiters, quiet_accept_errors
 from gpuallocd.api.server import UnixApiServer, bind_unix_socket, limited_handlers
 from gpuallocd.api.tcp_site import Handlers, port_report
-from gpuallocd.daemon.cleanup_setup import cleanup_runner, device_access
+from gpuallocd.daemon.assembly import assemble
 from gpuallocd.daemon.config.machine_checks import ConfigState
 from gpuallocd.daemon.config.notify_checks import site_channels
-from gpuallocd.daemon.config.power_wiring import energy_price, lease_hardware
 from gpuallocd.daemon.config.settings import DaemonConfig
-from gpuallocd.daemon.config.wiring import (
-    allocator_settings,
-    idle_rules,
-    site_rules,
-    unleased_rules,
-)
+from gpuallocd.daemon.config.wiring import energy_price, site_rules, unleased_rules
 from gpuallocd.daemon.diagnostics import diagnostics
 from gpuallocd.daemon.driver_guard import DriverGuard, close_within
 from gpuallocd.daemon.housekeeping import Housekeeper
@@ -60,7 +50,6 @@ from gpuallocd.daemon.startup.needs import Host, Need, warn_weakened
 from gpuallocd.daemon.startup.preflight import preflight
 from gpuallocd.daemon.startup.statelock import StateLock
 from gpuallocd.dashboard import DashboardServer
-from gpuallocd.enforcement.devices import DeviceAccess
 from gpuallocd.errors import (
     ConfigError,
     HardwareUnavailable,
@@ -69,7 +58,6 @@ from gpuallocd.errors import (
     StateUnusable,
 )
 from gpuallocd.host import users
-from gpuallocd.integrations.cdi_writer import CdiSpecWriter
 from gpuallocd.inventory import Inventory, open_inventory
 from gpuallocd.ledger import Ledger
 from gpuallocd.metrics import DaemonMetrics, MetricsExporter, take_sample
@@ -111,7 +99,6 @@ class Daemon:
         self._stop = asyncio.Event()
         self._metrics = DaemonMetrics()
         self._facade_in_service: AllocatorFacade | None = None
-        self._device_access: DeviceAccess | None = None
         self._needs: list[Need] = []
         self._rules = site_rules(config)  # in force: the config's, then each reload's
         self._config_state = ConfigState(config)  # its warnings, and a reload refused
@@ -178,40 +165,20 @@ class Daemon:
         return tracking
 
     def _facade(self, inventory: Inventory, ledger: Ledger, guard: DriverGuard) -> AllocatorFacade:
-        lifecycle = LeaseLifecycle(
+        """The allocator, every part of it made and handed out in daemon/assembly.py."""
+        facade = assemble(
+            self.config,
+            inventory,
             ledger,
-            inventory.topology(),
+            guard,
             clock=self._clock,
-            settings=allocator_settings(self.config),
-            rules=self._rules,
             monotonic=self._monotonic,
-            hardware=lease_hardware(inventory, self.config, guard),
-        )
-        facade = AllocatorFacade(
-            lifecycle,
-            ledger,
-            clock=self._clock,
-            observer=self._observers(lifecycle),
-            idle=idle_rules(self.config),
-            revoke_grace_seconds=self.config.revoke_grace_seconds,
+            rules=self._rules,
+            metrics=self._metrics,
             tracking=self._tracking(),
-            unleased=unleased_rules(self.config),
         )
-        facade.notices.retention_seconds = self.config.notify_retention_days * 86400.0
         self._facade_in_service = facade
         return facade
-
-    def _observers(self, lifecycle: LeaseLifecycle) -> LeaseObserver:
-        """The metrics, the CDI spec where `cdi_spec_path` is set, and the device files'
-        ACLs with `device_access = "acl"`."""
-        path = self.config.cdi_spec_path
-        observers: list[LeaseObserver] = [self._metrics, lifecycle.hardware]
-        if path is not None:
-            observers.append(CdiSpecWriter(path, lifecycle.topology.gpus, lifecycle.leases()))
-        self._device_access = device_access(self.config, lifecycle)
-        if self._device_access is not None:
-            observers.append(self._device_access)
-        return observers[0] if len(observers) == 1 else Observers(*observers)
 
     def _exporter(
         self, facade: AllocatorFacade, inventory: Inventory, limiter: ConnectionLimiter
@@ -246,8 +213,6 @@ class Daemon:
     async def _serve(self, inventory: Inventory, ledger: Ledger) -> None:
         guard = DriverGuard.of(inventory, deadline_seconds=self.config.driver_call_timeout_seconds)
         facade = self._facade(inventory, ledger, guard)
-        caps = facade.power.caps
-        facade.cleanups = cleanup_runner(ledger, self._clock, self._device_access, caps, guard)
         housekeeper = Housekeeper(
             facade,
             inventory,
@@ -259,7 +224,7 @@ class Daemon:
         limiter, on_ports = self._limiters()  # the API socket's; the TCP ports'
         exporter = self._exporter(facade, inventory, on_ports)
         listen = self.config.dashboard_listen
-        price = energy_price(self.config.energy_price_per_kwh, self.config.energy_currency)
+        price = energy_price(self.config)
         dashboard = DashboardServer(
             facade,
             ledger.path,

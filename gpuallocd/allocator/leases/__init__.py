@@ -1,6 +1,8 @@
 """Granting a lease: what is asked, where it goes, how long it lives, and its record.
 
     lifecycle.py      LeaseLifecycle: grant, renew, free, revoke, expire; the ledger's writes
+    parts.py          SharedParts: settings, node view, quota, drains, reservations, lease
+                      hardware; made once, handed to the lifecycle and to each desk
     specs.py          AllocateSpec, AllocatorSettings: the request and the settings, as values
     node_view.py      NodeView: topology, live state, snapshots for policies, GPU status
     choices.py        snapshots and policy choices cached per node state

@@ -6,6 +6,7 @@ to nobody while it is unhealthy; an Xid's mark stays until root clears it (`resc
 from __future__ import annotations
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.node_view import NodeView
 from gpuallocd.model import Lease, LeaseEvent
 
 __all__ = ["HealthNotices"]
@@ -14,15 +15,17 @@ __all__ = ["HealthNotices"]
 class HealthNotices:
     """Tells each lease once per failure of one of its GPUs."""
 
-    def __init__(self, lifecycle: LeaseLifecycle) -> None:
+    def __init__(self, lifecycle: LeaseLifecycle, *, node: NodeView) -> None:
+        """`node`: the view whose live state says which GPUs are unhealthy."""
         self._lifecycle = lifecycle
+        self._node = node
         self._told: set[tuple[str, str]] = set()  # (lease id, GPU UUID)
 
     def unhealthy(self, lease: Lease) -> list[dict[str, object]]:
         """The lease's GPUs that are unhealthy now, each with its index and the reason."""
         found: dict[str, dict[str, object]] = {}
         for unit in lease.gpus:
-            live = self._lifecycle.node.live(unit.gpu_uuid)
+            live = self._node.live(unit.gpu_uuid)
             if not live.healthy:
                 reason = live.health_reason or "unhealthy"
                 found[unit.gpu_uuid] = {

@@ -5,6 +5,11 @@ façade runs every call through the serial worker, one at a time on the event lo
 decision and its record are never interleaved with another. The flow of a grant: expire what
 is due, check the request, build an immutable snapshot, ask the policy, check its choice,
 record the lease in one ledger transaction, and only then update the in-memory view.
+
+It keeps to granting and ending. The parts it grants with (the quota, drains, reservations
+board, node view, lease hardware and settings: parts.py) are handed to it, and it keeps them
+to itself: a module that reads one is handed it too, by the composition root
+(daemon/assembly.py) or the façade, never through the lifecycle (tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -16,18 +21,15 @@ from dataclasses import replace
 from gpuallocd.allocator.leases.chooser import Chooser
 from gpuallocd.allocator.leases.deadlines import Deadlines
 from gpuallocd.allocator.leases.events_log import Transition
-from gpuallocd.allocator.leases.node_view import GpuStatus, Hold, NodeView
+from gpuallocd.allocator.leases.node_view import GpuStatus, Hold
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.leases.request_ids import RequestIds
 from gpuallocd.allocator.leases.servable import KeptFrom, check_servable
 from gpuallocd.allocator.leases.sharing import share_capacity
 from gpuallocd.allocator.leases.slices import leased_units, vanished_units
-from gpuallocd.allocator.leases.specs import AllocateSpec, AllocatorSettings
-from gpuallocd.allocator.power.hardware import LeaseHardware
-from gpuallocd.allocator.site.drain import DrainBoard
-from gpuallocd.allocator.site.quota import Quota
+from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.site.request_bounds import GrantTerms, resolve_terms, ttl_bounds
-from gpuallocd.allocator.site.reservation_board import ReservationBoard, caller_of_uid
-from gpuallocd.allocator.site.rules import SiteRules
+from gpuallocd.allocator.site.reservation_board import caller_of_uid
 from gpuallocd.allocator.site.ttl import TtlBounds, expected_ttl, granted_ttl
 from gpuallocd.enforcement.shares import ShareEnforcer
 from gpuallocd.errors import (
@@ -56,7 +58,6 @@ log = logging.getLogger(__name__)
 __all__ = ["LeaseLifecycle"]
 
 Clock = Callable[[], float]
-DEFAULT_SETTINGS = AllocatorSettings()
 
 
 def unmoved_seconds(ttl: float) -> float:
@@ -72,17 +73,17 @@ class LeaseLifecycle:
     def __init__(
         self,
         ledger: Ledger,
-        topology: Topology,
+        parts: SharedParts,
         *,
         clock: Clock,
-        settings: AllocatorSettings = DEFAULT_SETTINGS,
         start_time_of: Callable[[int], int | None] = process_start_time,
-        rules: SiteRules | None = None,
         monotonic: Clock | None = None,
-        hardware: LeaseHardware | None = None,
     ) -> None:
-        """`clock` gives the wall-clock times shown to people; `monotonic` (the same clock
-        when not given) decides expiry: see `deadlines.py`."""
+        """`parts`: the shared parts it grants with (parts.py: made and handed out by the
+        composition root, never reached through the lifecycle); `clock` gives the wall-clock
+        times shown to people; `monotonic` (the same clock when not given) decides expiry:
+        see `deadlines.py`."""
+        settings = parts.settings
         self._ledger = ledger
         self._clock = clock
         self._deadlines = Deadlines(clock, monotonic or clock, settings.max_ttl_seconds)
@@ -90,13 +91,13 @@ class LeaseLifecycle:
         self._start_time_of = start_time_of
         self._settings = settings
         self._enforcer = ShareEnforcer(settings.share_enforcement, self.note)
-        self.node = NodeView(topology)
-        self._chooser = Chooser(self.node, settings.default_policy)
-        self.quota = Quota(ledger, clock, rules or SiteRules())
-        self.drains = DrainBoard(ledger)
-        self.reservations = ReservationBoard(ledger)
-        self.hardware = hardware or LeaseHardware()  # energy and power caps: hardware.py
-        self._sync_units(topology)
+        self._node = parts.node
+        self._chooser = Chooser(self._node, settings.default_policy)
+        self._quota = parts.quota
+        self._drains = parts.drains
+        self._reservations = parts.reservations
+        self._hardware = parts.hardware  # energy and power caps: hardware.py
+        self._sync_units(self._node.topology)
         self._active = {lease.id: lease for lease in ledger.active_leases()}
         self._journal: list[Transition] = []  # written to the log after the commit
         self._news: set[str] = set()  # leases with a new history event since the last commit
@@ -105,11 +106,7 @@ class LeaseLifecycle:
 
     @property
     def topology(self) -> Topology:
-        return self.node.topology
-
-    @property
-    def settings(self) -> AllocatorSettings:
-        return self._settings
+        return self._node.topology
 
     def set_topology(self, topology: Topology) -> list[Lease]:
         """Adopt a (re)discovered topology and record its GPUs; end the leases of MIG
@@ -126,12 +123,12 @@ class LeaseLifecycle:
             topology, settings.shared_gpus, settings.share_memory_reserve_bytes
         )
         self._ledger.sync_gpus(topology.gpus, self._clock(), capacity)
-        self.node.adopt(topology, capacity)
+        self._node.adopt(topology, capacity)
 
     def update_live(self, states: Mapping[str, LiveState]) -> None:
         """Take a live sample; with share enforcement on, act on shares over their size."""
-        self.node.update_live(states)
-        self.hardware.sampled(states, self._active.values(), self.node.topology)
+        self._node.update_live(states)
+        self._hardware.sampled(states, self._active.values(), self._node.topology)
         self._enforcer.check(self._active.values(), states)
 
     def note(self, lease_id: str, event: LeaseEvent, detail: str) -> None:
@@ -142,9 +139,9 @@ class LeaseLifecycle:
     def reload(self) -> None:
         """Forget the in-memory view and read it again from the ledger (after a failed commit)."""
         self._active = {lease.id: lease for lease in self._ledger.active_leases()}
-        self.drains.reload()
-        self.reservations.reload()
-        self.hardware.reload(self._ledger, self._active)
+        self._drains.reload()
+        self._reservations.reload()
+        self._hardware.reload(self._ledger, self._active)
         self._journal.clear()  # those transitions were rolled back
         self._news.clear()
         self._request_ids.retain(self._active)
@@ -174,11 +171,11 @@ class LeaseLifecycle:
 
     def gpu_status(self, holds: Mapping[str, Hold] | None = None) -> list[GpuStatus]:
         self.expire_due()
-        return self.node.statuses(self._active.values(), holds, self.drains.drains)
+        return self._node.statuses(self._active.values(), holds, self._drains.drains)
 
     def unexpired_statuses(self) -> list[GpuStatus]:
         """The GPUs as the next expiry would leave them, expiring nothing (a preview's)."""
-        return self.node.statuses(self._unexpired(), None, self.drains.drains)
+        return self._node.statuses(self._unexpired(), None, self._drains.drains)
 
     def _unexpired(self) -> list[Lease]:
         return [lease for lease in self._active.values() if not self._deadlines.passed(lease)]
@@ -188,7 +185,7 @@ class LeaseLifecycle:
         default, site_max = self._settings.default_ttl_seconds, self._settings.max_ttl_seconds
         if caller is None:
             return TtlBounds(default_seconds=default, site_max_seconds=site_max)
-        return ttl_bounds(self._settings.bounds, self.quota.applied(caller))
+        return ttl_bounds(self._settings.bounds, self._quota.applied(caller))
 
     def ttl_of(self, spec: AllocateSpec, caller: Caller | None = None) -> float:
         """The lifetime a grant of `spec` to `caller` will get, for estimates (`ttl.py`)."""
@@ -220,7 +217,7 @@ class LeaseLifecycle:
 
     def usable_gpus(self, spec: AllocateSpec, owner_uid: int | None = None) -> frozenset[str]:
         """The GPUs that could serve `spec`, less those its owner holds or may not take now."""
-        found = self.node.usable_gpus(spec)
+        found = self._node.usable_gpus(spec)
         return found if owner_uid is None else found - self.kept_from()(owner_uid, spec)
 
     def kept_from(self) -> KeptFrom:
@@ -231,13 +228,13 @@ class LeaseLifecycle:
 
         def reserved(uid: int, spec: AllocateSpec) -> frozenset[str]:
             ttl = self.ttl_of(spec, caller_of_uid(uid))
-            return self.reservations.held_for_uid(uid, now, ttl)
+            return self._reservations.held_for_uid(uid, now, ttl)
 
         return KeptFrom(self._active.values(), reserved)
 
     def check_servable(self, caller: Caller, spec: AllocateSpec) -> None:
         """Refuse a wait that the caller's own leases would make endless."""
-        check_servable(self.node, self._active.values(), caller, spec)
+        check_servable(self._node, self._active.values(), caller, spec)
 
     # Changes --------------------------------------------------------------------------------
 
@@ -274,7 +271,7 @@ class LeaseLifecycle:
             return retried
         active = self._unexpired()
         lease = self._decide(caller, spec, active, reserved, None)
-        return self.hardware.fits(active, lease)
+        return self._hardware.fits(active, lease)
 
     def _decide(
         self,
@@ -298,10 +295,12 @@ class LeaseLifecycle:
         now = self._clock()
         terms = self.terms_of(caller, spec, waited_since, now)
         if request.kind == "whole":  # shares and slices are counted once placed
-            self.quota.check_grant(caller, active, gpus=request.count, preemptible=spec.preemptible)
-        self.drains.check_not_drained(request.required, self.topology)
-        unavailable = reserved | frozenset(self.drains.covered(self.topology))
-        ttl, (policy_name, choice) = self.reservations.fit(
+            self._quota.check_grant(
+                caller, active, gpus=request.count, preemptible=spec.preemptible
+            )
+        self._drains.check_not_drained(request.required, self.topology)
+        unavailable = reserved | frozenset(self._drains.covered(self.topology))
+        ttl, (policy_name, choice) = self._reservations.fit(
             caller,
             now,
             terms.ttl_seconds,
@@ -315,7 +314,7 @@ class LeaseLifecycle:
             )
         units = leased_units(self.topology, request, choice.gpus)
         if request.kind != "whole":
-            self.quota.check_units(caller, active, units, spec.preemptible)
+            self._quota.check_units(caller, active, units, spec.preemptible)
         terms = replace(terms, ttl_seconds=ttl)
         return self._new_lease(caller, spec, policy_name, units, terms, waited_since)
 
@@ -325,7 +324,7 @@ class LeaseLifecycle:
 
     def record_grant(self, lease: Lease, request_id: str | None = None) -> Lease:
         """Record a lease decided here or by an adoption (allocator/unleased/adoption.py)."""
-        lease, also = self.hardware.granted(self._active.values(), lease, lease.created_at)
+        lease, also = self._hardware.granted(self._active.values(), lease, lease.created_at)
         self._ledger.grant(lease, lease.owner_uid, request_id, also)
         self._active[lease.id] = lease
         self._journal.append(Transition(LeaseEvent.GRANTED, lease, lease.owner_uid))
@@ -358,7 +357,7 @@ class LeaseLifecycle:
         lease = self._owned_active(caller, lease_id)
         now = self._clock()
         ttl = self._ttl(caller, ttl_seconds)
-        self.reservations.check_renewal(caller, lease, now, ttl)
+        self._reservations.check_renewal(caller, lease, now, ttl)
         if abs(now + ttl - lease.expires_at) < unmoved_seconds(ttl):
             return lease
         renewed = replace(lease, expires_at=now + ttl)
@@ -393,7 +392,7 @@ class LeaseLifecycle:
 
     def revoke(self, caller: Caller, lease_id: str, reason: str | None = None) -> Lease:
         """End someone's lease (admins); the admin's name and reason go in the admin record."""
-        self.quota.rules.require_admin(caller, "revoke leases", lease=lease_id)
+        self._quota.require_admin(caller, "revoke leases", lease=lease_id)
         lease = self._active_lease(lease_id)
         try:
             with self._ledger.unit_of_work():  # the lease's end and the admin record together
@@ -486,7 +485,7 @@ class LeaseLifecycle:
         since = spec.queued_since if spec.queued_since is not None else waited_since
         return resolve_terms(
             self._settings.bounds,
-            self.quota.applied(caller),
+            self._quota.applied(caller),
             spec.ask,
             queued_since=now if since is None else since,
         )
@@ -503,14 +502,14 @@ class LeaseLifecycle:
         """End `leases` now, or each at its time in `at` (an expiry: when it was due)."""
         now = self._clock()
         ended = [lease.ended(state, at[lease.id] if at else now) for lease in leases]
-        also = self.hardware.ending(self._active.values(), leases, now)
+        also = self._hardware.ending(self._active.values(), leases, now)
         self._ledger.end(ended, actor_uid, detail, also)
         for lease in ended:
             self._active.pop(lease.id, None)
             self._journal.append(Transition(ENDING_EVENT[state], lease, actor_uid, detail))
             self._news.add(lease.id)
             self._deadlines.forget(lease.id)
-            self.node.released(lease)
+            self._node.released(lease)
         self._request_ids.retain(self._active)
         return ended
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuallocd.allocator.bells import LeaseBells
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.node_view import NodeView
 from gpuallocd.allocator.notices.ahead import Deadline, EndingAhead, Warning
 from gpuallocd.allocator.notices.budget_watch import BudgetWatch
 from gpuallocd.allocator.notices.endings import (
@@ -32,6 +33,8 @@ from gpuallocd.allocator.notices.endings import (
     reservation_deadline,
 )
 from gpuallocd.allocator.site.idle import IdleTracker
+from gpuallocd.allocator.site.quota import Quota
+from gpuallocd.allocator.site.reservation_board import ReservationBoard
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import InvalidRequest, PermissionDenied
 from gpuallocd.ledger import Ledger
@@ -69,6 +72,7 @@ _CHANNEL_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,47}")
 PURGE_EVERY_SECONDS = 3600.0
 PURGE_BATCH = 5000
 EVERYONE = "*"  # the bell of those who read every feed (root)
+DEFAULT_RETENTION_SECONDS = 7 * 86400.0  # notify_retention_days' default
 
 
 class NoticeDesk:
@@ -81,15 +85,25 @@ class NoticeDesk:
         worker: SerialWorker,
         clock: Callable[[], float],
         idle: IdleTracker,
+        *,
+        node: NodeView,
+        quota: Quota,
+        reservations: ReservationBoard,
+        retention_seconds: float = DEFAULT_RETENTION_SECONDS,
     ) -> None:
+        """The parts it reads: the node's live state (unhealthy GPUs), the quota's budgets,
+        the reservations that end leases. `retention_seconds`: how long a notice is kept
+        (`notify_retention_days`)."""
         self._lifecycle = lifecycle
+        self._node = node
+        self._board = reservations
         self._ledger = ledger
         self._worker = worker
         self._clock = clock
         self._idle = idle
         self._bells = LeaseBells()  # by uid as text, and EVERYONE
         self._ahead = EndingAhead(lifecycle.monotonic)
-        self._budgets = BudgetWatch(lifecycle.quota, clock)
+        self._budgets = BudgetWatch(quota, clock)
         self._thresholds: dict[int, tuple[float, ...]] = {}
         self._reservations: set[str] = set()
         self._idle_armed: dict[str, float] = {}
@@ -99,7 +113,7 @@ class NoticeDesk:
         self._to_ring: set[int] = set()
         self._purged_before: float | None = None
         self._next_purge = 0.0
-        self.retention_seconds = 7 * 86400.0  # notify_retention_days (daemon wiring)
+        self.retention_seconds = retention_seconds
 
     # Thresholds --------------------------------------------------------------------------------
 
@@ -241,7 +255,7 @@ class NoticeDesk:
         deadline = expiry_deadline(self._lifecycle, lease)
         if deadline is not None:
             self._ahead.arm(lease.id, EndingReason.EXPIRY, deadline, thresholds, span=span)
-        found = reservation_deadline(self._lifecycle, lease, self._clock())
+        found = reservation_deadline(self._board, lease, self._clock())
         if found is not None:
             reserved, reserved_span = found
             self._ahead.arm(
@@ -291,7 +305,7 @@ class NoticeDesk:
         renewed = await self._worker.run(self._ledger.last_renewals, [x.id for x in leases])
         for lease in leases:
             self._arm_lease(lease, span=lease.expires_at - renewed.get(lease.id, lease.created_at))
-        self._reservations = {r.id for r in self._lifecycle.reservations.live(self._clock())}
+        self._reservations = {r.id for r in self._board.live(self._clock())}
         self._spells = await self._worker.run(self._ledger.idle_spells)
 
     async def tick(self) -> None:
@@ -309,12 +323,12 @@ class NoticeDesk:
     def _new_reservations(self) -> None:
         """A reservation made since: arm the leases it will end (few: admins make them)."""
         now = self._clock()
-        live = self._lifecycle.reservations.live(now)
+        live = self._board.live(now)
         fresh = [r for r in live if r.id not in self._reservations]
         self._reservations = {r.id for r in live}
         for reservation in fresh:
             for lease in self._lifecycle.active_leases():
-                found = reservation_deadline(self._lifecycle, lease, now, only=reservation)
+                found = reservation_deadline(self._board, lease, now, only=reservation)
                 current = self._ahead.armed(lease.id, EndingReason.RESERVATION)
                 if found is not None and (current is None or found[0].wall < current.wall):
                     thresholds = self.thresholds_of(lease.owner_uid)
@@ -344,7 +358,7 @@ class NoticeDesk:
         """A reservation cancelled since it was armed ends nothing."""
         if warning.reason is not EndingReason.RESERVATION:
             return True
-        live = {r.id for r in self._lifecycle.reservations.live(self._clock())}
+        live = {r.id for r in self._board.live(self._clock())}
         return warning.deadline.epoch in live
 
     def _check_budget(self, uid: int) -> list[int]:
@@ -373,8 +387,8 @@ class NoticeDesk:
 
     def _site_unhealthy(self, now: float) -> list[Notice]:
         notices, unhealthy = [], set()
-        for gpu in self._lifecycle.topology.gpus:
-            live = self._lifecycle.node.live(gpu.uuid)
+        for gpu in self._node.topology.gpus:
+            live = self._node.live(gpu.uuid)
             if not live.healthy:
                 unhealthy.add(gpu.uuid)
                 if gpu.uuid not in self._unhealthy:

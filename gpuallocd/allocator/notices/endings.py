@@ -7,7 +7,7 @@ from __future__ import annotations
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.notices.ahead import Deadline
 from gpuallocd.allocator.site.idle import IdleRules
-from gpuallocd.allocator.site.reservation_board import caller_of_uid
+from gpuallocd.allocator.site.reservation_board import ReservationBoard, caller_of_uid
 from gpuallocd.model import AdvanceReservation, Lease
 
 __all__ = ["expiry_deadline", "idle_deadline", "reservation_deadline"]
@@ -34,11 +34,12 @@ def _ends_for(reservation: AdvanceReservation, lease: Lease, now: float) -> bool
 
 
 def reservation_deadline(
-    lifecycle: LeaseLifecycle, lease: Lease, now: float, only: AdvanceReservation | None = None
+    board: ReservationBoard, lease: Lease, now: float, only: AdvanceReservation | None = None
 ) -> tuple[Deadline, float] | None:
-    """The soonest reservation that ends the lease (or `only` that one), and the span to warn
-    over (from when the reservation was made): renewals past its start are refused."""
-    found = [only] if only is not None else lifecycle.reservations.live(now)
+    """The soonest reservation of the board that ends the lease (or `only` that one), and the
+    span to warn over (from when the reservation was made): renewals past its start are
+    refused."""
+    found = [only] if only is not None else board.live(now)
     ending = [r for r in found if _ends_for(r, lease, now)]
     if not ending:
         return None

@@ -5,7 +5,7 @@ rows to write with it (one transaction, no driver call: readings come from the l
 cache, limits from what the daemon last set or read); once it is committed the caps follow,
 told as an observer. The energy a grant or an end reads is kept once the change is committed
 (`unrecorded`) and written with the next ones, within RECORD_WITHIN_SECONDS, in one
-transaction for all (energy_desk.py): an energy row in each change's own commit would add its
+transaction for all (desks/energy.py): an energy row in each change's own commit would add its
 table's and its indexes' pages to every pair. Each live sample is told too (`sampled`):
 each GPU's energy counter, and who uses it, which splits its energy and names who draws
 without a lease when the budget refuses."""
@@ -47,7 +47,7 @@ class LeaseHardware:
         self._latest: Mapping[str, LiveState] = {}  # the last live sample
         self._staged: list[Reading] = []  # read by the changes of the commit under way
         self.unrecorded: list[Reading] = []  # read by committed changes, not written yet
-        self.record_soon: Callable[[], None] = _nobody  # energy_desk.py writes them
+        self.record_soon: Callable[[], None] = _nobody  # desks/energy.py writes them
         self._topology: Topology | None = None
 
     def sampled(

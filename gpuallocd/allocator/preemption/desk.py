@@ -39,7 +39,8 @@ from gpuallocd.allocator.preemption.snapshot import (
 )
 from gpuallocd.allocator.preemption.views import PlanNotes, gpu_marks, lease_extra
 from gpuallocd.allocator.queue.waiting import WaitQueue
-from gpuallocd.allocator.site.reservation_board import caller_of_uid
+from gpuallocd.allocator.site.quota import Quota
+from gpuallocd.allocator.site.reservation_board import ReservationBoard, caller_of_uid
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import (
     LeaseNotActive,
@@ -83,8 +84,15 @@ class PreemptionDesk:
         notices: NoticeDesk,
         processes: LeaseProcesses,
         clock: Callable[[], float],
+        *,
+        quota: Quota,
+        reservations: ReservationBoard,
     ) -> None:
+        """The parts it reads: the quota's admin groups (who may preempt), the reservations
+        whose start preempts what runs on their GPUs."""
         self._lifecycle = lifecycle
+        self._quota = quota
+        self._board = reservations
         self._ledger = ledger
         self._worker = worker
         self._queue = queue
@@ -158,7 +166,7 @@ class PreemptionDesk:
                 await self._step(lease_id, self._deadline(entry))
             elif self.book.signal_due(entry):
                 await self._step(lease_id, self._signal(entry))
-        if self.book.tracked() and self._lifecycle.reservations.live(self._clock()):
+        if self.book.tracked() and self._board.live(self._clock()):
             begun = await self._worker.run(self._plan_reservations)
             await self._after_begin(begun)
         due = self._replan_at
@@ -244,7 +252,7 @@ class PreemptionDesk:
         """Runs in the worker: preemptible leases on the GPUs of a reservation about to start,
         each as late as its notice allows."""
         now = self._clock()
-        live = self._lifecycle.reservations.live(now)
+        live = self._board.live(now)
         begun: list[tuple[Lease, Preemption]] = []
         if not live:
             return begun
@@ -280,7 +288,7 @@ class PreemptionDesk:
     def _admin_preempt(
         self, caller: Caller, lease_id: str, reason: str | None
     ) -> tuple[list[tuple[Lease, Preemption]], Preemption]:
-        self._lifecycle.quota.rules.require_admin(caller, "preempt leases", lease=lease_id)
+        self._quota.require_admin(caller, "preempt leases", lease=lease_id)
         lease = self._active(lease_id)
         if lease.preemptible is None:
             raise NotPreemptible(

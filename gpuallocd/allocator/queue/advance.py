@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.node_view import Hold
+from gpuallocd.allocator.leases.node_view import Hold, NodeView
 from gpuallocd.allocator.queue.window import as_in_window
-from gpuallocd.allocator.site.reservation_board import caller_of_uid
+from gpuallocd.allocator.site.drain import DrainBoard
+from gpuallocd.allocator.site.quota import Quota
+from gpuallocd.allocator.site.reservation_board import ReservationBoard, caller_of_uid
 from gpuallocd.errors import CapacityError, InvalidRequest, ReservationConflict
 from gpuallocd.host import users
 from gpuallocd.ledger import Ledger
@@ -22,13 +24,11 @@ from gpuallocd.policies import get_policy
 from gpuallocd.policies.rules import check_choice, request_for
 
 __all__ = [
+    "AdvanceReservations",
     "ReserveSpec",
-    "cancel",
     "held_for_status",
-    "listing",
-    "reservation_json",
-    "reserve",
     "reserved_hours",
+    "waiting_for",
 ]
 
 MAX_RESERVATION_SECONDS = 31 * 24 * 3600.0
@@ -85,26 +85,32 @@ def _check_names(spec: ReserveSpec) -> None:
 
 
 def _choose(
-    lifecycle: LeaseLifecycle, spec: ReserveSpec, taken: frozenset[str], start: float
+    lifecycle: LeaseLifecycle,
+    node: NodeView,
+    drains: DrainBoard,
+    policy_name: str,
+    spec: ReserveSpec,
+    taken: frozenset[str],
+    start: float,
 ) -> tuple[str, ...]:
     """The policy's choice over the node as it will be at the start: GPUs of overlapping
     reservations are out; GPUs of leases due to run past the start are avoided where
     possible (the reservation would wait for them); what runs now does not count."""
-    request = request_for(lifecycle.topology, spec.count, spec.gpus)
-    name = spec.policy or lifecycle.settings.default_policy
-    policy = get_policy(name)
-    unavailable = taken | frozenset(lifecycle.drains.covered(lifecycle.topology))
+    topology = node.topology
+    request = request_for(topology, spec.count, spec.gpus)
+    policy = get_policy(policy_name)
+    unavailable = taken | frozenset(drains.covered(topology))
     past_start = [lease for lease in lifecycle.leases() if lease.expires_at > start]
     refused: CapacityError | None = None
     for leases in (past_start, []):
-        snapshot = as_in_window(lifecycle.node.snapshot(leases, unavailable))
+        snapshot = as_in_window(node.snapshot(leases, unavailable))
         try:
             choice = policy.choose(snapshot, request)
-            check_choice(name, choice, request, snapshot)
+            check_choice(policy_name, choice, request, snapshot)
         except CapacityError as exc:
             refused = refused or exc
             continue
-        index = {g.uuid: g.index for g in lifecycle.topology.gpus}
+        index = {g.uuid: g.index for g in topology.gpus}
         return tuple(sorted(choice.gpus, key=index.__getitem__))
     raise ReservationConflict(
         f"not enough GPUs outside other reservations in that window ({refused.message})"
@@ -113,42 +119,6 @@ def _choose(
         gpus=sorted(taken),
         starts_at=start,
     )
-
-
-def reserve(
-    lifecycle: LeaseLifecycle, caller: Caller, spec: ReserveSpec, now: float
-) -> AdvanceReservation:
-    """Record a reservation (admins); its GPUs chosen like any request's."""
-    lifecycle.quota.rules.require_admin(caller, "reserve GPUs")
-    start = spec.start(now)
-    _check(spec, start, now)
-    end = start + spec.duration_seconds
-    board = lifecycle.reservations
-    overlapping = [r for r in board.live(now) if r.overlaps(start, end)]
-    taken = frozenset(u for r in overlapping for u in r.gpus)
-    gpus = _choose(lifecycle, spec, taken, start)
-    reservation = AdvanceReservation(
-        id="r" + secrets.token_hex(4),
-        gpus=gpus,
-        start_at=start,
-        end_at=end,
-        user=spec.user,
-        group=spec.group,
-        reason=spec.reason,
-        by_uid=caller.uid,
-        by_user=caller.user,
-        created_at=now,
-    )
-    board.add(reservation)
-    return reservation
-
-
-def cancel(
-    lifecycle: LeaseLifecycle, caller: Caller, reservation_id: str, now: float
-) -> AdvanceReservation:
-    """End a reservation now (admins); its GPUs are free for everyone again."""
-    lifecycle.quota.rules.require_admin(caller, "cancel reservations")
-    return lifecycle.reservations.cancel(reservation_id, caller.uid, now)
 
 
 def waiting_for(reservation: AdvanceReservation, leases: Iterable[Lease]) -> list[dict[str, Any]]:
@@ -168,32 +138,80 @@ def waiting_for(reservation: AdvanceReservation, leases: Iterable[Lease]) -> lis
     ]
 
 
-def reservation_json(
-    lifecycle: LeaseLifecycle, reservation: AdvanceReservation, now: float
-) -> dict[str, Any]:
-    """A reservation as the API shows it: GPU indices, and the leases it waits for."""
-    index = {g.uuid: g.index for g in lifecycle.topology.gpus}
-    data = reservation.to_json(now)
-    data["gpu_indices"] = [index.get(u) for u in reservation.gpus]
-    live = reservation.live(now)
-    data["waiting_for"] = waiting_for(reservation, lifecycle.leases()) if live else []
-    return data
-
-
-def held_for_status(lifecycle: LeaseLifecycle, now: float) -> dict[str, Hold]:
+def held_for_status(board: ReservationBoard, now: float) -> dict[str, Hold]:
     """The GPUs running reservations hold, as `status` shows them: reserved, position 0
     (ahead of every waiter)."""
     return {
         uuid: Hold(f"reservation {r.id}", 0, -1, r.holder)
-        for uuid, r in lifecycle.reservations.holding_now(now).items()
+        for uuid, r in board.holding_now(now).items()
     }
 
 
-def listing(
-    lifecycle: LeaseLifecycle, ledger: Ledger, now: float, ended: bool
-) -> list[dict[str, Any]]:
-    found = ledger.reservations() if ended else lifecycle.reservations.live(now)
-    return [reservation_json(lifecycle, r, now) for r in found]
+class AdvanceReservations:
+    """Reservations made, cancelled and shown (each call in the serial worker), over the
+    parts they read: who may make one (the quota's admin groups), the node and its drains
+    their GPUs are chosen over, the board they go on, the policy of one that names none."""
+
+    def __init__(
+        self,
+        lifecycle: LeaseLifecycle,
+        *,
+        quota: Quota,
+        node: NodeView,
+        drains: DrainBoard,
+        reservations: ReservationBoard,
+        default_policy: str,
+    ) -> None:
+        self._lifecycle = lifecycle
+        self._quota = quota
+        self._node = node
+        self._drains = drains
+        self._board = reservations
+        self._default_policy = default_policy
+
+    def reserve(self, caller: Caller, spec: ReserveSpec, now: float) -> AdvanceReservation:
+        """Record a reservation (admins); its GPUs chosen like any request's."""
+        self._quota.require_admin(caller, "reserve GPUs")
+        start = spec.start(now)
+        _check(spec, start, now)
+        end = start + spec.duration_seconds
+        overlapping = [r for r in self._board.live(now) if r.overlaps(start, end)]
+        taken = frozenset(u for r in overlapping for u in r.gpus)
+        policy_name = spec.policy or self._default_policy
+        gpus = _choose(self._lifecycle, self._node, self._drains, policy_name, spec, taken, start)
+        reservation = AdvanceReservation(
+            id="r" + secrets.token_hex(4),
+            gpus=gpus,
+            start_at=start,
+            end_at=end,
+            user=spec.user,
+            group=spec.group,
+            reason=spec.reason,
+            by_uid=caller.uid,
+            by_user=caller.user,
+            created_at=now,
+        )
+        self._board.add(reservation)
+        return reservation
+
+    def cancel(self, caller: Caller, reservation_id: str, now: float) -> AdvanceReservation:
+        """End a reservation now (admins); its GPUs are free for everyone again."""
+        self._quota.require_admin(caller, "cancel reservations")
+        return self._board.cancel(reservation_id, caller.uid, now)
+
+    def to_json(self, reservation: AdvanceReservation, now: float) -> dict[str, Any]:
+        """A reservation as the API shows it: GPU indices, and the leases it waits for."""
+        index = {g.uuid: g.index for g in self._node.topology.gpus}
+        data = reservation.to_json(now)
+        data["gpu_indices"] = [index.get(u) for u in reservation.gpus]
+        live = reservation.live(now)
+        data["waiting_for"] = waiting_for(reservation, self._lifecycle.leases()) if live else []
+        return data
+
+    def listing(self, ledger: Ledger, now: float, ended: bool) -> list[dict[str, Any]]:
+        """Reservations to come and running (`ended`: every one the ledger keeps)."""
+        found = ledger.reservations() if ended else self._board.live(now)
+        return [self.to_json(r, now) for r in found]
 
 
 def reserved_hours(ledger: Ledger, since: float, until: float) -> list[dict[str, Any]]:

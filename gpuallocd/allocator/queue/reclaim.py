@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.node_view import NodeView
 from gpuallocd.allocator.queue.waiting import WaitQueue
 from gpuallocd.allocator.site.idle import IdleRules, IdleTracker
 from gpuallocd.allocator.worker import SerialWorker
@@ -31,8 +32,12 @@ class IdleReclaimer:
         queue: WaitQueue,
         rules: IdleRules,
         clock: Callable[[], float],
+        *,
+        node: NodeView,
     ) -> None:
+        """`node`: the view whose live state says which leases are idle."""
         self._lifecycle = lifecycle
+        self._node = node
         self._worker = worker
         self._queue = queue
         self._clock = clock
@@ -58,7 +63,7 @@ class IdleReclaimer:
     def _reclaim_one(self, wanted: frozenset[str]) -> Lease | None:
         now = self._clock()
         leases = self._lifecycle.leases()
-        self.tracker.observe(leases, self._lifecycle.node.live, now)
+        self.tracker.observe(leases, self._node.live, now)
         victim = self.tracker.victim(leases, wanted, now)
         if victim is None:
             return None

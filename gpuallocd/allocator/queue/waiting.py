@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.node_view import GpuStatus, Hold
+from gpuallocd.allocator.leases.node_view import GpuStatus, Hold, NodeView
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.power.budget import OverBudget
+from gpuallocd.allocator.power.hardware import LeaseHardware
 from gpuallocd.allocator.queue.index import WaiterIndex
 from gpuallocd.allocator.queue.order import QueueOrder
 from gpuallocd.allocator.queue.preview import Preview, WouldWait, waited_for
@@ -33,6 +34,8 @@ from gpuallocd.allocator.queue.serve import (
 )
 from gpuallocd.allocator.queue.tiers import place, tiered
 from gpuallocd.allocator.queue.view import PowerWait, WaitInfo, describe_waiters, holds
+from gpuallocd.allocator.site.quota import Quota
+from gpuallocd.allocator.site.reservation_board import ReservationBoard
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CallerError, CapacityError, GpuallocError, GpusUnavailable
 from gpuallocd.model import Caller, Lease
@@ -61,10 +64,21 @@ class WaitQueue:
         order: QueueOrder | None = None,
         looked_at: LookedAt = _ignore,
         on_served: Callable[[], None] = lambda: None,
+        *,
+        node: NodeView,
+        quota: Quota,
+        reservations: ReservationBoard,
+        hardware: LeaseHardware,
     ) -> None:
         """`order`: the order waiters are served in (first come, first served without);
         `looked_at`: told of each waiter that a grant, a claim or a serve looks at;
-        `on_served`: told each time the queue was served and some still wait (preemption)."""
+        `on_served`: told each time the queue was served and some still wait (preemption).
+        The parts it reads (leases/parts.py): the node's units and layout, the quota's
+        waiting limit and rules, the reservations' holds, the power budget's refusals."""
+        self._node = node
+        self._quota = quota
+        self._reservations = reservations
+        self._hardware = hardware
         self._order = order
         self._on_served = on_served
         self._preemptible = 0  # preemptible waiters: while any wait, tiers.py orders them
@@ -72,9 +86,9 @@ class WaitQueue:
         self._worker = worker
         self._clock = clock
         self._looked_at = looked_at
-        self._index: WaiterIndex[Waiter] = WaiterIndex(lifecycle.node.usable_gpus)
+        self._index: WaiterIndex[Waiter] = WaiterIndex(node.usable_gpus)
         self._layout = self._layout_now()
-        self._rules = lifecycle.quota.rules
+        self._rules = quota.rules
         self._look_at_all = False  # the next serve looks at every waiter
         self._arrivals = 0  # waiters ever queued: each one's `seq`
         self._serving: asyncio.Task[None] | None = None
@@ -106,16 +120,14 @@ class WaitQueue:
             self._lifecycle.usable_gpus,
             now=now,
             ttl_of=self._lifecycle.ttl_of,
-            held_until=self._lifecycle.reservations.held_until(
-                now, self._lifecycle.ttl_of(AllocateSpec())
-            ),
+            held_until=self._reservations.held_until(now, self._lifecycle.ttl_of(AllocateSpec())),
             power=self._power_wait(power_note),
         )
 
     def _power_wait(self, note: str | None = None) -> PowerWait | None:
         """Why the last grant (or a preview's lease: `note`) did not fit the power budget, for
         the reasons and estimates."""
-        hardware = self._lifecycle.hardware
+        hardware = self._hardware
         budget = hardware.budget
         note = note or budget.note
         if note is None:
@@ -171,7 +183,7 @@ class WaitQueue:
 
     def _layout_now(self) -> tuple[object, object]:
         """What a waiter's units depend on: the node's topology and its shared GPUs."""
-        node = self._lifecycle.node
+        node = self._node
         return node.topology, node.share_capacity
 
     def _follow_layout(self) -> None:
@@ -180,7 +192,7 @@ class WaitQueue:
         layout = self._layout_now()
         if any(now is not before for now, before in zip(layout, self._layout, strict=True)):
             self._layout = layout
-            self._index.relaid(self._lifecycle.node.usable_gpus)
+            self._index.relaid(self._node.usable_gpus)
             self._look_at_all = True
 
     async def allocate(
@@ -254,14 +266,14 @@ class WaitQueue:
         except CallerError as exc:
             return Preview(policy, wait, refusal=exc)
         else:
-            hardware = self._lifecycle.hardware
+            hardware = self._hardware
             caps = hardware.caps.planned(lease, hardware.budget.readings)
             retry = lease.id if self._lifecycle.is_active(lease.id) else None
             return Preview(policy, wait, lease=lease, caps=caps, retry_of=retry)
         if wait:
             try:
                 self._lifecycle.check_servable(caller, spec)
-                self._lifecycle.quota.check_waiting(caller, self.waiting_of(caller.uid))
+                self._quota.check_waiting(caller, self.waiting_of(caller.uid))
             except CallerError as exc:
                 return Preview(policy, wait, refusal=exc)
             refusal = None
@@ -278,7 +290,7 @@ class WaitQueue:
         position = waiters.index(ghost) + 1
         statuses = self._lifecycle.unexpired_statuses()
         info = self._described(waiters, statuses, power_note)[position - 1]
-        pool = self._lifecycle.node.usable_gpus(spec)
+        pool = self._node.usable_gpus(spec)
         return WouldWait(position, info, waited_for(statuses, pool, info.estimated_start_at))
 
     def _tier_ahead(self, spec: AllocateSpec) -> Callable[[Waiter], bool]:
@@ -302,7 +314,7 @@ class WaitQueue:
         )
         # The waiting limit is checked and the waiter queued in one step (no await between):
         # parallel requests of one user cannot all pass the check before any of them queues.
-        self._lifecycle.quota.check_waiting(caller, self.waiting_of(caller.uid))
+        self._quota.check_waiting(caller, self.waiting_of(caller.uid))
         self._follow_layout()
         self._arrivals = waiter.seq
         self._index.add(waiter)
@@ -368,7 +380,7 @@ class WaitQueue:
         which the lines do not keep)."""
         self._lifecycle.expire_due()
         self._follow_layout()
-        rules, self._rules = self._rules, self._lifecycle.quota.rules
+        rules, self._rules = self._rules, self._quota.rules
         every, self._look_at_all = self._look_at_all or rules is not self._rules, False
         priority = self._order.priorities() if self._order is not None else None
         in_order = priority is None or self._index.in_order

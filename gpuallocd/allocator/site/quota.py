@@ -42,6 +42,10 @@ class Quota:
     def applied(self, caller: Caller) -> AppliedLimits:
         return self.rules.limits.applied(caller.user, caller.groups)
 
+    def require_admin(self, caller: Caller, action: str, lease: str | None = None) -> None:
+        """PermissionDenied unless the caller is an admin under the rules in force (rules.py)."""
+        self.rules.require_admin(caller, action, lease)
+
     def usage(
         self,
         uid: int,

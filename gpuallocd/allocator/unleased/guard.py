@@ -11,13 +11,15 @@ from __future__ import annotations
 import collections
 import logging
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.node_view import NodeView
 from gpuallocd.allocator.leases.sharing import UnitHolders
-from gpuallocd.allocator.unleased.adoption import ADOPTED_POLICY, adopt, unit_of
+from gpuallocd.allocator.site.drain import DrainBoard
+from gpuallocd.allocator.unleased.adoption import ADOPTED_POLICY, Adoption, unit_of
 from gpuallocd.enforcement import Action, Seen, Step, Track, UnitUse, UnleasedRules, decide
 from gpuallocd.enforcement.proc_facts import Owner, owner_and_start, owner_of, proc_facts
 from gpuallocd.errors import CallerError, CapacityError
@@ -51,11 +53,12 @@ def _gpu_units(
     yield gpu.uuid, UnitUse(owners, ids, adoptable=whole)
 
 
-def unit_uses(lifecycle: LeaseLifecycle, reserved: frozenset[str]) -> dict[str, UnitUse]:
+def unit_uses(
+    leases: Iterable[Lease], node: NodeView, drains: DrainBoard, reserved: frozenset[str]
+) -> dict[str, UnitUse]:
     """Who may use each GPU and MIG instance now, and which could be adopted."""
-    node = lifecycle.node
-    holders = UnitHolders.of(lifecycle.leases())
-    drained = frozenset(lifecycle.drains.covered(node.topology))
+    holders = UnitHolders.of(leases)
+    drained = frozenset(drains.covered(node.topology))
     uses: dict[str, UnitUse] = {}
     for gpu in node.topology.gpus:
         healthy = node.live(gpu.uuid).healthy and gpu.uuid not in drained
@@ -77,9 +80,17 @@ class UnleasedGuard:
         rules: UnleasedRules,
         clock: Callable[[], float],
         *,
+        node: NodeView,
+        drains: DrainBoard,
+        adoption: Adoption,
         send: Signal = send_signal,
     ) -> None:
+        """The parts it reads: the node's last sample (who runs where), the drains (no
+        adoption on a drained GPU), and the adoption it makes with (adoption.py)."""
         self._lifecycle = lifecycle
+        self._node = node
+        self._drains = drains
+        self._adoption = adoption
         self._ledger = ledger
         self.rules = rules
         self._clock = clock
@@ -95,7 +106,7 @@ class UnleasedGuard:
         if not self.rules.active:
             self._tracks, self._seen = {}, {}
             return []
-        uses = unit_uses(self._lifecycle, reserved)
+        uses = unit_uses(self._lifecycle.leases(), self._node, self._drains, reserved)
         seen = list(self._candidates(uses))
         now = self._clock()
         for process in seen:  # a revoked adoption is never made again, on any unit
@@ -118,8 +129,8 @@ class UnleasedGuard:
     def _candidates(self, uses: dict[str, UnitUse]) -> Iterator[Seen]:
         """The processes whose owner holds no lease on their unit, described from /proc (each
         on its own: one that cannot be described is logged once and left out)."""
-        for gpu in self._lifecycle.node.topology.gpus:
-            for process in self._lifecycle.node.live(gpu.uuid).processes:
+        for gpu in self._node.topology.gpus:
+            for process in self._node.live(gpu.uuid).processes:
                 unit = unit_of(gpu, process)
                 if process.uid is not None and process.uid in uses[unit].holders:
                     continue
@@ -216,8 +227,7 @@ class UnleasedGuard:
         caller = Caller(owner.uid, owner.gid, seen.pid, owner.user, owner.groups)
         detail = f"pid {seen.pid} of {seen.user} ({seen.command}) was using {seen.where}"
         try:
-            lease = adopt(
-                self._lifecycle,
+            lease = self._adoption.adopt(
                 caller,
                 seen.unit_uuid,
                 pid=seen.pid,

@@ -8,7 +8,6 @@
     notify_checks.py      checks of the notification settings: site channels, events
     machine_checks.py     the config against the machine: unknown users and groups, slips
     wiring.py             the config turned into every domain value (at start and on reload)
-    power_wiring.py       energy and power from the settings: the meter, caps, budget, price
 
 Imports nothing of the daemon's other rooms.
 """

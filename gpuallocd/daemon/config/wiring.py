@@ -13,9 +13,11 @@ from typing import Any
 from gpuallocd.allocator import AllocatorSettings, IdleRules, SiteRules
 from gpuallocd.daemon.config.settings import DaemonConfig
 from gpuallocd.enforcement import UnleasedRules
+from gpuallocd.model.energy import EnergyPrice
 
 __all__ = [
     "allocator_settings",
+    "energy_price",
     "idle_rules",
     "site_rules",
     "terminates",
@@ -57,6 +59,12 @@ def unleased_rules(config: DaemonConfig) -> UnleasedRules:
         user_modes=config.unleased_modes.users,
         group_modes=config.unleased_modes.groups,
     )
+
+
+def energy_price(config: DaemonConfig) -> EnergyPrice | None:
+    """The site's price of a kWh, or None where it set none."""
+    per_kwh = config.energy_price_per_kwh
+    return None if per_kwh is None else EnergyPrice(per_kwh, config.energy_currency)
 
 
 def terminates(config: DaemonConfig) -> bool:

@@ -15,18 +15,19 @@ had one). The unit is not given out until someone looks:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.node_view import NodeView
 from gpuallocd.allocator.site.reservation_board import caller_of_uid
-from gpuallocd.allocator.unleased.adoption import adopt, unit_lease
+from gpuallocd.allocator.unleased.adoption import Adoption, unit_lease
 from gpuallocd.daemon.ledger_care.machine import Machine, OnUnit
 from gpuallocd.daemon.ledger_care.records import user_name
 from gpuallocd.errors import CallerError, CapacityError
-from gpuallocd.model import Lease, LeaseEvent
+from gpuallocd.model import Lease, LeaseEvent, Topology
 from gpuallocd.model.lease import new_lease_id
 
-__all__ = ["hold_unexplained"]
+__all__ = ["Holding", "hold_unexplained"]
 
 MAX_LISTED = 8  # processes named in a hold's label
 ADMIN_HOLD = "recovered: held for the admins"
@@ -39,9 +40,21 @@ def _users(processes: Sequence[OnUnit]) -> str:
     return ", ".join(named) + (f" and {more} more" if more > 0 else "")
 
 
-def _explained(lifecycle: LeaseLifecycle, unit: str) -> bool:
+@dataclass(frozen=True)
+class Holding:
+    """What a hold is made with: the recovery's lifecycle (it records the holds), the node
+    (its topology), the adoption a single user's hold is made by, and the longest a hold
+    lasts (`max_ttl_seconds`)."""
+
+    lifecycle: LeaseLifecycle
+    node: NodeView
+    adoption: Adoption
+    hold_seconds: float
+
+
+def _explained(lifecycle: LeaseLifecycle, topology: Topology, unit: str) -> bool:
     """Whether an active lease holds `unit`, its GPU, or (for a whole GPU) a part of it."""
-    instances = lifecycle.topology.instances()
+    instances = topology.instances()
     gpu = instances[unit][0].uuid if unit in instances else unit
     for lease in lifecycle.leases():
         for held in lease.gpus:
@@ -51,11 +64,12 @@ def _explained(lifecycle: LeaseLifecycle, unit: str) -> bool:
 
 
 def _for_admins(
-    lifecycle: LeaseLifecycle, unit: str, processes: Sequence[OnUnit], why: str, now: float
+    holding: Holding, unit: str, processes: Sequence[OnUnit], why: str, now: float
 ) -> str:
-    leased = unit_lease(lifecycle.topology, unit)
+    lifecycle = holding.lifecycle
+    leased = unit_lease(holding.node.topology, unit)
     assert leased is not None  # the unit was found on this topology
-    hold = lifecycle.settings.max_ttl_seconds
+    hold = holding.hold_seconds
     lease = Lease(
         id=new_lease_id(),
         gpus=(leased,),
@@ -75,16 +89,13 @@ def _for_admins(
     )
 
 
-def _for_its_user(
-    lifecycle: LeaseLifecycle, unit: str, processes: Sequence[OnUnit], now: float
-) -> str:
+def _for_its_user(holding: Holding, unit: str, processes: Sequence[OnUnit], now: float) -> str:
     first = min(processes, key=lambda p: (p.start, p.pid))
     owner = replace(caller_of_uid(first.uid), pid=first.pid)
     named = _users(processes)
     label = f"recovered: in use by {named}"
     try:
-        lease = adopt(
-            lifecycle,
+        lease = holding.adoption.adopt(
             owner,
             unit,
             pid=first.pid,
@@ -95,7 +106,7 @@ def _for_its_user(
         )
     except (CallerError, CapacityError) as exc:
         why = f"no lease explains it, and a lease of {owner.user}'s breaks a rule: {exc.message}"
-        return _for_admins(lifecycle, unit, processes, why, now)
+        return _for_admins(holding, unit, processes, why, now)
     index = lease.gpus[0].index
     return (
         f"held: GPU {index} ({unit}) for {owner.user}, bound to pid {first.pid} (lease "
@@ -103,18 +114,18 @@ def _for_its_user(
     )
 
 
-def hold_unexplained(lifecycle: LeaseLifecycle, machine: Machine, now: float) -> list[str]:
+def hold_unexplained(holding: Holding, machine: Machine, now: float) -> list[str]:
     """Hold each unit in use that no active lease explains; one line each."""
     by_unit: dict[str, list[OnUnit]] = {}
     for process in machine.on_units:
         by_unit.setdefault(process.unit, []).append(process)
     lines = []
     for unit, processes in sorted(by_unit.items(), key=lambda u: (u[1][0].gpu.index, u[0])):
-        if _explained(lifecycle, unit):
+        if _explained(holding.lifecycle, holding.node.topology, unit):
             continue
         if len({p.uid for p in processes}) == 1:
-            lines.append(_for_its_user(lifecycle, unit, processes, now))
+            lines.append(_for_its_user(holding, unit, processes, now))
         else:
             why = "no lease explains it, and it runs processes of several users"
-            lines.append(_for_admins(lifecycle, unit, processes, why, now))
+            lines.append(_for_admins(holding, unit, processes, why, now))
     return lines

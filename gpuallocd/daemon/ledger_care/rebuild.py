@@ -28,8 +28,11 @@ from pathlib import Path
 
 from gpuallocd.allocator import AllocatorSettings, SiteRules
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.parts import SharedParts
+from gpuallocd.allocator.site.quota import Quota
 from gpuallocd.allocator.site.reservation_board import caller_of_uid
-from gpuallocd.daemon.ledger_care.holds import hold_unexplained
+from gpuallocd.allocator.unleased.adoption import Adoption
+from gpuallocd.daemon.ledger_care.holds import Holding, hold_unexplained
 from gpuallocd.daemon.ledger_care.machine import read_machine
 from gpuallocd.daemon.ledger_care.records import Recorded, read_records, user_name
 from gpuallocd.daemon.ledger_care.restore import Restored, WithinLimits, restore
@@ -160,14 +163,14 @@ def _unsure(restored: Restored) -> list[str]:
     return lines
 
 
-def _within_limits(lifecycle: LeaseLifecycle, ledger: Ledger) -> WithinLimits:
+def _within_limits(quota: Quota, ledger: Ledger) -> WithinLimits:
     """Whether units are within a lease owner's limits, as a grant of them would be."""
 
     def check(lease: Recorded, units: Sequence[LeasedGpu]) -> str | None:
         owner = caller_of_uid(lease.owner_uid if lease.owner_uid is not None else -1)
         weight = sum(unit.fraction for unit in units)
         try:
-            lifecycle.quota.check_grant(owner, ledger.active_leases(), gpus=weight)
+            quota.check_grant(owner, ledger.active_leases(), gpus=weight)
         except (CallerError, CapacityError) as exc:
             return exc.message
         return None
@@ -196,22 +199,32 @@ def rebuild(
     except LedgerError as exc:
         raise LedgerError(f"the rebuilt ledger does not open: {exc.message}") from exc
     try:
-        lifecycle = LeaseLifecycle(
+        # the recovery's own lifecycle, made as the daemon's is (allocator/leases/parts.py)
+        parts = SharedParts.of(
             ledger, evidence.topology, clock=lambda: now, settings=site.settings, rules=site.rules
         )
+        lifecycle = LeaseLifecycle(ledger, parts, clock=lambda: now)
         restored = restore(
             new,
             records,
             machine,
             evidence.topology,
-            _within_limits(lifecycle, ledger),
+            _within_limits(parts.quota, ledger),
             now=now,
             hold_seconds=site.settings.max_ttl_seconds,
         )
         lifecycle.reload()
-        lifecycle.node.update_live(evidence.live)
+        parts.node.update_live(evidence.live)
         outcome.rebuilt = restored.rebuilt
-        outcome.held = hold_unexplained(lifecycle, machine, now)
+        adoption = Adoption(
+            lifecycle,
+            node=parts.node,
+            quota=parts.quota,
+            drains=parts.drains,
+            reservations=parts.reservations,
+        )
+        holding = Holding(lifecycle, parts.node, adoption, site.settings.max_ttl_seconds)
+        outcome.held = hold_unexplained(holding, machine, now)
         ledger.rebuild_totals()  # the users' running totals, from the leases restored
         outcome.notes = [
             *restored.ended,

@@ -16,6 +16,7 @@ from typing import Any
 from gpuallocd.allocator.crash_points import crash_point
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.power.caps import PowerCaps, put_back
+from gpuallocd.allocator.power.hardware import LeaseHardware
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import GpuallocError, NvmlError
 from gpuallocd.ledger import Ledger
@@ -38,18 +39,21 @@ class PowerDesk:
         worker: SerialWorker,
         *,
         clock: Callable[[], float] = time.time,
+        hardware: LeaseHardware,
     ) -> None:
+        """`hardware`: the lease hardware whose caps and power budget it works (its caps'
+        `later` is `put_back_later`, set where the façade builds this desk)."""
         self._lifecycle = lifecycle
+        self._hardware = hardware
         self._clock = clock
         self._ledger = ledger
         self._worker = worker
         self._putting_back: dict[str, asyncio.Task[None]] = {}
-        lifecycle.hardware.caps.later = self._later
 
     @property
     def readings(self) -> Mapping[str, PowerReading]:
         """Each GPU's last power reading (the power timer's; reading it calls no driver)."""
-        return self._lifecycle.hardware.budget.readings
+        return self._hardware.budget.readings
 
     def gpu_power(self) -> dict[str, dict[str, float | None]]:
         """Each GPU's draw and power limit (its cap where a lease set one) at the last
@@ -68,7 +72,7 @@ class PowerDesk:
     @property
     def caps(self) -> PowerCaps:
         """The caps of the leases (power/caps.py)."""
-        return self._lifecycle.hardware.caps
+        return self._hardware.caps
 
     async def capped(self, lease: Lease) -> None:
         """Once the cap of a lease just granted is set (at once where it needs no setting);
@@ -76,7 +80,7 @@ class PowerDesk:
         the grant, whose end owes the limit back)."""
         if lease.power_limit_watts is not None:
             crash_point("cap-recorded")  # tests only (allocator/crash_points.py)
-        await self._lifecycle.hardware.caps.settled(lease.id)
+        await self._hardware.caps.settled(lease.id)
 
     @staticmethod
     def withdrawn_because(exc: BaseException) -> str | None:
@@ -99,9 +103,9 @@ class PowerDesk:
         left = [cap for cap in found if cap.lease_id not in active]
         owed = [put_back(cap.gpu_uuid, cap.restore_mw, cap.lease_id) for cap in left]
         self._ledger.owe_caps(left, owed, self._clock())
-        self._lifecycle.hardware.reload(self._ledger, active)
+        self._hardware.reload(self._ledger, active)
 
-    def _later(self, uuid: str, delay: float) -> None:
+    def put_back_later(self, uuid: str, delay: float) -> None:
         """Put back what an ended lease's record owes `uuid` in `delay` seconds."""
         loop = asyncio.get_running_loop()
         loop.call_later(delay, self._put_back_soon, uuid)
@@ -113,7 +117,7 @@ class PowerDesk:
             task.add_done_callback(lambda _: self._putting_back.pop(uuid, None))
 
     async def _put_back(self, uuid: str) -> None:
-        caps = self._lifecycle.hardware.caps
+        caps = self._hardware.caps
         failed = await caps.put_back_record(uuid)
         if failed is not None:  # owed work from now on (allocator/cleanups.py)
             await self._worker.run(caps.owe, self._ledger, failed, self._clock())
@@ -121,7 +125,7 @@ class PowerDesk:
     async def put_back_now(self) -> None:
         """Put back every limit ended leases' records owe, without waiting (a daemon that
         stops); what fails is owed work for the next start."""
-        caps = self._lifecycle.hardware.caps
+        caps = self._hardware.caps
         owed = [uuid for uuid, found in caps.owed.items() if found.record is not None]
         for uuid in owed:
             await self._put_back(uuid)
@@ -130,7 +134,7 @@ class PowerDesk:
     async def reapply(self) -> None:
         """The power timer: read every GPU's power, off the event loop; the budget's and the
         caps' figures follow it, and caps a driver reload took away are set again."""
-        caps = self._lifecycle.hardware.caps
+        caps = self._hardware.caps
         driver = caps.driver
         if driver is None:
             return
@@ -146,7 +150,7 @@ class PowerDesk:
     def _learned(
         self, readings: Mapping[str, PowerReading], asked: Mapping[str, int]
     ) -> list[PowerCap]:
-        hardware = self._lifecycle.hardware
+        hardware = self._hardware
         hardware.budget.readings = readings
         hardware.caps.forget_done(self._ledger)  # put back, with no change since to carry it
         return hardware.caps.learned(readings, asked)
@@ -156,7 +160,7 @@ class PowerDesk:
         return await self._worker.run(self._status)
 
     def _status(self) -> dict[str, Any] | None:
-        hardware = self._lifecycle.hardware
+        hardware = self._hardware
         if hardware.budget.budget_mw is None and not hardware.budget.readings:
             return None
         return hardware.budget.to_json(self._lifecycle.leases(), hardware.caps.in_force)

@@ -13,6 +13,7 @@ from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.long_reads import LongReads
 from gpuallocd.allocator.queue.waiting import WaitQueue
 from gpuallocd.allocator.site.purge import purge_before
+from gpuallocd.allocator.site.quota import Quota
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.ledger import Ledger
 from gpuallocd.model import AdminAction, Caller, HistoryEvent, Lease, UserUsage, day_bounds
@@ -33,8 +34,12 @@ class AccountingDesk:
         clock: Callable[[], float],
         expire_due: Callable[[], Awaitable[list[Lease]]],
         record_energy: Callable[[], Awaitable[None]],
+        *,
+        quota: Quota,
     ) -> None:
+        """`quota`: the limits whose report `limits` gives."""
         self._lifecycle = lifecycle
+        self._quota = quota
         self._ledger = ledger
         self._worker = worker
         self._reads = reads
@@ -61,7 +66,7 @@ class AccountingDesk:
 
     def _limits_report(self, subject: Caller, waiting: int) -> dict[str, Any]:
         """The limits that apply to `subject` and their current use (`gpuallocctl limits`)."""
-        return self._lifecycle.quota.report(subject, self._lifecycle.leases(), waiting)
+        return self._quota.report(subject, self._lifecycle.leases(), waiting)
 
     async def usage(
         self, since: float, until: float | None, user: str | None

@@ -6,11 +6,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from gpuallocd.allocator import gpu_admin
+from gpuallocd.allocator.desks.gpu_admin import GpuAdmin
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.leases.node_view import GpuStatus
+from gpuallocd.allocator.leases.node_view import GpuStatus, NodeView
 from gpuallocd.allocator.queue.advance import held_for_status
 from gpuallocd.allocator.queue.waiting import WaitQueue
+from gpuallocd.allocator.site.drain import DrainBoard
+from gpuallocd.allocator.site.quota import Quota
+from gpuallocd.allocator.site.reservation_board import ReservationBoard
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.model import Caller, Topology
 
@@ -28,8 +31,17 @@ class GpuDesk:
         worker: SerialWorker,
         queue: WaitQueue,
         clock: Callable[[], float],
+        *,
+        node: NodeView,
+        quota: Quota,
+        drains: DrainBoard,
+        reservations: ReservationBoard,
     ) -> None:
+        """The parts drains and root's release change (gpu_admin.py); `reservations`: the
+        board whose running reservations `status` shows as holds."""
         self._lifecycle = lifecycle
+        self._admin = GpuAdmin(lifecycle, node=node, drains=drains, quota=quota)
+        self._board = reservations
         self._worker = worker
         self._queue = queue
         self._clock = clock
@@ -40,26 +52,22 @@ class GpuDesk:
 
     def gpu_status_now(self) -> list[GpuStatus]:
         """`gpu_status`, for a caller already in the worker."""
-        held = held_for_status(self._lifecycle, self._clock())
+        held = held_for_status(self._board, self._clock())
         return self._lifecycle.gpu_status({**self._queue.holds(), **held})
 
     async def drain(
         self, caller: Caller, refs: Sequence[str | int], reason: str
     ) -> list[GpuStatus]:
-        return await self._worker.run(
-            gpu_admin.drain, self._lifecycle, caller, refs, reason, self._clock()
-        )
+        return await self._worker.run(self._admin.drain, caller, refs, reason, self._clock())
 
     async def undrain(self, caller: Caller, refs: Sequence[str | int]) -> list[GpuStatus]:
-        statuses = await self._worker.run(
-            gpu_admin.undrain, self._lifecycle, caller, refs, self._clock()
-        )
+        statuses = await self._worker.run(self._admin.undrain, caller, refs, self._clock())
         self._queue.kick()
         return statuses
 
     async def release_gpu(self, caller: Caller, ref: str | int) -> GpuStatus:
         """Root's override for a GPU its former holder's processes keep draining."""
-        status = await self._worker.run(gpu_admin.release, self._lifecycle, caller, ref)
+        status = await self._worker.run(self._admin.release, caller, ref)
         self._queue.kick()
         return status
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
 from gpuallocd.allocator.long_reads import LongReads
-from gpuallocd.allocator.power.hardware import RECORD_WITHIN_SECONDS
+from gpuallocd.allocator.power.hardware import RECORD_WITHIN_SECONDS, LeaseHardware
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.ledger import Ledger
 
@@ -27,8 +27,13 @@ class EnergyDesk:
         worker: SerialWorker,
         clock: Callable[[], float],
         reads: LongReads,
+        *,
+        hardware: LeaseHardware,
     ) -> None:
+        """`hardware`: the lease hardware whose energy meter and unwritten readings it
+        writes (power/hardware.py)."""
         self._reads = reads
+        self._hardware = hardware
         self._totals: dict[str, float] = {}  # joules per user, all readings up to _seen
         self._seen = 0
         self._lifecycle = lifecycle
@@ -36,12 +41,11 @@ class EnergyDesk:
         self._worker = worker
         self._clock = clock
         self._recording: asyncio.Task[None] | None = None
-        lifecycle.hardware.record_soon = self._record_soon
 
     @property
     def metered(self) -> bool:
         """Whether the inventory has energy counters to read (NVML does)."""
-        return self._lifecycle.hardware.energy.enabled
+        return self._hardware.energy.enabled
 
     async def meter(self) -> None:
         """Read every GPU a lease holds or someone used: what each lease, and each user
@@ -50,12 +54,13 @@ class EnergyDesk:
         await self._worker.run(self._meter)
 
     def _meter(self) -> None:
-        hardware = self._lifecycle.hardware
+        hardware = self._hardware
         uses = hardware.energy.uses_of_all(self._lifecycle.leases(), self._clock())
         self._ledger.record_energy(hardware.take_unrecorded() + uses)
 
-    def _record_soon(self) -> None:
-        """Grants or ends read energy: write it within RECORD_WITHIN_SECONDS."""
+    def record_soon(self) -> None:
+        """Grants or ends read energy: write it within RECORD_WITHIN_SECONDS (the lease
+        hardware's `record_soon`, set where the façade builds this desk)."""
         if self._recording is None or self._recording.done():
             self._recording = asyncio.ensure_future(self._record_later())
 
@@ -65,7 +70,7 @@ class EnergyDesk:
 
     async def record(self) -> None:
         """Write the energy grants and ends read, now (one transaction)."""
-        hardware = self._lifecycle.hardware
+        hardware = self._hardware
         if hardware.unrecorded:
             await self._worker.run(lambda: self._ledger.record_energy(hardware.take_unrecorded()))
 

@@ -1,8 +1,8 @@
 """The allocator's façade: the one object the API (and the daemon's housekeeping) calls.
 
-Split by API area: leases (here), the GPUs (`gpus`, gpu_desk.py), the record (`accounting`,
-accounting_desk.py), scheduling (`scheduling`, scheduling_desk.py) and owed cleanups
-(cleanups.py).
+Split by API area: leases (here), the GPUs (`gpus`, desks/gpus.py), the record (`accounting`,
+desks/accounting.py), scheduling (`scheduling`, desks/scheduling.py), energy and power
+(desks/energy.py, desks/power.py) and owed cleanups (cleanups.py).
 
 Each method is one whole operation: it runs the lease lifecycle through the serial worker
 (one call at a time, on the event loop, answered after the ledger commit), and does what
@@ -18,28 +18,30 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from gpuallocd.allocator.accounting_desk import AccountingDesk
 from gpuallocd.allocator.bells import LeaseBells
-from gpuallocd.allocator.cleanups import CleanupDesk
-from gpuallocd.allocator.energy_desk import EnergyDesk
-from gpuallocd.allocator.gpu_desk import GpuDesk
+from gpuallocd.allocator.cleanups import CleanupDesk, CleanupRunner
+from gpuallocd.allocator.desks.accounting import AccountingDesk
+from gpuallocd.allocator.desks.energy import EnergyDesk
+from gpuallocd.allocator.desks.gpus import GpuDesk
+from gpuallocd.allocator.desks.power import PowerDesk
+from gpuallocd.allocator.desks.scheduling import SchedulingDesk
 from gpuallocd.allocator.leases.health_notice import HealthNotices
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
+from gpuallocd.allocator.leases.parts import SharedParts
 from gpuallocd.allocator.leases.specs import AllocateSpec
 from gpuallocd.allocator.long_reads import LongReads
 from gpuallocd.allocator.notices import NoticeDesk
+from gpuallocd.allocator.notices.desk import DEFAULT_RETENTION_SECONDS
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, Observers, timed_allocation
-from gpuallocd.allocator.power_desk import PowerDesk
 from gpuallocd.allocator.preemption import PreemptionDesk
 from gpuallocd.allocator.publish import publish
 from gpuallocd.allocator.queue.order import QueueOrder
 from gpuallocd.allocator.queue.preview import Preview
 from gpuallocd.allocator.queue.reclaim import IdleReclaimer
 from gpuallocd.allocator.queue.waiting import WaitQueue
-from gpuallocd.allocator.scheduling_desk import SchedulingDesk
 from gpuallocd.allocator.site.idle import IdleRules
 from gpuallocd.allocator.site.rules import SiteRules
-from gpuallocd.allocator.unleased.adoption import adopt_own
+from gpuallocd.allocator.unleased.adoption import Adoption
 from gpuallocd.allocator.unleased.guard import UnleasedGuard
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.enforcement import UnleasedRules
@@ -66,6 +68,7 @@ class AllocatorFacade(CleanupDesk):
     def __init__(
         self,
         lifecycle: LeaseLifecycle,
+        parts: SharedParts,
         ledger: Ledger,
         *,
         clock: Callable[[], float],
@@ -74,21 +77,48 @@ class AllocatorFacade(CleanupDesk):
         revoke_grace_seconds: float = 30.0,
         tracking: Tracking | None = None,
         unleased: UnleasedRules | None = None,
+        notice_retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+        cleanups: CleanupRunner | None = None,
     ) -> None:
-        """`unleased`: the rules for GPU use without a lease (none looked at by default)."""
+        """`parts`: the shared parts the lifecycle was made with (leases/parts.py): each desk
+        below is handed the ones it uses, here and nowhere else. `unleased`: the rules for
+        GPU use without a lease (none looked at by default); `cleanups`: the runner of owed
+        work (none: nothing owed is ever done, as in tests of the allocator alone)."""
         self._lifecycle = lifecycle
         self._ledger = ledger
         self._clock = clock
+        self._quota = parts.quota
+        self._default_policy = parts.settings.default_policy
+        self.cleanups = cleanups
         self._worker = SerialWorker(
             ledger.unit_of_work, lifecycle.reload, after_commit=self._publish
         )
-        order = QueueOrder(lifecycle.settings, ledger, clock)
+        order = QueueOrder(parts.settings, ledger, clock)
         self._queue = WaitQueue(
-            lifecycle, self._worker, clock, order, on_served=lambda: self.preemption.wanted()
+            lifecycle,
+            self._worker,
+            clock,
+            order,
+            on_served=lambda: self.preemption.wanted(),
+            node=parts.node,
+            quota=parts.quota,
+            reservations=parts.reservations,
+            hardware=parts.hardware,
         )
         self._reads = LongReads(ledger)  # history, accounting: off the loop (long_reads.py)
         self.scheduling = SchedulingDesk(
-            lifecycle, ledger, self._worker, self._queue, order, clock, self._reads
+            lifecycle,
+            ledger,
+            self._worker,
+            self._queue,
+            order,
+            clock,
+            self._reads,
+            settings=parts.settings,
+            node=parts.node,
+            quota=parts.quota,
+            drains=parts.drains,
+            reservations=parts.reservations,
         )
         self.accounting = AccountingDesk(
             lifecycle,
@@ -99,13 +129,33 @@ class AllocatorFacade(CleanupDesk):
             clock,
             self.expire_due,
             record_energy=lambda: self.energy.record(),
+            quota=parts.quota,
         )
-        self.gpus = GpuDesk(lifecycle, self._worker, self._queue, clock)
+        self.gpus = GpuDesk(
+            lifecycle,
+            self._worker,
+            self._queue,
+            clock,
+            node=parts.node,
+            quota=parts.quota,
+            drains=parts.drains,
+            reservations=parts.reservations,
+        )
         self._reclaimer = IdleReclaimer(
-            lifecycle, self._worker, self._queue, idle or IdleRules(), clock
+            lifecycle, self._worker, self._queue, idle or IdleRules(), clock, node=parts.node
         )
         # the feed of notices (allocator/notices/): told of each transition after its commit
-        self.notices = NoticeDesk(lifecycle, ledger, self._worker, clock, self._reclaimer.tracker)
+        self.notices = NoticeDesk(
+            lifecycle,
+            ledger,
+            self._worker,
+            clock,
+            self._reclaimer.tracker,
+            node=parts.node,
+            quota=parts.quota,
+            reservations=parts.reservations,
+            retention_seconds=notice_retention_seconds,
+        )
         self._processes = LeaseProcesses(
             self._process_exited,
             revoke_grace_seconds,
@@ -114,16 +164,47 @@ class AllocatorFacade(CleanupDesk):
             active=lifecycle.is_active,
         )
         self.preemption = PreemptionDesk(  # preemptible leases (docs/preemption.md)
-            lifecycle, ledger, self._worker, self._queue, self.notices, self._processes, clock
+            lifecycle,
+            ledger,
+            self._worker,
+            self._queue,
+            self.notices,
+            self._processes,
+            clock,
+            quota=parts.quota,
+            reservations=parts.reservations,
         )
         self._observer: LeaseObserver = Observers(observer, self.notices, self.preemption)
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells = LeaseBells()
-        self.health = HealthNotices(lifecycle)
-        self.energy = EnergyDesk(lifecycle, ledger, self._worker, clock, self._reads)
-        self.power = PowerDesk(lifecycle, ledger, self._worker, clock=clock)  # power_desk.py
-        self.unleased = UnleasedGuard(lifecycle, ledger, unleased or UnleasedRules("off"), clock)
+        self.health = HealthNotices(lifecycle, node=parts.node)
+        self.energy = EnergyDesk(
+            lifecycle, ledger, self._worker, clock, self._reads, hardware=parts.hardware
+        )
+        self.power = PowerDesk(
+            lifecycle, ledger, self._worker, clock=clock, hardware=parts.hardware
+        )
+        self._adoption = Adoption(
+            lifecycle,
+            node=parts.node,
+            quota=parts.quota,
+            drains=parts.drains,
+            reservations=parts.reservations,
+        )
+        self.unleased = UnleasedGuard(
+            lifecycle,
+            ledger,
+            unleased or UnleasedRules("off"),
+            clock,
+            node=parts.node,
+            drains=parts.drains,
+            adoption=self._adoption,
+        )
         self.revoke_grace_seconds = revoke_grace_seconds
+        # the hooks by which the lease hardware calls its desks back: a grant's or an end's
+        # energy written soon (desks/energy.py), an ended cap's limit put back (desks/power.py)
+        parts.hardware.record_soon = self.energy.record_soon
+        parts.hardware.caps.later = self.power.put_back_later
 
     @property
     def topology(self) -> Topology:
@@ -132,7 +213,7 @@ class AllocatorFacade(CleanupDesk):
     @property
     def default_policy(self) -> str:
         """The policy of a request that names none (`default_policy`)."""
-        return self._lifecycle.settings.default_policy
+        return self._default_policy
 
     def _publish(self) -> None:
         publish(self._lifecycle.take_journal(), self._bells, self._observer)  # publish.py
@@ -160,7 +241,7 @@ class AllocatorFacade(CleanupDesk):
                 lease = await self._queue.allocate(
                     caller, spec, wait=wait, timeout=timeout, on_grant=on_grant
                 )
-                await self.power.capped(lease)  # its cap set (power_desk.py)
+                await self.power.capped(lease)  # its cap set (desks/power.py)
             await self._processes.enclose(lease)  # in its scope before it hears of the grant
             return lease
         except BaseException as exc:
@@ -252,7 +333,7 @@ class AllocatorFacade(CleanupDesk):
         owner's warning where its processes are stopped after the grace."""
         try:
             with self._ledger.unit_of_work():
-                self._lifecycle.quota.rules.require_admin(caller, "revoke leases", lease=lease_id)
+                self._quota.require_admin(caller, "revoke leases", lease=lease_id)
                 active = self._lifecycle.active(lease_id)
                 told: list[int] = []
                 grace = self.revoke_grace_seconds
@@ -292,7 +373,7 @@ class AllocatorFacade(CleanupDesk):
     def reload_rules(self, rules: SiteRules, unleased: UnleasedRules) -> None:
         """Adopt reloaded limits, admin groups and rules for unleased use (SIGHUP); leases
         and waiters are left as they are, users and groups are read afresh."""
-        self._lifecycle.quota.rules = rules
+        self._quota.rules = rules
         self.unleased.reload(unleased)
 
     # Housekeeping ---------------------------------------------------------------------------
@@ -346,7 +427,7 @@ class AllocatorFacade(CleanupDesk):
         held = self._queue.holds()  # for waiters: not the caller's own, already there
         reserved = frozenset(u for u, r in held.items() if r.uid != caller.uid)
         now = self._clock()
-        leases = adopt_own(self._lifecycle, caller, pid=pid, gpu=gpu, now=now, reserved=reserved)
+        leases = self._adoption.adopt_own(caller, pid=pid, gpu=gpu, now=now, reserved=reserved)
         return self.unleased.covered(leases)
 
     async def _watch_all(self, leases: list[Lease]) -> list[Lease]:
