@@ -7,6 +7,7 @@ SQLite ledger; tests talk to them with the real client and CLI.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -140,6 +141,7 @@ class ThreadDaemon:
             self._loop = asyncio.get_running_loop()
             self._daemon = Daemon(
                 self.config,
+                reload_config=lambda: self.config,  # what `reload` set
                 clock=self._clock,
                 inventory_opener=self._inventory_opener,
                 monotonic=self._monotonic,
@@ -162,6 +164,13 @@ class ThreadDaemon:
             raise self.error
         wait_until_serving(self.paths.socket)
         return self
+
+    def reload(self, **changes: Any) -> None:
+        """The config with `changes`, adopted as a SIGHUP adopts a rewritten config file (on
+        the daemon's loop; `wait_for` what it changes)."""
+        assert self._loop is not None and self._daemon is not None
+        self.config = dataclasses.replace(self.config, **changes)
+        self._loop.call_soon_threadsafe(self._daemon.reload)
 
     def stop(self) -> None:
         if self._loop is not None and self._daemon is not None and self._thread is not None:

@@ -59,6 +59,44 @@ def test_a_request_over_the_power_budget_waits_with_the_reason_and_is_served_lat
         machine.daemon.stop()
 
 
+def test_a_reloaded_budget_serves_a_waiter_and_cuts_no_lease(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """bob waits for power under 1,000 W; a reload to 1,300 W serves him with nobody freeing
+    anything and `status` says the new figure; a reload back to 1,000 W (1,115 W committed)
+    ends neither lease, and carol's request then waits for power."""
+    users = system_users
+    machine = idle_machine(paths, short_dir, "wait")
+    socket = machine.daemon.paths.socket
+    argv = ["-m", "gpuallocd.cli", "--socket", str(socket), "--json", "allocate", "-n", "1"]
+    carol = None
+    try:
+        alice = ctl_json(users, "alice", machine, "allocate", "-n", "2")
+        bob = users.start("bob", [*argv, "--wait"], short_dir / "bob.log")
+        with machine.daemon.client() as root:
+            wait_for(lambda: len(root.queue()) == 1, 30, what="bob waiting")
+            machine.daemon.reload(power_budget_watts=1300.0)
+            assert bob.wait(30) == 0, (short_dir / "bob.log").read_text()
+            assert "of 1,300 W committed" in users.ctl("carol", socket, "status").stdout
+            machine.daemon.reload(power_budget_watts=1000.0)
+            wait_for(
+                lambda: "1,115 of 1,000 W committed" in users.ctl("dave", socket, "status").stdout,
+                30,
+                what="the budget lowered",
+            )
+            assert [lease.state for lease in root.leases()] == ["active", "active"]
+            assert root.lease(alice["id"]).state == "active"
+            carol = users.start("carol", [*argv, "--wait"], short_dir / "carol.log")
+            wait_for(lambda: len(root.queue()) == 1, 30, what="carol waiting")
+            (waiter,) = root.queue()
+            assert (waiter["owner"]["user"], waiter["reason"]) == (users.name("carol"), "Power")
+    finally:
+        if carol is not None:
+            carol.kill()
+            carol.wait()
+        machine.daemon.stop()
+
+
 def test_with_power_fit_cap_a_request_over_the_budget_gets_a_lower_cap(
     system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
 ) -> None:

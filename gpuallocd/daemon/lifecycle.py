@@ -4,8 +4,8 @@ Start: take the state lock, open the inventory and the ledger, build the allocat
 the socket and serve. Background tasks expire leases and sample live GPU state. SIGTERM
 and SIGINT stop it: the socket stops accepting, requests in flight finish within the grace
 period, then everything is closed in reverse order. SIGHUP reads the config again and adopts
-its limits and admin groups (and group memberships afresh) without touching leases or
-waiters. Everything runs on one event loop thread; only blocking inventory calls (sampling,
+its limits, admin groups and power budget (and group memberships afresh) without touching
+leases or waiters. Everything runs on one event loop thread; only blocking inventory calls (sampling,
 rediscovery) go to a thread of their own, one at a time, with a deadline (driver_guard.py).
 """
 
@@ -107,7 +107,8 @@ class Daemon:
         self._stop.set()
 
     def reload(self) -> None:
-        """Adopt the limits and admin groups of the config as it reads now (SIGHUP).
+        """Adopt the limits, admin groups and power budget of the config as it reads now
+        (SIGHUP).
 
         A config that no longer reads keeps the rules in force, with an error in the log.
         """
@@ -122,8 +123,9 @@ class Daemon:
         for warning in self._config_state.adopt(config):
             log.warning("%s", warning)
         if self._facade_in_service is not None:
-            self._facade_in_service.reload_rules(self._rules, unleased_rules(config))
-        log.info("reloaded the limits and admin groups")
+            power = (config.power_budget_watts, config.power_fit)
+            self._facade_in_service.reload_rules(self._rules, unleased_rules(config), power)
+        log.info("reloaded the limits, admin groups and power budget")
 
     async def run(self) -> None:
         activated = listen_fd_count(os.environ, os.getpid()) > 0

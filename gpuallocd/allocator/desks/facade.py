@@ -33,6 +33,7 @@ from gpuallocd.allocator.long_reads import LongReads
 from gpuallocd.allocator.notices import NoticeDesk
 from gpuallocd.allocator.notices.desk import DEFAULT_RETENTION_SECONDS
 from gpuallocd.allocator.observer import NO_OBSERVER, LeaseObserver, Observers, timed_allocation
+from gpuallocd.allocator.power.budget import PowerTerms
 from gpuallocd.allocator.preemption import PreemptionDesk
 from gpuallocd.allocator.publish import publish
 from gpuallocd.allocator.queue.order import QueueOrder
@@ -370,11 +371,17 @@ class AllocatorFacade(CleanupDesk):
 
     # Site rules: admins, drains, limits, accounting ----------------------------------------
 
-    def reload_rules(self, rules: SiteRules, unleased: UnleasedRules) -> None:
-        """Adopt reloaded limits, admin groups and rules for unleased use (SIGHUP); leases
-        and waiters are left as they are, users and groups are read afresh."""
+    def reload_rules(
+        self, rules: SiteRules, unleased: UnleasedRules, power: PowerTerms | None = None
+    ) -> None:
+        """Adopt reloaded limits, admin groups, rules for unleased use and the power budget
+        (`power`: the budget in watts and the fit; SIGHUP); leases are left as they are,
+        users and groups are read afresh; where the budget changed, the waiters are looked
+        at again (a budget raised may serve one now)."""
         self._quota.rules = rules
         self.unleased.reload(unleased)
+        if power is not None and self.power.adopt_budget(*power):
+            self._queue.kick()
 
     # Housekeeping ---------------------------------------------------------------------------
 

@@ -50,6 +50,11 @@ class PowerDesk:
         self._worker = worker
         self._putting_back: dict[str, asyncio.Task[None]] = {}
 
+    def adopt_budget(self, budget_watts: float | None, fit: str) -> bool:
+        """A reloaded `power_budget_watts` and `power_fit` (SIGHUP), for the next grant;
+        whether they changed."""
+        return self._hardware.budget.adopt(budget_watts, fit)
+
     @property
     def readings(self) -> Mapping[str, PowerReading]:
         """Each GPU's last power reading (the power timer's; reading it calls no driver)."""

@@ -25,12 +25,21 @@ from gpuallocd.model import Lease, PowerReading, UnitKind
 from gpuallocd.model.power import PowerCap
 from gpuallocd.text import escape_unprintable
 
-__all__ = ["FITS", "Drawers", "OverBudget", "PowerBudget", "below_defaults", "unleased_words"]
+__all__ = [
+    "FITS",
+    "Drawers",
+    "OverBudget",
+    "PowerBudget",
+    "PowerTerms",
+    "below_defaults",
+    "unleased_words",
+]
 
 FITS = ("wait", "cap")
 NAMED = 3  # users named in a refusal; the others counted
 
 Drawers = Mapping[str, tuple[int, Mapping[int, float]]]  # GPU -> (index, {uid: share})
+PowerTerms = tuple[float | None, str]  # `power_budget_watts` (None: no budget), `power_fit`
 
 
 def _gpus(indices: list[int]) -> str:
@@ -118,6 +127,16 @@ class PowerBudget:
     def readings(self) -> Mapping[str, PowerReading]:
         """Each GPU's last power reading (the power timer's, off the event loop)."""
         return self._readings
+
+    def adopt(self, budget_watts: float | None, fit: str) -> bool:
+        """The budget and the fit as a reloaded config says (SIGHUP): the next grant and the
+        queue's next look use them; leases granted under the old ones keep their caps.
+        Whether they changed."""
+        budget_mw = None if budget_watts is None else round(budget_watts * 1000)
+        if (budget_mw, fit) == (self.budget_mw, self.fit):
+            return False
+        self.budget_mw, self.fit = budget_mw, fit
+        return True
 
     @readings.setter
     def readings(self, readings: Mapping[str, PowerReading]) -> None:

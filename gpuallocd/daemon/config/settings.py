@@ -235,7 +235,7 @@ class DaemonConfig:
         None,
         "the box's power budget for its GPUs (W; the power supply's safe continuous figure): "
         "each leased GPU counts its cap or default limit, each free one its idle draw; a "
-        "grant that would pass it waits, or gets a lower cap (`power_fit`)",
+        "grant that would pass it waits, or gets a lower cap (`power_fit`); re-read on SIGHUP",
         example="1600",
         minimum=1.0,
         unit="W",
@@ -243,7 +243,7 @@ class DaemonConfig:
     power_fit: str = _setting(
         "wait",
         "a grant over `power_budget_watts`: `wait` in the queue, or `cap` its GPUs lower to fit "
-        "(where the cards accept such a cap)",
+        "(where the cards accept such a cap); re-read on SIGHUP",
         choices=("wait", "cap"),
     )
     lease_power_limit_watts: float | None = _setting(
