@@ -150,6 +150,42 @@ def test_a_request_no_idle_box_could_power_is_refused_at_once_naming_the_cap_tha
         machine.daemon.stop()
 
 
+def test_a_request_for_more_gpus_than_are_free_is_refused_at_once_where_power_never_fits(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """alice holds 6 of the 8 GPUs at 150 W (986 of 1,000 W). bob's `--wait` for 7, and for 3
+    at their default 300 W, could never fit even on an idle box: each is refused at once with
+    `over_power_budget` (the second naming the cap that fits), not queued until GPUs come
+    free; his wait for 3 at 200 W queues for GPUs."""
+    users = system_users
+    machine = idle_machine(paths, short_dir, "wait")
+    socket = machine.daemon.paths.socket
+    argv = ["-m", "gpuallocd.cli", "--socket", str(socket), "--json", "allocate", "-n", "3"]
+    capped = None
+    try:
+        ctl_json(users, "alice", machine, "allocate", "-n", "6", "--power-limit", "150W")
+        seven = users.ctl("bob", socket, "allocate", "-n", "7", "--wait")
+        assert seven.returncode != 0
+        assert "[over_power_budget]" in seven.stderr, seven.stderr
+        assert "even the cards' lowest limit (150 W each, 1,050 W) does not fit" in seven.stderr
+        three = users.ctl("bob", socket, "allocate", "-n", "3", "--wait")
+        assert three.returncode != 0
+        assert "--power-limit 261W fits once the other GPUs are idle" in three.stderr
+        with machine.daemon.client() as root:
+            assert root.queue() == []
+            capped = users.start(
+                "bob", [*argv, "--wait", "--power-limit", "200W"], short_dir / "capped.log"
+            )
+            wait_for(lambda: len(root.queue()) == 1, 30, what="bob's wait for 3 at 200 W")
+            (waiter,) = root.queue()
+            assert waiter["reason"] == "Resources", waiter
+    finally:
+        if capped is not None:
+            capped.kill()
+            capped.wait()
+        machine.daemon.stop()
+
+
 def test_a_wait_for_power_is_estimated_from_the_leases_whose_end_frees_enough(
     system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
 ) -> None:

@@ -33,6 +33,7 @@ from gpuallocd.allocator.site.reservation_board import caller_of_uid
 from gpuallocd.allocator.site.ttl import TtlBounds, expected_ttl, granted_ttl
 from gpuallocd.enforcement.shares import ShareEnforcer
 from gpuallocd.errors import (
+    CapacityError,
     InvalidRequest,
     LeaseNotActive,
     LedgerError,
@@ -300,14 +301,22 @@ class LeaseLifecycle:
             )
         self._drains.check_not_drained(request.required, self.topology)
         unavailable = reserved | frozenset(self._drains.covered(self.topology))
-        ttl, (policy_name, choice) = self._reservations.fit(
-            caller,
-            now,
-            terms.ttl_seconds,
-            defaulted=spec.ttl_seconds is None,
-            wanted=request.required,
-            choose=lambda held: self._chooser.choose(active, spec, request, unavailable | held),
-        )
+        try:
+            ttl, (policy_name, choice) = self._reservations.fit(
+                caller,
+                now,
+                terms.ttl_seconds,
+                defaulted=spec.ttl_seconds is None,
+                wanted=request.required,
+                choose=lambda held: self._chooser.choose(active, spec, request, unavailable | held),
+            )
+        except CapacityError:  # before it waits for GPUs: a power budget it could never fit
+            if request.kind == "whole":
+                every = [gpu.uuid for gpu in self.topology.gpus]
+                self._hardware.check_at_arrival(
+                    request.count, terms.power_limit_watts, request.required, every
+                )
+            raise
         if not choice.exact:
             log.warning(
                 "policy %s gave a set it could not prove best: %s", policy_name, choice.reason

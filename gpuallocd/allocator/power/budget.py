@@ -128,6 +128,13 @@ class PowerBudget:
         """Each GPU's last power reading (the power timer's, off the event loop)."""
         return self._readings
 
+    @readings.setter
+    def readings(self, readings: Mapping[str, PowerReading]) -> None:
+        self._readings = readings
+        for uuid, reading in readings.items():
+            if reading.draw_mw is not None:
+                self.idle_mw[uuid] = min(reading.draw_mw, self.idle_mw.get(uuid, reading.draw_mw))
+
     def adopt(self, budget_watts: float | None, fit: str) -> bool:
         """The budget and the fit as a reloaded config says (SIGHUP): the next grant and the
         queue's next look use them; leases granted under the old ones keep their caps.
@@ -137,13 +144,6 @@ class PowerBudget:
             return False
         self.budget_mw, self.fit = budget_mw, fit
         return True
-
-    @readings.setter
-    def readings(self, readings: Mapping[str, PowerReading]) -> None:
-        self._readings = readings
-        for uuid, reading in readings.items():
-            if reading.draw_mw is not None:
-                self.idle_mw[uuid] = min(reading.draw_mw, self.idle_mw.get(uuid, reading.draw_mw))
 
     def _committed_of(self, uuid: str, leased: bool, caps: Mapping[str, PowerCap]) -> int:
         reading = self.readings.get(uuid)
@@ -245,6 +245,29 @@ class PowerBudget:
         if isinstance(found, Lease):
             return found
         raise OverBudget(*self._refusal(found, active, caps, drawers))
+
+    def check_at_arrival(
+        self,
+        count: int,
+        asked_watts: float | None,
+        required: Collection[str],
+        gpus: Collection[str],
+    ) -> None:
+        """OverPowerBudget where no `count` whole GPUs of `gpus` (`required` among them)
+        could ever fit the budget, even on an idle box: refused when the request arrives,
+        not after it waited for GPUs to come free. The `count` cheapest to power are
+        weighed (what each adds over its idle draw), so no request a choice could fit is
+        refused here; the grant weighs the GPUs it chose (`fitted`)."""
+        if self.budget_mw is None or count <= 0 or not self.readings:
+            return
+        others = sorted(
+            (uuid for uuid in gpus if uuid not in required),
+            key=lambda uuid: (self._wanted(uuid, asked_watts) - self.idle_mw.get(uuid, 0), uuid),
+        )
+        chosen = [*required, *others][: max(count, len(required))]
+        wanted = [self._wanted(uuid, asked_watts) for uuid in chosen]
+        request = Request(chosen, wanted, asked_watts, cappable=True, per_gpu_now_mw=-1)
+        check_ever_fits(request, self.readings, self.idle_mw, self.budget_mw, self.fit)
 
     def _fitting(
         self, active: Collection[Lease], lease: Lease, caps: Mapping[str, PowerCap]

@@ -77,6 +77,17 @@ class LeaseHardware:
         steps = self.caps.granted(lease, at)
         return self.caps.as_set(lease), steps
 
+    def check_at_arrival(
+        self,
+        count: int,
+        asked_watts: float | None,
+        required: Collection[str],
+        gpus: Collection[str],
+    ) -> None:
+        """OverPowerBudget where no `count` of `gpus` could ever fit the power budget
+        (budget.py): said when a request arrives, before it waits for GPUs."""
+        self.budget.check_at_arrival(count, asked_watts, required, gpus)
+
     def fits(self, active: Collection[Lease], lease: Lease) -> Lease:
         """As `granted` would have it, recording nothing and reading no driver (a preview);
         OverBudget (budget.py) where it does not fit the power budget."""
