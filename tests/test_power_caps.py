@@ -188,8 +188,9 @@ def test_a_daemon_killed_once_a_cap_is_recorded_sets_it_at_its_next_start(
     short_dir: Path, paths: DaemonPaths
 ) -> None:
     """A grant with a 170 W cap is durable, and the daemon is killed (SIGKILL) before it sets
-    the cap or answers: the restarted daemon answers the retry with the same lease, sets its
-    cap, and puts the limit back after its end."""
+    the cap or answers: the restarted daemon answers the retry with the same lease, its cap
+    shown (kept by the ledger's records, not the lease row), sets the cap, and puts the
+    limit back after its end."""
     live = short_dir / "live.json"
     live.write_text("{}")
     limits = _limits(short_dir / "live.json.limits")
@@ -207,6 +208,8 @@ def test_a_daemon_killed_once_a_cap_is_recorded_sets_it_at_its_next_start(
         with daemon.client() as client:
             lease = client.allocate(1, power_limit_watts=170, request_id="capped")
             assert [held.id for held in client.leases()] == [lease.id]
+            assert [held.raw["power_limit_watts"] for held in client.leases()] == [170]
+            assert lease.raw["power_limit_watts"] == 170
             uuid = lease.gpus[0].uuid
             wait_for(lambda: limits().get(uuid) == 170_000, 30, what="the cap set at start")
             client.free(lease.id)

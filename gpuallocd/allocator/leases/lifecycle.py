@@ -143,6 +143,7 @@ class LeaseLifecycle:
         self._drains.reload()
         self._reservations.reload()
         self._hardware.reload(self._ledger, self._active)
+        self._active = {i: self._hardware.as_recorded(lease) for i, lease in self._active.items()}
         self._journal.clear()  # those transitions were rolled back
         self._news.clear()
         self._request_ids.retain(self._active)

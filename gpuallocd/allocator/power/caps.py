@@ -211,6 +211,16 @@ class PowerCaps:
             lease, power_limit_watts=watts, power_limit_requested_watts=lease.power_limit_watts
         )
 
+    def as_recorded(self, lease: Lease) -> Lease:
+        """A lease read back from the ledger (a restart, a failed commit) with the cap its
+        records say its cards took (the highest where they differ): the lease row keeps no
+        cap, the `power_caps` rows do."""
+        caps = self.recorded.get(lease.id)
+        if not caps or lease.power_limit_watts is not None:
+            return lease
+        most = max(cap.set_mw for cap in caps)
+        return replace(lease, power_limit_watts=most // 1000 if most % 1000 == 0 else most / 1000)
+
     def _caps(self, lease_id: str, whole: Sequence[str], watts: float) -> list[Cap]:
         if not self.readings:
             raise NvmlError(

@@ -108,6 +108,10 @@ class LeaseHardware:
         self._staged = []
         self.caps.reload(ledger, active)
 
+    def as_recorded(self, lease: Lease) -> Lease:
+        """A lease read back from the ledger, with the power cap its records say it has."""
+        return self.caps.as_recorded(lease)
+
     def take_unrecorded(self) -> list[EnergyUse]:
         """The rows of the energy committed changes read, not written yet (to write now)."""
         taken, self.unrecorded = self.unrecorded, []
