@@ -33,9 +33,10 @@ daemon: $(STAMP)
 
 ## Run the test suite, on TEST_WORKERS processes (pytest-xdist). Much of it waits on daemons,
 ## processes and timers, so more workers than CPUs pay; plain `pytest` runs it on one.
+## Work-stealing: a worker whose share ran out takes tests from the others' (no idle tail).
 ## TESTS narrows it (CI's second Python: `make test TESTS="tests/test_x.py ..."`).
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) $(TESTS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(TESTS)
 
 ## The service as shipped, under a real systemd (PID 1) in a systemd-nspawn container,
 ## installed as the README says (tests/system; needs root, systemd-container, debootstrap).

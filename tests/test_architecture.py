@@ -69,6 +69,18 @@ ALLOWED = {
 }
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The module at `path`, parsed once per test process (the tests only read it)."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of the module at `path`, as `ast.walk` gives them."""
+    return tuple(ast.walk(_tree(path)))
+
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -82,7 +94,7 @@ def _modules() -> dict[str, Path]:
 def _imports(path: Path, name: str) -> Iterator[str]:
     """Every gpuallocd module `path` imports, at any depth of its code."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names if a.name.startswith("gpuallocd"))
         elif isinstance(node, ast.ImportFrom):
@@ -254,8 +266,7 @@ def test_every_module_names_its_job() -> None:
     silent = [
         name
         for name, path in _modules().items()
-        if not (ast.get_docstring(ast.parse(path.read_text())) or "").strip()
-        and path.name != "__main__.py"
+        if not (ast.get_docstring(_tree(path)) or "").strip() and path.name != "__main__.py"
     ]
     assert silent == []
 
@@ -462,7 +473,7 @@ USER_DATABASE_READERS = {
 def _names_used(path: Path) -> set[str]:
     """The modules `path` imports and the attributes it reads, by name."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level:
@@ -485,7 +496,7 @@ def test_only_the_user_database_reads_the_user_database() -> None:
 
 def _trees() -> Iterator[tuple[str, ast.AST]]:
     for name, path in _modules().items():
-        yield name, ast.parse(path.read_text())
+        yield name, _tree(path)
 
 
 def _literals(node: ast.AST) -> set[object]:
@@ -527,7 +538,7 @@ def _spells_lease_id(node: ast.AST) -> bool:
 
 def _lease_id_spellings(path: Path) -> list[int]:
     """Lines of `path` that spell the lease id's variable or format."""
-    tree = ast.parse(path.read_text())
+    tree = _tree(path)
     return [getattr(node, "lineno", 0) for node in ast.walk(tree) if _spells_lease_id(node)]
 
 
@@ -638,7 +649,7 @@ REQUEST_BOUND_NAMES = {
 def _names_anywhere(path: Path) -> set[str]:
     """Every name `path` imports, reads or calls: imported names, plain names, attributes."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _nodes(path):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.update(alias.name.rpartition(".")[2] for alias in node.names)
         elif isinstance(node, ast.Name):
