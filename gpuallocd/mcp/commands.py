@@ -2,7 +2,8 @@
 
 `gpuallocctl run --lease ID -- COMMAND` runs COMMAND as one of the lease's processes: the
 daemon counts it by the kernel's word (SO_PEERCRED), `run` renews the lease while it runs,
-and the lease ends when both the session and the command have ended (`run_joined`, cli/leasing/run.py).
+and the lease ends when both the session and the command have ended (`run_joined` in
+cli/leasing/run.py).
 The line names the `gpuallocctl` that serves this session (the console script it was started
 as, else this Python with `-m gpuallocd.cli`) and the socket it talks to, so it works from
 the agent's shell whatever that shell's PATH and environment.
