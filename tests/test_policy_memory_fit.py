@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
+from gpulease import CountExceedsNode
 
 from gpuallocd.errors import GpusUnavailable
 from gpuallocd.model import LiveState, Topology
 from gpuallocd.policies.base import AllocationRequest, NodeSnapshot
 from gpuallocd.policies.memory_fit import BestFitPolicy, RandomPolicy, WorstFitPolicy
+from tests.harness import ThreadDaemon
 from tests.test_policy_support import indices, node
 
 GIB = 2**30
@@ -79,3 +83,20 @@ def test_random_only_draws_fitting_gpus(h100: Topology) -> None:
     request = AllocationRequest(count=3, min_free_memory_bytes=10 * GIB)
     for seed in range(20):
         assert indices(h100, RandomPolicy(seed=seed).choose(state, request).gpus) == [1, 2, 4]
+
+
+def test_a_floor_no_gpu_reaches_is_refused_at_once_even_to_a_waiter(
+    start_daemon: Callable[..., ThreadDaemon],
+) -> None:
+    """On the DGX H100 (79.6 GiB GPUs), a wait for one GPU with 100 GiB free could never end:
+    it is refused at once with `count_exceeds_node`, naming the largest GPU, and nothing
+    queues; a wait for two with 60 GiB is a request like any other."""
+    daemon = start_daemon(inventory="example:dgx-h100", default_policy="best-fit")
+    with daemon.client() as client:
+        with pytest.raises(CountExceedsNode) as refused:
+            client.allocate(1, min_free_memory_bytes=100 * GIB, wait=True, timeout=3600)
+        assert "the largest has 79.6 GiB" in str(refused.value)
+        assert refused.value.details == {"count": 1, "node_gpus": 0}
+        assert client.queue() == []
+        lease = client.allocate(2, min_free_memory_bytes=60 * GIB, wait=True, timeout=60)
+        assert len(lease.gpus) == 2

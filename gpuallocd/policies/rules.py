@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuallocd.errors import CountExceedsNode, InternalError, InvalidRequest, UnknownGpu
-from gpuallocd.model import Topology
+from gpuallocd.model import Gpu, Topology
 from gpuallocd.policies.base import AllocationRequest, Choice, NodeSnapshot
+from gpuallocd.policies.shares import format_gib
 
 __all__ = [
     "check_choice",
@@ -117,6 +118,25 @@ def check_request(topology: Topology, request: AllocationRequest) -> None:
             count=request.count,
             node_gpus=len(whole),
         )
+    _check_memory_floor(whole, request)
+
+
+def _check_memory_floor(whole: Sequence[Gpu], request: AllocationRequest) -> None:
+    """Refuse at once a request whose `min_free_memory_bytes` fewer than `count` GPUs have in
+    all (their memory known): no end of any lease could serve it, so it must not wait."""
+    floor = request.min_free_memory_bytes
+    if floor is None:
+        return
+    big = [g for g in whole if g.memory_total_bytes is None or g.memory_total_bytes >= floor]
+    if request.count <= len(big):
+        return
+    largest = max((g.memory_total_bytes or 0 for g in whole), default=0)
+    raise CountExceedsNode(
+        f"{request.count} GPU(s) with {format_gib(floor)} of memory free asked for; the node "
+        f"has {len(big)} with that much memory in all (the largest has {format_gib(largest)})",
+        count=request.count,
+        node_gpus=len(big),
+    )
 
 
 def _check_share_request(request: AllocationRequest) -> None:
