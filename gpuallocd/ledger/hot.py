@@ -113,8 +113,11 @@ class HotWriter:
         cursor = self._cursor
         cursor.execute("SAVEPOINT hot_write" if nested else "BEGIN IMMEDIATE")
         try:
-            for sql, parameters in steps:
-                cursor.execute(sql, parameters)
+            for sql, runs in _runs(steps):  # a statement repeated in a row: one executemany
+                if len(runs) == 1:
+                    cursor.execute(sql, runs[0])
+                else:
+                    cursor.executemany(sql, runs)
         except BaseException:
             self._undo(nested)
             raise
@@ -135,3 +138,15 @@ class HotWriter:
             self._cursor.execute("RELEASE hot_write")
         elif self._db.in_transaction:
             self._cursor.execute("ROLLBACK")
+
+
+def _runs(steps: Sequence[Step]) -> list[tuple[str, list[Sequence[Any]]]]:
+    """`steps` in order, each run of one statement in a row as one statement and its
+    parameters (executed as many times, in the same order, as one by one)."""
+    found: list[tuple[str, list[Sequence[Any]]]] = []
+    for sql, parameters in steps:
+        if found and found[-1][0] == sql:
+            found[-1][1].append(parameters)
+        else:
+            found.append((sql, [parameters]))
+    return found

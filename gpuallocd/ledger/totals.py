@@ -167,16 +167,18 @@ def ended(lease: Lease, at: float) -> Change:
 
 
 def energy_changes(uses: Iterable[EnergyUse]) -> list[Change]:
-    """One change per user and reading time: the joules drawn under leases and without."""
-    found: dict[tuple[int, float], Change] = {}
+    """One change per user and minute of the readings, dated at the minute's last: the joules
+    drawn under leases and without (a mark holds a minute's totals after its last change, so
+    the readings of one minute added as one change leave the marks as one by one would)."""
+    found: dict[tuple[int, int], Change] = {}
     for use in uses:
-        key = (use.owner_uid, use.at)
+        key = (use.owner_uid, _minute(use.at))
         was = found.get(key) or Change(use.owner_uid, use.owner_name, use.at)
         leased = use.lease_id is not None
         found[key] = Change(
             was.owner_uid,
             was.owner_name,
-            was.at,
+            max(was.at, use.at),
             joules=was.joules + (use.joules if leased else 0.0),
             estimates=was.estimates + int(leased and use.estimate),
             unleased_joules=was.unleased_joules + (0.0 if leased else use.joules),
