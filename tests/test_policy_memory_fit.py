@@ -7,10 +7,12 @@ from collections.abc import Callable
 import pytest
 from gpulease import CountExceedsNode
 
+from gpuallocd.errors import CountExceedsNode as CountExceedsNodeError
 from gpuallocd.errors import GpusUnavailable
 from gpuallocd.model import LiveState, Topology
 from gpuallocd.policies.base import AllocationRequest, NodeSnapshot
 from gpuallocd.policies.memory_fit import BestFitPolicy, RandomPolicy, WorstFitPolicy
+from gpuallocd.policies.rules import check_request
 from tests.harness import ThreadDaemon
 from tests.test_policy_support import indices, node
 
@@ -100,3 +102,13 @@ def test_a_floor_no_gpu_reaches_is_refused_at_once_even_to_a_waiter(
         assert client.queue() == []
         lease = client.allocate(2, min_free_memory_bytes=60 * GIB, wait=True, timeout=60)
         assert len(lease.gpus) == 2
+
+
+def test_a_named_gpu_smaller_than_the_floor_is_refused_by_name(h100: Topology) -> None:
+    """A request naming GPU 0 (79.6 GiB) with 100 GiB free is refused at once, naming it."""
+    request = AllocationRequest(
+        count=1, required=(h100.gpus[0].uuid,), min_free_memory_bytes=100 * GIB
+    )
+    with pytest.raises(CountExceedsNodeError) as refused:
+        check_request(h100, request)
+    assert "GPU 0 has 79.6 GiB of memory in all" in str(refused.value)

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from gpulease import OverPowerBudget
 
+from gpuallocd.allocator.power.budget import PowerBudget
+from gpuallocd.errors import GpuallocError
+from gpuallocd.model import PowerReading
 from tests.harness import DaemonPaths, ProcessDaemon, wait_for
 from tests.system_users import SystemUsers, open_to_everyone
 from tests.test_doctor import doctor
@@ -250,3 +253,27 @@ def test_a_budget_below_the_cards_default_limits_is_warned_at_start_reload_and_b
         assert "no warnings" not in doctor(paths.socket).stdout
     finally:
         daemon.stop()
+
+
+def _budget(fit: str, budget_watts: float, cards: dict[str, tuple[int, int, int]]) -> PowerBudget:
+    """A budget over cards read as {uuid: (default W, lowest W, idle W)}."""
+    budget = PowerBudget(budget_watts, fit)
+    budget.readings = {
+        uuid: PowerReading(draw_mw=idle * 1000, default_limit_mw=full * 1000,
+                           limit_mw=full * 1000, min_limit_mw=low * 1000)
+        for uuid, (full, low, idle) in cards.items()
+    }  # fmt: skip
+    return budget
+
+
+def test_with_power_fit_cap_a_request_some_cap_fits_is_not_refused_on_arrival() -> None:
+    """Under `power_fit = "cap"` the arrival check refuses only what no cap fits on any
+    choice: two 300 W cards capped at 150 W fit 400 W beside a 250 W card that takes no
+    less than 200 W, and a card never read leaves the check to the grant; three of them
+    at their lowest (450 W + the idle 30 W) are refused."""
+    cards = {"a": (300, 150, 30), "b": (300, 150, 30), "c": (250, 200, 30)}
+    _budget("cap", 400, cards).check_at_arrival(2, None, (), list(cards))
+    _budget("cap", 400, cards).check_at_arrival(2, None, (), [*cards, "never-read"])
+    with pytest.raises(GpuallocError) as refused:
+        _budget("cap", 400, cards).check_at_arrival(3, None, (), list(cards))
+    assert refused.value.code == "over_power_budget"

@@ -5,9 +5,9 @@ the socket and serve. Background tasks expire leases and sample live GPU state. 
 and SIGINT stop it: the socket stops accepting, requests in flight finish within the grace
 period, then everything is closed in reverse order. SIGHUP reads the config again and adopts
 its limits, admin groups and power budget (and group memberships afresh) without touching
-leases or waiters. Everything runs on one event loop thread; only blocking inventory calls
-(sampling, rediscovery) go to a thread of their own, one at a time, with a deadline
-(driver_guard.py).
+leases; a waiter the new figures could never serve is ended when the queue next looks.
+Everything runs on one event loop thread; only blocking inventory calls (sampling,
+rediscovery) go to a thread of their own, one at a time, with a deadline (driver_guard.py).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ of a group commit; the partial unique index still refuses a double booking.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from gpuallocd.model.lease import ENDING_EVENT, Lease, LeaseEvent
 __all__ = ["HotWriter", "Step", "end_steps", "end_time", "grant_steps"]
 
 Step = tuple[str, Sequence[Any]]  # one fixed statement and its parameters
+_REPEATABLE = re.compile(r"\s*(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
 
 _INSERT_LEASE = (
     "INSERT INTO leases (id, owner_uid, owner_name, pid, label, policy, created_at, "
@@ -142,10 +144,11 @@ class HotWriter:
 
 def _runs(steps: Sequence[Step]) -> list[tuple[str, list[Sequence[Any]]]]:
     """`steps` in order, each run of one statement in a row as one statement and its
-    parameters (executed as many times, in the same order, as one by one)."""
+    parameters (executed as many times, in the same order, as one by one). Only writes
+    that return no rows are run together: `executemany` takes nothing else."""
     found: list[tuple[str, list[Sequence[Any]]]] = []
     for sql, parameters in steps:
-        if found and found[-1][0] == sql:
+        if found and found[-1][0] == sql and _REPEATABLE.match(sql) and "RETURNING" not in sql:
             found[-1][1].append(parameters)
         else:
             found.append((sql, [parameters]))

@@ -177,7 +177,7 @@ def energy_changes(uses: Iterable[EnergyUse]) -> list[Change]:
         leased = use.lease_id is not None
         found[key] = Change(
             was.owner_uid,
-            was.owner_name,
+            use.owner_name if use.at >= was.at else was.owner_name,  # the latest reading's
             max(was.at, use.at),
             joules=was.joules + (use.joules if leased else 0.0),
             estimates=was.estimates + int(leased and use.estimate),

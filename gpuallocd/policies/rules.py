@@ -128,6 +128,14 @@ def _check_memory_floor(whole: Sequence[Gpu], request: AllocationRequest) -> Non
     if floor is None:
         return
     big = [g for g in whole if g.memory_total_bytes is None or g.memory_total_bytes >= floor]
+    small = [g for g in whole if g.uuid in request.required and g not in big]
+    if small:
+        raise CountExceedsNode(
+            f"GPU {small[0].index} has {format_gib(small[0].memory_total_bytes or 0)} of memory "
+            f"in all, less than the {format_gib(floor)} asked free",
+            count=request.count,
+            node_gpus=len(big),
+        )
     if request.count <= len(big):
         return
     largest = max((g.memory_total_bytes or 0 for g in whole), default=0)

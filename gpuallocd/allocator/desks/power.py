@@ -108,7 +108,7 @@ class PowerDesk:
         left = [cap for cap in found if cap.lease_id not in active]
         owed = [put_back(cap.gpu_uuid, cap.restore_mw, cap.lease_id) for cap in left]
         self._ledger.owe_caps(left, owed, self._clock())
-        self._lifecycle.reload()  # the caps read again, and each active lease shown its own
+        self._lifecycle.reload_caps()  # and each active lease shown its own
 
     def put_back_later(self, uuid: str, delay: float) -> None:
         """Put back what an ended lease's record owes `uuid` in `delay` seconds."""

@@ -142,11 +142,17 @@ class LeaseLifecycle:
         self._active = {lease.id: lease for lease in self._ledger.active_leases()}
         self._drains.reload()
         self._reservations.reload()
-        self._hardware.reload(self._ledger, self._active)
-        self._active = {i: self._hardware.as_recorded(lease) for i, lease in self._active.items()}
+        self.reload_caps()
         self._journal.clear()  # those transitions were rolled back
         self._news.clear()
         self._request_ids.retain(self._active)
+
+    def reload_caps(self) -> None:
+        """Read the power caps and the limits owed back again (at start, after a failed
+        commit), and show each active lease the cap its records say it has; the journal
+        of transitions not yet published is left as it is."""
+        self._hardware.reload(self._ledger, self._active)
+        self._active = {i: self._hardware.as_recorded(lease) for i, lease in self._active.items()}
 
     def take_journal(self) -> tuple[list[Transition], set[str]]:
         """The transitions made since the last call, oldest first (for the events log), and

@@ -257,8 +257,11 @@ class PowerBudget:
         could ever fit the budget, even on an idle box: refused when the request arrives,
         not after it waited for GPUs to come free. The `count` cheapest to power are
         weighed (what each adds over its idle draw), so no request a choice could fit is
-        refused here; the grant weighs the GPUs it chose (`fitted`)."""
+        refused here; the grant weighs the GPUs it chose (`fitted`). Under `power_fit =
+        "cap"` only a request that no cap could fit on any choice is weighed at all."""
         if self.budget_mw is None or count <= 0 or not self.readings:
+            return
+        if self.fit == "cap" and self._some_cap_may_fit(max(count, len(required)), gpus):
             return
         others = sorted(
             (uuid for uuid in gpus if uuid not in required),
@@ -268,6 +271,19 @@ class PowerBudget:
         wanted = [self._wanted(uuid, asked_watts) for uuid in chosen]
         request = Request(chosen, wanted, asked_watts, cappable=True, per_gpu_now_mw=-1)
         check_ever_fits(request, self.readings, self.idle_mw, self.budget_mw, self.fit)
+
+    def _some_cap_may_fit(self, count: int, gpus: Collection[str]) -> bool:
+        """Whether `count` of `gpus` might fit the budget on an idle box at some cap: a bound
+        below every choice's commitment (each at the lowest limit any card takes, the largest
+        idle draws set aside) is within it, or a card cannot say (unread, or no lowest limit)."""
+        read = self.readings
+        lows = [read[uuid].min_limit_mw if uuid in read else None for uuid in gpus]
+        known = [low for low in lows if low is not None]
+        if len(known) < len(lows) or not known:
+            return True
+        idle = sorted((self.idle_mw.get(uuid, 0) for uuid in gpus), reverse=True)
+        assert self.budget_mw is not None
+        return sum(idle[count:]) + count * min(known) <= self.budget_mw
 
     def _fitting(
         self, active: Collection[Lease], lease: Lease, caps: Mapping[str, PowerCap]
