@@ -28,7 +28,7 @@ from tests.ledger_history import held, open_ledger
 from tests.rules_harness import daemon_with_config
 from tests.system_users import SystemUsers, open_to_everyone
 from tests.test_energy_leases import Machine, ctl_json
-from tests.test_running_totals import DAY, START, driver_of
+from tests.test_running_totals import DAY, START, sqlite_steps
 
 DGX1 = "example:dgx1-volta"
 
@@ -379,20 +379,11 @@ def test_allocate_dry_run_says_what_would_happen_and_exits_as_allocate_would(
 
 def _preview_steps(lifecycle: LeaseLifecycle, ledger: Ledger, caller: Caller) -> int:
     """SQLite's virtual-machine steps of one preview of a GPU for `caller`."""
-    steps = 0
 
-    def count() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    db = driver_of(ledger)
-    db.set_progress_handler(count, 1)
-    try:
+    def preview() -> None:
         assert lifecycle.preview(caller, AllocateSpec(count=1)).gpus
-    finally:
-        db.set_progress_handler(None, 1)
-    return steps
+
+    return sqlite_steps(ledger, preview)
 
 
 def test_a_preview_does_the_same_work_whatever_the_history(tmp_path: Path) -> None:

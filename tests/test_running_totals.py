@@ -5,7 +5,7 @@ whatever the history; purged without losing a budget's month."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import cast
@@ -32,6 +32,24 @@ START = 1_700_000_040.0  # a whole minute
 def driver_of(ledger: Ledger) -> sqlite3.Connection:
     """The sqlite3 connection the ledger writes and reads on (to count its work)."""
     return cast(sqlite3.Connection, ledger._conn.connection.driver_connection)
+
+
+def sqlite_steps(ledger: Ledger, work: Callable[[], object]) -> int:
+    """SQLite's virtual-machine steps of `work` on the ledger's connection (no clock)."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    db = driver_of(ledger)
+    db.set_progress_handler(count, 1)
+    try:
+        work()
+    finally:
+        db.set_progress_handler(None, 1)
+    return steps
 
 
 # A history: each step grants (and maybe later ends) a lease, or records energy, at a time
@@ -129,24 +147,15 @@ def test_a_window_inside_a_minute_is_off_by_at_most_that_minute(tmp_path: Path) 
 
 def _vm_steps(ledger: Ledger, quota: Quota, caller: Caller, gpus: tuple[Gpu, ...]) -> int:
     """SQLite's virtual-machine steps of one budgeted grant and its end (its check included)."""
-    steps = 0
 
-    def count() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    db = driver_of(ledger)
-    db.set_progress_handler(count, 1)
-    try:
+    def grant_and_end() -> None:
         now = quota.budget_use(caller.uid).now
         quota.check_grant(caller, [], gpus=1)
         lease = a_lease(gpus, caller.uid, now, first=20)
         ledger.grant(lease, caller.uid)
         ledger.end([lease.ended(LeaseState.FREED, now + 1.0)], caller.uid)
-    finally:
-        db.set_progress_handler(None, 1)
-    return steps
+
+    return sqlite_steps(ledger, grant_and_end)
 
 
 def test_a_budgeted_grant_does_the_same_work_whatever_the_history(tmp_path: Path) -> None:

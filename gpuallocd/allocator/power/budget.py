@@ -42,6 +42,10 @@ Drawers = Mapping[str, tuple[int, Mapping[int, float]]]  # GPU -> (index, {uid: 
 PowerTerms = tuple[float | None, str]  # `power_budget_watts` (None: no budget), `power_fit`
 
 
+def _milliwatts(watts: float | None) -> int | None:
+    return None if watts is None else round(watts * 1000)
+
+
 def _gpus(indices: list[int]) -> str:
     listed = ", ".join(str(i) for i in sorted(indices))
     return f"GPU {listed}" if len(indices) == 1 else f"GPUs {listed}"
@@ -116,7 +120,7 @@ class PowerBudget:
     """Committed and drawn watts of the node, and whether a grant fits its budget."""
 
     def __init__(self, budget_watts: float | None, fit: str) -> None:
-        self.budget_mw = None if budget_watts is None else round(budget_watts * 1000)
+        self.budget_mw = _milliwatts(budget_watts)
         self.fit = fit
         self._readings: Mapping[str, PowerReading] = {}
         self.idle_mw: dict[str, int] = {}  # GPU -> its idle draw: the lowest read of it
@@ -139,7 +143,7 @@ class PowerBudget:
         """The budget and the fit as a reloaded config says (SIGHUP): the next grant and the
         queue's next look use them; leases granted under the old ones keep their caps.
         Whether they changed."""
-        budget_mw = None if budget_watts is None else round(budget_watts * 1000)
+        budget_mw = _milliwatts(budget_watts)
         if (budget_mw, fit) == (self.budget_mw, self.fit):
             return False
         self.budget_mw, self.fit = budget_mw, fit

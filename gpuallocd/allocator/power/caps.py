@@ -203,8 +203,7 @@ class PowerCaps:
         caps = self.recorded.get(lease.id)
         if not caps or lease.power_limit_watts is None:
             return lease
-        most = max(cap.set_mw for cap in caps)
-        watts = most // 1000 if most % 1000 == 0 else most / 1000
+        watts = _highest_watts(caps)
         if watts == lease.power_limit_watts:
             return lease
         return replace(
@@ -218,8 +217,7 @@ class PowerCaps:
         caps = self.recorded.get(lease.id)
         if not caps or lease.power_limit_watts is not None:
             return lease
-        most = max(cap.set_mw for cap in caps)
-        return replace(lease, power_limit_watts=most // 1000 if most % 1000 == 0 else most / 1000)
+        return replace(lease, power_limit_watts=_highest_watts(caps))
 
     def _caps(self, lease_id: str, whole: Sequence[str], watts: float) -> list[Cap]:
         if not self.readings:
@@ -426,3 +424,9 @@ class PowerCaps:
             log.info("%s: GPU %s at %d W", what, uuid, limit_mw // 1000)
         finally:
             self._in_flight[uuid] -= 1
+
+
+def _highest_watts(caps: Sequence[Cap]) -> float:
+    """The highest cap of a lease's cards, in watts (a whole number where it is one)."""
+    most = max(cap.set_mw for cap in caps)
+    return most // 1000 if most % 1000 == 0 else most / 1000
