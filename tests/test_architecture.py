@@ -812,3 +812,23 @@ def test_the_allocator_is_made_in_one_place(cls: str) -> None:
     the recovery's lifecycle in its rebuild): a reader finds where each part comes from."""
     makers = {name for name, tree in _trees() if _makes(tree, cls)}
     assert makers == ALLOCATOR_MAKERS[cls]
+
+
+def test_the_model_packages_lazy_names_are_those_it_imports_for_type_checkers() -> None:
+    """`gpuallocd.model` reads each name from its module when first asked for: the names it
+    serves, the names type checkers see (its TYPE_CHECKING imports) and `__all__` are the
+    same, each from the same module, and asking for any other name is an AttributeError."""
+    import gpuallocd.model as model
+
+    init = PACKAGE / "model" / "__init__.py"
+    checked: dict[str, str] = {}
+    for node in ast.walk(_tree(init)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpuallocd.model."):
+            checked |= {alias.name: node.module or "" for alias in node.names}
+    served = {name: f"gpuallocd.model.{home}" for name, home in model._HOME_OF.items()}
+    assert served == checked
+    assert sorted(model.__all__) == sorted(checked)
+    for name, home in checked.items():
+        assert getattr(model, name) is getattr(__import__(home, fromlist=[name]), name)
+    with pytest.raises(AttributeError):
+        model.NoSuchThing  # noqa: B018
