@@ -38,9 +38,10 @@ daemon: $(STAMP) bytecode
 ## processes and timers, so more workers than CPUs pay; plain `pytest` runs it on one.
 ## Work-stealing: a worker whose share ran out takes tests from the others' (no idle tail).
 ## TESTS narrows it (CI's second Python: `make test TESTS="tests/test_x.py ..."`).
-## The checkout's own modules are compiled first, for the same reason (only what changed).
+## The checkout's own modules are compiled first, for the same reason (only what changed), and
+## pytest may write its rewritten test modules (else each worker rewrites every one again).
 test: $(STAMP) bytecode
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(TESTS)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(TESTS)
 
 bytecode: $(STAMP)
 	@$(PY) -m compileall -q -j0 gpuallocd client contrib tests benchmarks >/dev/null
