@@ -112,3 +112,21 @@ def test_a_named_gpu_smaller_than_the_floor_is_refused_by_name(h100: Topology) -
     with pytest.raises(CountExceedsNodeError) as refused:
         check_request(h100, request)
     assert "GPU 0 has 79.6 GiB of memory in all" in str(refused.value)
+
+
+def test_a_floor_one_byte_over_a_gpu_says_both_sizes_in_bytes(h100: Topology) -> None:
+    """A floor one byte over GPU 0's memory would read "79.6 GiB, less than the 79.6 GiB":
+    where GiB shows the two the same, both are said in bytes."""
+    total = h100.gpus[0].memory_total_bytes
+    assert total is not None
+    request = AllocationRequest(
+        count=1, required=(h100.gpus[0].uuid,), min_free_memory_bytes=total + 1
+    )
+    with pytest.raises(CountExceedsNodeError) as refused:
+        check_request(h100, request)
+    said = str(refused.value)
+    assert f"GPU 0 has {total:,} bytes of memory in all, less than the {total + 1:,} bytes" in said
+    whole = AllocationRequest(count=1, min_free_memory_bytes=total + 1)
+    with pytest.raises(CountExceedsNodeError) as refused:
+        check_request(h100, whole)
+    assert f"the largest has {total:,} bytes" in str(refused.value)

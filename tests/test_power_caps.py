@@ -309,3 +309,18 @@ def test_status_shows_each_gpus_draw_and_cap_within_the_terminal(
             assert users.name("alice") in rows["0"]
     finally:
         machine.daemon.stop()
+
+
+def test_a_power_limit_has_one_upper_bound_for_the_cli_the_api_and_the_agents() -> None:
+    """`--power-limit`, `power_limit_watts` in the API and the MCP `allocate` tool's schema
+    all stop at the same number of watts (they said 999,999, 100,000 and 999,999)."""
+    from gpulease.sizes import MAX_POWER_LIMIT_WATTS, parse_watts
+
+    from gpuallocd.api import routes
+    from gpuallocd.mcp import catalog
+
+    assert parse_watts(f"{MAX_POWER_LIMIT_WATTS}W") == MAX_POWER_LIMIT_WATTS
+    with pytest.raises(ValueError, match=f"1 to {MAX_POWER_LIMIT_WATTS:,} W"):
+        parse_watts(f"{MAX_POWER_LIMIT_WATTS + 1}W")
+    assert routes.MAX_POWER_LIMIT_WATTS == MAX_POWER_LIMIT_WATTS
+    assert catalog._POWER["power_limit_watts"]["maximum"] == MAX_POWER_LIMIT_WATTS

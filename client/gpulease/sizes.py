@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["parse_size", "parse_watts"]
+__all__ = ["MAX_POWER_LIMIT_WATTS", "parse_size", "parse_watts"]
+
+# The highest power limit a request may name: past any GPU's (a card's own range bounds the
+# rest). The client, the daemon's API and the MCP tools all refuse above it.
+MAX_POWER_LIMIT_WATTS = 100_000
 
 _UNITS = {"B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 # Compiled at first use (`re` keeps them): most callers never parse a size, and compiling
@@ -41,7 +45,8 @@ def parse_size(size: str | int) -> int:
 
 
 def parse_watts(power: str | int) -> int:
-    """Watts from `250W` or `250` (whole watts, 1 to 999999). ValueError for anything else."""
+    """Watts from `250W` or `250` (whole watts, 1 to MAX_POWER_LIMIT_WATTS). ValueError for
+    anything else."""
     if isinstance(power, bool):
         raise ValueError(f"not a power limit: {power!r}")
     if isinstance(power, int):
@@ -51,6 +56,6 @@ def parse_watts(power: str | int) -> int:
         if match is None:
             raise ValueError(f"not a power limit: {power!r} (try 250W)")
         value = int(match.group(1))
-    if not 1 <= value <= 999_999:
-        raise ValueError(f"a power limit must be 1 to 999999 W, not {power!r}")
+    if not 1 <= value <= MAX_POWER_LIMIT_WATTS:
+        raise ValueError(f"a power limit must be 1 to {MAX_POWER_LIMIT_WATTS:,} W, not {power!r}")
     return value

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
+from gpulease.sizes import MAX_POWER_LIMIT_WATTS
 
 from gpuallocd import __version__
 from gpuallocd.allocator import AllocateSpec, GpuStatus
@@ -55,7 +56,6 @@ ON_REVOKE_CHOICES = ("notify", "terminate")
 MAX_HISTORY_LIMIT = 10_000
 MAX_EVENTS_WAIT_SECONDS = 300
 MAX_PROFILE_LENGTH = 64
-MAX_POWER_LIMIT_WATTS = 100_000  # past any GPU's; a card's own range bounds the rest
 MAX_REQUEST_ID_LENGTH = 100
 
 

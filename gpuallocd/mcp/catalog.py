@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpulease.sizes import MAX_POWER_LIMIT_WATTS
+
 from gpuallocd.mcp.outputs import OUTPUTS
 
 __all__ = ["ADMIN", "TOOLS", "ToolSpec", "tool_named", "with_policies"]
@@ -100,7 +102,7 @@ _POWER = {
     "power_limit_watts": {
         "type": "integer",
         "minimum": 1,
-        "maximum": 999_999,
+        "maximum": MAX_POWER_LIMIT_WATTS,
         "description": "Cap each leased GPU's power at this many watts for the lease (kept "
         "within each card's own limits; put back when the lease ends). Default: the site's.",
     }

@@ -130,21 +130,30 @@ def _check_memory_floor(whole: Sequence[Gpu], request: AllocationRequest) -> Non
     big = [g for g in whole if g.memory_total_bytes is None or g.memory_total_bytes >= floor]
     small = [g for g in whole if g.uuid in request.required and g not in big]
     if small:
+        has, asked = _sizes(small[0].memory_total_bytes or 0, floor)
         raise CountExceedsNode(
-            f"GPU {small[0].index} has {format_gib(small[0].memory_total_bytes or 0)} of memory "
-            f"in all, less than the {format_gib(floor)} asked free",
+            f"GPU {small[0].index} has {has} of memory in all, less than the {asked} asked free",
             count=request.count,
             node_gpus=len(big),
         )
     if request.count <= len(big):
         return
     largest = max((g.memory_total_bytes or 0 for g in whole), default=0)
+    has, asked = _sizes(largest, floor)
     raise CountExceedsNode(
-        f"{request.count} GPU(s) with {format_gib(floor)} of memory free asked for; the node "
-        f"has {len(big)} with that much memory in all (the largest has {format_gib(largest)})",
+        f"{request.count} GPU(s) with {asked} of memory free asked for; the node has "
+        f"{len(big)} with that much memory in all (the largest has {has})",
         count=request.count,
         node_gpus=len(big),
     )
+
+
+def _sizes(has: int, asked: int) -> tuple[str, str]:
+    """Two sizes in GiB, or in bytes where GiB would show them the same (31.7 GiB less than
+    31.7 GiB says nothing)."""
+    if format_gib(has) != format_gib(asked):
+        return format_gib(has), format_gib(asked)
+    return f"{has:,} bytes", f"{asked:,} bytes"
 
 
 def _check_share_request(request: AllocationRequest) -> None:
