@@ -109,6 +109,8 @@ def test_gpus_held_for_a_waiter_show_as_reserved(daemon: ThreadDaemon) -> None:
         assert "held for root (queue 1)" in reserved
         free = ctl(daemon, "allocate", "-n", "1")
         assert free.exit_code == 4 and "gpus_unavailable" in free.output
+        said = " ".join(free.output.split())
+        assert "1 free GPU(s) held for requests queued before this one" in said
     finally:
         waiter.send_signal(signal.SIGINT)
         waiter.wait(30)

@@ -420,3 +420,47 @@ def test_a_lease_that_does_not_follow_its_work_ends_with_its_holder(
     holder.stdout.close()
     assert ends(node, lease_id)["state"] == "freed"
     assert Path(f"/proc/{job}").exists()
+
+
+# Started by the holder's parent (this process), it is given the lease's id only when it
+# runs a new program, a second after its fork: the fork is most often read before that.
+EXECS_WITH_THE_ID = (
+    "import os, sys, time\n"
+    "time.sleep(1)\n"
+    "os.execve(sys.argv[1], [sys.argv[1], '600'],"
+    " {**os.environ, 'GPUALLOCD_LEASE_ID': sys.argv[2]})\n"
+)
+
+
+@pytest.mark.parametrize("node", ["connector"], indirect=True)
+def test_a_child_of_the_holders_parent_given_the_id_at_its_exec_joins_however_it_is_read(
+    paths: DaemonPaths, node: ThreadDaemon, jobs: list[int]
+) -> None:
+    """A process the holder's parent forks (where a `clone(CLONE_PARENT)` child of the
+    holder lands) that runs a program with the lease's id in its environment joins the
+    lease, whether the daemon read its environment before that exec or after: a child
+    that joined nothing is read again at each of its execs (it joined or not by the timing
+    before). The lease then outlives its holder until the job exits."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(paths.socket)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    lease_id = holder.stdout.readline().strip()
+    env = {k: v for k, v in os.environ.items() if k != "GPUALLOCD_LEASE_ID"}
+    job = subprocess.Popen(
+        [sys.executable, "-c", EXECS_WITH_THE_ID, SLEEP, lease_id],
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    jobs.append(job.pid)
+    wait_for(lambda: job.pid in lease_of(node, lease_id)["processes"], 60, what="the job taken in")
+    holder.stdin.close()
+    holder.wait(30)
+    holder.stdout.close()
+    assert kept_by(node, lease_id, job.pid)
+    stop(job.pid)
+    job.wait(30)
+    assert ends(node, lease_id)["state"] == "freed"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["held_for", "queued_line", "why_waiting", "would_queue_line"]
+__all__ = ["held_ahead", "held_for", "queued_line", "why_waiting", "would_queue_line"]
 
 
 def held_for(reserved: Mapping[str, Any]) -> str:
@@ -17,6 +17,15 @@ def held_for(reserved: Mapping[str, Any]) -> str:
     if waiter.startswith("reservation "):
         return f"held for {waiter} ({reserved['user']})"
     return f"held for {reserved['user']} (queue {reserved['position']})"
+
+
+def held_ahead(units: int) -> str:
+    """What a request refused at once is told when free GPUs were held for the requests
+    queued before it: `2 free GPU(s) held for requests queued before this one`."""
+    return (
+        f"{units} free GPU(s) held for requests queued before this one (the queue lists "
+        "them); a request that waits queues behind them"
+    )
 
 
 def why_waiting(waiter: Mapping[str, Any]) -> str:

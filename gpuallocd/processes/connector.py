@@ -6,7 +6,8 @@ The daemon opens one `AF_NETLINK` socket of the `NETLINK_CONNECTOR` family, join
 request with an acknowledgement; without one the connector is not there for us. The kernel
 allows it only to a process that holds CAP_NET_ADMIN and lives in the initial user and pid
 namespaces (it ignores a request from anywhere else, so a container never gets an answer).
-Kernels from 6.6 filter the events for a listener: only fork and exit are asked for there.
+Kernels from 6.6 filter the events for a listener: fork, exec and exit are asked for there
+(exec only for a child of a holder's parent that joined no lease: events.py).
 
 A fork event is sent before the child first runs, so the events of a child always follow the
 event of its own fork. A full receive buffer drops events: the next read fails with ENOBUFS,
@@ -63,7 +64,7 @@ class EventKind(IntEnum):
     EXIT = 0x80000000
 
 
-FILTER = EventKind.FORK | EventKind.EXIT  # what the daemon asks for (kernels from 6.6)
+FILTER = EventKind.FORK | EventKind.EXEC | EventKind.EXIT  # asked for (kernels from 6.6)
 
 
 class ConnectorUnavailable(Exception):

@@ -86,13 +86,16 @@ class FamilyEvents:
         families: ProcessFamilies,
         on_gone: Callable[[list[str]], None],
         rescan: Callable[[], list[str]],
-        stray: Callable[[Member], None] | None = None,
+        stray: Callable[[Member], bool] | None = None,
         stray_parents: Container[int] = (),
     ) -> None:
         """`stray(child)` hears of a fork by one of `stray_parents` (not members: a holder's
-        parent, where a `clone(CLONE_PARENT)` child of a member lands)."""
+        parent, where a `clone(CLONE_PARENT)` child of a member lands), and whether it
+        joined a lease; one that did not is asked about again at each of its execs, so that
+        its environment counts as it is after the exec, whenever the events are read."""
         self._stray = stray
         self._stray_parents = stray_parents
+        self._unjoined: dict[int, Member] = {}  # a stray child that joined nothing, by tgid
         self._connector = connector
         self._families = families
         self._on_gone = on_gone
@@ -115,6 +118,7 @@ class FamilyEvents:
             self.stats.overruns += 1
             log.warning("process events were lost (a full buffer): families read from /proc")
             self._connector.discard()  # older than what /proc says now
+            self._unjoined.clear()  # exits may have been lost with the rest
             self._tell(self._rescan())
             return
         self._tell(self.apply(events))
@@ -125,6 +129,8 @@ class FamilyEvents:
         offset: int | None = None
         families = self._families
         for event in events:
+            if event.kind is EventKind.EXIT and event.is_process and self._unjoined:
+                self._unjoined.pop(event.tgid, None)
             if event.kind is EventKind.FORK and families.covers(event.parent_tgid):
                 if not event.is_process:
                     continue  # a new thread: its process is what counts
@@ -134,7 +140,9 @@ class FamilyEvents:
             elif event.kind is EventKind.FORK and event.parent_tgid in self._stray_parents:
                 if event.is_process and self._stray is not None:
                     offset = boottime_offset_ns() if offset is None else offset
-                    self._stray(_member(event, offset))
+                    self._stray_forked(_member(event, offset))
+            elif event.kind is EventKind.EXEC and event.tgid in self._unjoined:
+                self._stray_execed(event.tgid)
             elif (
                 event.kind is EventKind.EXIT
                 and families.covers(event.tgid)
@@ -143,6 +151,18 @@ class FamilyEvents:
                 gone += families.exited(event.tgid)
         self.stats.events += len(events)
         return gone
+
+    def _stray_forked(self, child: Member) -> None:
+        assert self._stray is not None
+        if not self._stray(child):
+            self._unjoined[child[0]] = child
+
+    def _stray_execed(self, tgid: int) -> None:
+        """A stray child that joined nothing ran a new program: its environment now is the
+        one it was given at this exec."""
+        assert self._stray is not None
+        if self._families.covers(tgid) or self._stray(self._unjoined[tgid]):
+            del self._unjoined[tgid]  # a member now (another way in, or this one)
 
     def _group_exited(self, event: ProcEvent) -> bool:
         """Whether the thread that exited was the last of its process."""

@@ -331,15 +331,18 @@ class LeaseProcesses:
         if found:
             log.info("process tracking: %d processes found again by their lease", len(found))
 
-    def _stray_fork(self, child: Member) -> None:
-        """A holder's parent forked (where a `clone(CLONE_PARENT)` child of a member lands):
-        the child joins the lease its environment names, if it is its owner's."""
+    def _stray_fork(self, child: Member) -> bool:
+        """A holder's parent forked (where a `clone(CLONE_PARENT)` child of a member lands),
+        or such a child that joined nothing ran a new program: the child joins the lease its
+        environment names, if it is its owner's. Whether it joined."""
         if not self._leases:
-            return  # no lease to join: no environment read on every fork of init
+            return True  # no lease to join: no environment read on every fork of init
         got = inherited(child[0])
         lease = self._leases.get(got.lease_id) if got is not None else None
         if got is not None and lease is not None and belongs(got, lease):
             self._families.attach(lease.id, child)
+            return True
+        return False
 
 
 def _holder(lease: Lease) -> Member | None:

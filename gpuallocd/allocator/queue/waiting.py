@@ -40,6 +40,7 @@ from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import CallerError, CapacityError, GpuallocError, GpusUnavailable
 from gpuallocd.model import Caller, Lease
 from gpuallocd.model.durations import typed_duration
+from gpuallocd.model.queue_text import held_ahead
 from gpuallocd.policies.fair_share import Priority
 
 __all__ = ["WaitQueue", "Waiter"]
@@ -227,9 +228,22 @@ class WaitQueue:
         request that may not be preempted lets no preemptible waiter go first, a preemptible
         one only those whose place is before its own (tiers.py)."""
         reserved = self._claimed_for(caller, spec, arrived)
-        lease = self._lifecycle.allocate(caller, spec, reserved=reserved)
+        try:
+            lease = self._lifecycle.allocate(caller, spec, reserved=reserved)
+        except GpusUnavailable as exc:
+            held = self._free_held(reserved) if reserved else 0
+            if not held or "available" not in exc.details:  # none held, or not the policy's
+                raise
+            said = f"{exc.message}; {held_ahead(held)}"
+            raise GpusUnavailable(said, **exc.details) from None
         on_grant(lease)
         return lease
+
+    def _free_held(self, reserved: frozenset[str]) -> int:
+        """How many of the free GPUs `status` shows as held for a waiter are in `reserved`
+        (what a refused request is told)."""
+        statuses = self._lifecycle.gpu_status(self.holds())
+        return sum(1 for s in statuses if s.state == "reserved" and s.gpu.uuid in reserved)
 
     def _claimed_for(self, caller: Caller, spec: AllocateSpec, arrived: int) -> frozenset[str]:
         """The units a new request of `caller` for `spec` leaves to the waiters ahead of it
