@@ -21,7 +21,12 @@ from gpuallocd.host.proc import process_start_time, read_process_table
 from gpuallocd.model import Lease
 from gpuallocd.processes import ProcessFamilies, send_signal
 from gpuallocd.processes.connector import Connector, ConnectorUnavailable, EventKind, ProcEvent
-from gpuallocd.processes.events import FamilyEvents, boottime_offset_ns, start_matches
+from gpuallocd.processes.events import (
+    EXEC_CHECKS,
+    FamilyEvents,
+    boottime_offset_ns,
+    start_matches,
+)
 from tests.harness import DaemonPaths, ProcessDaemon, wait_for
 from tests.lease_work import (
     PRELUDE,
@@ -370,3 +375,35 @@ def test_a_process_forked_on_sigterm_is_killed_after_the_grace(
         what="the SIGKILL after the grace",
     )
     assert "not allowed" not in daemon.stderr()
+
+
+def test_a_stray_child_is_read_again_at_its_first_execs_only() -> None:
+    """A child of a holder's parent that joined nothing is asked about again at each of its
+    first EXEC_CHECKS execs, and no more (a process that execs in a loop costs the daemon no
+    more than a few forks); one that joins is not asked again; an exit forgets it."""
+    asked: list[tuple[int, float]] = []
+    joins_at: list[int] = []
+
+    def stray(child: tuple[int, float]) -> bool:
+        asked.append(child)
+        return len(asked) in joins_at
+
+    events = FamilyEvents(
+        object(),  # type: ignore[arg-type]  # apply() reads no connector
+        ProcessFamilies(),
+        lambda gone: None,
+        lambda: [],
+        stray=stray,
+        stray_parents={1},
+    )
+    pid = 2**22 - 3  # no such process: its start time unknown
+    fork = ProcEvent(EventKind.FORK, pid, pid, 1, 0)
+    execed = ProcEvent(EventKind.EXEC, pid, pid)
+    events.apply([fork, *[execed] * 10])
+    assert len(asked) == 1 + EXEC_CHECKS
+    events.apply([fork, ProcEvent(EventKind.EXIT, pid, pid), execed])
+    assert len(asked) == 2 + EXEC_CHECKS
+    asked.clear()
+    joins_at.append(2)  # joins at its first exec
+    events.apply([fork, execed, execed, execed])
+    assert len(asked) == 2

@@ -25,7 +25,7 @@ from gpuallocd.host.proc import CLOCK_TICKS, process_start_time, thread_group_li
 from gpuallocd.processes.connector import Connector, EventKind, Overrun, ProcEvent
 from gpuallocd.processes.families import UNKNOWN_START, Member, ProcessFamilies
 
-__all__ = ["EventStats", "FamilyEvents", "start_matches"]
+__all__ = ["EXEC_CHECKS", "EventStats", "FamilyEvents", "start_matches"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,9 @@ class EventStats:
         return found
 
 
+EXEC_CHECKS = 4  # the execs of a stray child that joined nothing whose environment is read
+
+
 class FamilyEvents:
     """Applies the connector's events to `families`; `on_gone(lease_ids)` hears of the
     leases whose last process exited; `rescan()` relearns the families after an overrun and
@@ -92,10 +95,13 @@ class FamilyEvents:
         """`stray(child)` hears of a fork by one of `stray_parents` (not members: a holder's
         parent, where a `clone(CLONE_PARENT)` child of a member lands), and whether it
         joined a lease; one that did not is asked about again at each of its execs, so that
-        its environment counts as it is after the exec, whenever the events are read."""
+        its environment counts as it is after the exec, whenever the events are read (at
+        its first EXEC_CHECKS execs: `nohup env VAR=... job` gives the id at the third; a
+        process that execs in a loop costs no more than a few forks)."""
         self._stray = stray
         self._stray_parents = stray_parents
-        self._unjoined: dict[int, Member] = {}  # a stray child that joined nothing, by tgid
+        # A stray child that joined nothing, by tgid: it, and the execs still to look at.
+        self._unjoined: dict[int, tuple[Member, int]] = {}
         self._connector = connector
         self._families = families
         self._on_gone = on_gone
@@ -155,14 +161,17 @@ class FamilyEvents:
     def _stray_forked(self, child: Member) -> None:
         assert self._stray is not None
         if not self._stray(child):
-            self._unjoined[child[0]] = child
+            self._unjoined[child[0]] = (child, EXEC_CHECKS)
 
     def _stray_execed(self, tgid: int) -> None:
         """A stray child that joined nothing ran a new program: its environment now is the
         one it was given at this exec."""
         assert self._stray is not None
-        if self._families.covers(tgid) or self._stray(self._unjoined[tgid]):
-            del self._unjoined[tgid]  # a member now (another way in, or this one)
+        child, left = self._unjoined.pop(tgid)
+        if self._families.covers(tgid) or self._stray(child):
+            return  # a member now (another way in, or this one)
+        if left > 1:
+            self._unjoined[tgid] = (child, left - 1)
 
     def _group_exited(self, event: ProcEvent) -> bool:
         """Whether the thread that exited was the last of its process."""
