@@ -45,11 +45,14 @@ class Machine:
         return NvmlInventory(nvml=self.fake, name=self.fake.name, xid_wait_ms=20)
 
     def step(self, seconds: float) -> None:
-        """The GPUs' clock moves on `seconds`, and a whole live sample reads their counters
-        after it (a grant or an end takes the counters the last sample read)."""
+        """The GPUs' clock moves on `seconds`, and a whole live sample that read their
+        counters after it has been taken in (a grant or an end takes the counters of the
+        last sample applied): samples are read and applied one after the other, so once the
+        sample after a whole one has begun to read, the whole one was applied (one sample
+        may straddle the step)."""
         reads = "nvmlDeviceGetTotalEnergyConsumption"
         self.clock.step(seconds)
-        after = self.fake.calls[reads] + 2 * len(self.fake.uuids())  # one sample may straddle
+        after = self.fake.calls[reads] + 2 * len(self.fake.uuids()) + 1
         wait_for(lambda: self.fake.calls[reads] >= after, 30, what="a sample after the step")
 
 
