@@ -48,6 +48,18 @@ HOLDER = (
 )
 
 
+def bound_holder(paths: DaemonPaths) -> tuple[subprocess.Popen[str], str]:
+    """A child of this process holding a bound lease (HOLDER): it, and the lease's id."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(paths.socket)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    return holder, holder.stdout.readline().strip()
+
+
 @pytest.fixture
 def node(
     paths: DaemonPaths, start_daemon: Callable[..., ThreadDaemon], request: pytest.FixtureRequest
@@ -398,14 +410,8 @@ def test_a_lease_that_does_not_follow_its_work_ends_with_its_holder(
     """A bound lease taken without follow_work ends when its holder exits, though a process
     of its owner carrying its id, started beside the holder, runs on (`gpu_lease` and the
     API keep their behaviour)."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(paths.socket)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder, lease_id = bound_holder(paths)
     assert holder.stdout is not None and holder.stdin is not None
-    lease_id = holder.stdout.readline().strip()
     # The id is set for the job alone, by a shell of its own: a child of the holder's parent
     # that carries the id from its exec may be a `clone(CLONE_PARENT)` child of the holder's,
     # and is taken in where its environment is read after that exec.
@@ -441,14 +447,8 @@ def test_a_child_of_the_holders_parent_given_the_id_at_its_exec_joins_however_it
     lease, whether the daemon read its environment before that exec or after: a child
     that joined nothing is read again at each of its execs (it joined or not by the timing
     before). The lease then outlives its holder until the job exits."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(paths.socket)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder, lease_id = bound_holder(paths)
     assert holder.stdout is not None and holder.stdin is not None
-    lease_id = holder.stdout.readline().strip()
     env = {k: v for k, v in os.environ.items() if k != "GPUALLOCD_LEASE_ID"}
     job = subprocess.Popen(
         [sys.executable, "-c", EXECS_WITH_THE_ID, SLEEP, lease_id],
