@@ -162,3 +162,13 @@ def test_watts_with_their_unit_read_from_the_environment_too() -> None:
         environ={"GPUALLOCD_LEASE_POWER_LIMIT_WATTS": "250W", "GPUALLOCD_ENERGY_PRICE_PER_KWH": "0"}
     )
     assert (config.lease_power_limit_watts, config.energy_price_per_kwh) == (250.0, 0.0)
+
+
+@pytest.mark.parametrize("given", ["438", "rw-rw----", "0o9"])
+def test_a_mode_on_the_command_line_that_is_no_octal_says_how_to_write_one(given: str) -> None:
+    """`--socket-mode 438` (0o666 in decimal) was refused as "must be a whole number": the
+    refusal now says the mode is read in octal and shows how to write one."""
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, environ={}, socket_mode=given)
+    said = refused.value.message
+    assert f"socket_mode must be a file mode in octal, e.g. 0660 or 0o660, not {given!r}" in said

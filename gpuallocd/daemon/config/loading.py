@@ -89,6 +89,8 @@ def _octal_in_file(setting: Setting, value: Any, where: str) -> Any:
 
 def _expected(setting: Setting) -> str:
     """What the setting takes, in words: `a number of watts, e.g. 1600 or "1600W"`."""
+    if setting.octal:  # `--socket-mode 438` is a whole number, and no mode in octal
+        return "a file mode in octal, e.g. 0660 or 0o660"
     if setting.unit is None:
         return _TYPE_WORDS.get(setting.type, setting.type.__name__)
     example = setting.example or "1"
