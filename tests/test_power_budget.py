@@ -42,7 +42,7 @@ def test_a_request_over_the_power_budget_waits_with_the_reason_and_is_served_lat
     socket = machine.daemon.paths.socket
     try:
         alice = ctl_json(users, "alice", machine, "allocate", "-n", "2")
-        argv = ["-m", "gpuallocd.cli", "--socket", str(socket), "--json", "allocate", "-n", "1"]
+        argv = allocate_argv(socket, "1")
         bob = users.start("bob", [*argv, "--wait"], short_dir / "bob.log")
         with machine.daemon.client() as root:
             wait_for(lambda: len(root.queue()) == 1, 30, what="bob waiting")
@@ -71,7 +71,7 @@ def test_a_reloaded_budget_serves_a_waiter_and_cuts_no_lease(
     users = system_users
     machine = idle_machine(paths, short_dir, "wait")
     socket = machine.daemon.paths.socket
-    argv = ["-m", "gpuallocd.cli", "--socket", str(socket), "--json", "allocate", "-n", "1"]
+    argv = allocate_argv(socket, "1")
     carol = None
     try:
         alice = ctl_json(users, "alice", machine, "allocate", "-n", "2")
@@ -163,7 +163,7 @@ def test_a_request_for_more_gpus_than_are_free_is_refused_at_once_where_power_ne
     users = system_users
     machine = idle_machine(paths, short_dir, "wait")
     socket = machine.daemon.paths.socket
-    argv = ["-m", "gpuallocd.cli", "--socket", str(socket), "--json", "allocate", "-n", "3"]
+    argv = allocate_argv(socket, "3")
     capped = None
     try:
         ctl_json(users, "alice", machine, "allocate", "-n", "6", "--power-limit", "150W")
@@ -200,7 +200,7 @@ def test_a_wait_for_power_is_estimated_from_the_leases_whose_end_frees_enough(
     socket = machine.daemon.paths.socket
     try:
         alice = ctl_json(users, "alice", machine, "allocate", "-n", "2", "--ttl", "1h")
-        argv = ["-m", "gpuallocd.cli", "--socket", str(socket), "--json", "allocate", "-n", "1"]
+        argv = allocate_argv(socket, "1")
         bob = users.start("bob", [*argv, "--wait"], short_dir / "bob.log")
         with machine.daemon.client() as root:
             wait_for(lambda: len(root.queue()) == 1, 30, what="bob waiting")
@@ -277,3 +277,9 @@ def test_with_power_fit_cap_a_request_some_cap_fits_is_not_refused_on_arrival() 
     with pytest.raises(GpuallocError) as refused:
         _budget("cap", 400, cards).check_at_arrival(3, None, (), list(cards))
     assert refused.value.code == "over_power_budget"
+
+
+def allocate_argv(socket: Path, count: str) -> list[str]:
+    """`gpuallocctl --json allocate -n COUNT` on `socket`, for `SystemUsers.start` (which
+    puts the Python first)."""
+    return ["-m", "gpuallocd.cli", "--socket", str(socket), "--json", "allocate", "-n", count]

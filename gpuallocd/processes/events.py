@@ -93,8 +93,8 @@ class FamilyEvents:
         stray_parents: Container[int] = (),
     ) -> None:
         """`stray(child)` hears of a fork by one of `stray_parents` (not members: a holder's
-        parent, where a `clone(CLONE_PARENT)` child of a member lands), and whether it
-        joined a lease; one that did not is asked about again at each of its execs, so that
+        parent, where a `clone(CLONE_PARENT)` child of a member lands), and whether it is
+        settled (it joined a lease); one that is not is asked about again at its execs, so that
         its environment counts as it is after the exec, whenever the events are read (at
         its first EXEC_CHECKS execs: `nohup env VAR=... job` gives the id at the third; a
         process that execs in a loop costs no more than a few forks)."""

@@ -334,7 +334,8 @@ class LeaseProcesses:
     def _stray_fork(self, child: Member) -> bool:
         """A holder's parent forked (where a `clone(CLONE_PARENT)` child of a member lands),
         or such a child that joined nothing ran a new program: the child joins the lease its
-        environment names, if it is its owner's. Whether it joined."""
+        environment names, if it is its owner's. Whether it is settled: it joined, or no
+        lease is followed here (its later execs are not looked at)."""
         if not self._leases:
             return True  # no lease to join: no environment read on every fork of init
         got = inherited(child[0])

@@ -231,8 +231,10 @@ class WaitQueue:
         try:
             lease = self._lifecycle.allocate(caller, spec, reserved=reserved)
         except GpusUnavailable as exc:
-            held = self._free_held(reserved) if reserved else 0
-            if not held or "available" not in exc.details:  # none held, or not the policy's
+            if not reserved or "available" not in exc.details:  # nothing held, or not the policy's
+                raise
+            held = self._free_held(reserved)
+            if not held:
                 raise
             said = f"{exc.message}; {held_ahead(held)}"
             raise GpusUnavailable(said, **exc.details) from None
