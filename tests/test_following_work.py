@@ -464,3 +464,27 @@ def test_a_child_of_the_holders_parent_given_the_id_at_its_exec_joins_however_it
     stop(job.pid)
     job.wait(30)
     assert ends(node, lease_id)["state"] == "freed"
+
+
+@pytest.mark.parametrize("node", ["connector"], indirect=True)
+def test_another_users_child_of_the_holders_parent_given_the_id_at_its_exec_joins_nothing(
+    system_users: SystemUsers, paths: DaemonPaths, node: ThreadDaemon, jobs: list[int]
+) -> None:
+    """The same shape as a user of another uid: bob's process, forked by the holder's parent,
+    runs a program given root's lease id at an exec after its fork was read. Read again at
+    that exec, it joins nothing (the id chooses only among its own owner's leases): the lease
+    ends with its holder while bob's program runs on."""
+    holder, lease_id = bound_holder(paths)
+    assert holder.stdin is not None and holder.stdout is not None
+    log = paths.root / "bob.log"
+    job = system_users.start("bob", ["-c", EXECS_WITH_THE_ID, SLEEP, lease_id], log)
+    jobs.append(job.pid)
+    program = os.path.realpath(SLEEP)
+    wait_for(lambda: os.readlink(f"/proc/{job.pid}/exe") == program, 30, what="bob's exec")
+    holder.stdin.close()
+    holder.wait(30)
+    holder.stdout.close()
+    assert ends(node, lease_id)["state"] == "freed"
+    assert job.poll() is None
+    stop(job.pid)
+    job.wait(30)
