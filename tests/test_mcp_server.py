@@ -123,7 +123,9 @@ def test_alices_allocate_is_hers_and_refused_past_her_limit(
             return str(granted["id"])
 
     anyio.run(main)
-    assert active_leases(node) == []  # bound to the server: gone with the session
+    # Bound to the server: gone with the session, once the daemon has seen the server exit.
+    wait_for(lambda: active_leases(node) == [], 30, what="the session's lease ended")
+    assert active_leases(node) == []
 
 
 def test_bob_may_not_free_or_export_alices_lease(
