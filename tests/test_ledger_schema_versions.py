@@ -40,6 +40,7 @@ FINGERPRINTS = {
     6: "c14573affe80b081",
     7: "cf944e6536aeeb27",
     8: "4881dc04b832b5aa",
+    9: "cefd4016654e4199",
 }
 
 # The first schema, as its daemon made it (its metadata's SQL).
@@ -184,10 +185,14 @@ def _set_version(path: Path, version: int) -> None:
     """Label the ledger `version`, without the columns later versions added to a table it
     had (version 5's tables may stay below it: daemons of 4 wrote them too)."""
     with closing(sqlite3.connect(path)) as conn, conn:
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
-        for added_in, column in ((5, "on_revoke"), (7, "follow_work")):
+        for table, added_in, column in (
+            ("leases", 5, "on_revoke"),
+            ("leases", 7, "follow_work"),
+            ("lease_gpus", 9, "cap_mw"),
+        ):
+            columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
             if version < added_in and column in columns:
-                conn.execute(f"ALTER TABLE leases DROP COLUMN {column}")
+                conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
 
@@ -241,7 +246,7 @@ def test_an_upgrade_of_a_ledger_labelled_4_with_the_new_tables_keeps_their_rows(
 ) -> None:
     """The daemons before version 5 wrote its tables under version 4: such a ledger opens
     as the current version with every lease, request id, cleanup owed and power cap to put
-    back."""
+    back (an active lease's cap on its unit since version 9)."""
     path = tmp_path / "unbumped.db"
     ledger = Ledger(path)
     ledger.sync_gpus([], 0.0)
@@ -255,7 +260,8 @@ def test_an_upgrade_of_a_ledger_labelled_4_with_the_new_tables_keeps_their_rows(
     ledger.grant(_lease("aaaaaaaaaaaa", 0), 1000, request_id="retry-1")
     ledger.grant(_lease("bbbbbbbbbbbb", 1, 1001), 1001)
     ledger.add_cleanups([Cleanup("device-acl", "/dev/nvidia0", {"uid": 1000})], 5.0)
-    ledger.record_caps([PowerCap("GPU-1", "bbbbbbbbbbbb", 200_000, 300_000)])
+    gone = PowerCap("GPU-2", "cccccccccccc", 250_000, 300_000)  # of a lease that ended
+    ledger.record_caps([PowerCap("GPU-1", "bbbbbbbbbbbb", 200_000, 300_000), gone])
     ledger.close()
     _set_version(path, 4)
     ledger = Ledger(path)
@@ -264,7 +270,8 @@ def test_an_upgrade_of_a_ledger_labelled_4_with_the_new_tables_keeps_their_rows(
         assert [lease.id for lease in ledger.active_leases()] == ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
         assert ledger.active_request_ids() == {(1000, "retry-1"): "aaaaaaaaaaaa"}
         assert [c.cleanup.target for c in ledger.pending_cleanups()] == ["/dev/nvidia0"]
-        assert ledger.power_caps() == [PowerCap("GPU-1", "bbbbbbbbbbbb", 200_000, 300_000)]
+        held = PowerCap("GPU-1", "bbbbbbbbbbbb", 200_000, 300_000)  # now on its unit
+        assert ledger.power_caps() == [held, gone]
     finally:
         ledger.close()
 

@@ -6,7 +6,9 @@ driver refuses becoming owed work."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -57,7 +59,8 @@ class Node:
         self.caps.learned(await driver.read(), asked)
 
     async def grant(self, lease: Lease) -> None:
-        self.ledger.grant(lease, 1000, None, self.caps.granted(lease, self.clock()))
+        steps = self.caps.granted(lease, self.clock())
+        self.ledger.grant(lease, 1000, None, steps, self.caps.unit_caps(lease.id))
         self.caps.lease_granted(lease)
         await self.caps.settled(lease.id)
 
@@ -69,6 +72,12 @@ class Node:
     def records(self) -> list[tuple[str, int, int]]:
         """The cap records: (lease, limit set, limit to put back)."""
         return [(c.lease_id, c.set_mw, c.restore_mw) for c in self.ledger.power_caps()]
+
+    def raw_records(self) -> list[tuple[str, int, int]]:
+        """The `power_caps` rows as written: (lease that wrote it, its cap, limit owed)."""
+        with closing(sqlite3.connect(self.ledger.path)) as conn:
+            rows = conn.execute("SELECT lease_id, set_mw, restore_mw FROM power_caps").fetchall()
+        return [(str(lease), int(cap), int(restore)) for lease, cap, restore in rows]
 
     def owed(self) -> list[tuple[str, int, int]]:
         """The put-backs owed as work: (GPU, attempts, limit to put back)."""
@@ -98,10 +107,11 @@ def node(tmp_path: Path) -> Iterator[Node]:
 
 def test_the_gpus_next_lease_with_the_same_cap_keeps_it_without_a_driver_call(node: Node) -> None:
     """alice's lease capped at 200 W ends: its record stays, owing 300 W back a second
-    later. Her next lease of the GPU at 200 W, before that, takes the record over in its own
-    transaction (one record, still owing 300 W): no driver call, the card has 200 W as the
-    daemon set it. After its end the 300 W is put back and the record goes with the next
-    change."""
+    later. Her next lease of the GPU at 200 W, before that, keeps the record as it is (its
+    transaction writes only its unit's cap; still one record owing 300 W): no driver call,
+    the card has 200 W as the daemon set it. A daemon starting now reads it as her second
+    lease's cap, owing nothing yet. After its end the 300 W is put back and the record goes
+    with the next change."""
 
     async def test() -> None:
         await node.read()
@@ -114,7 +124,14 @@ def test_the_gpus_next_lease_with_the_same_cap_keeps_it_without_a_driver_call(no
         second = node.lease("L2", 200)
         await node.grant(second)
         assert node.fake.calls[SET] == 1 and node.records() == [("L2", 200_000, DEFAULT_MW)]
+        assert node.raw_records() == [("L1", 200_000, DEFAULT_MW)]
+        restarted = PowerCaps(node.caps.driver)
+        restarted.reload(node.ledger, {"L2"})
+        assert restarted.unit_caps("L2") == {node.uuid: 200_000} and restarted.owed == {}
+        assert restarted.as_recorded(second).power_limit_watts == 200
         node.end(second)
+        restarted.reload(node.ledger, set())  # it ended while the daemon was down
+        assert restarted.owed[node.uuid].restore_mw == DEFAULT_MW
         assert await node.caps.put_back_record(node.uuid) is None
         assert node.limit() == DEFAULT_MW and node.fake.calls[SET] == 2
         await node.grant(node.lease("L3", None))  # the next change carries the record away

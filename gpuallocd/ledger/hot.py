@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpuallocd.model.lease import ENDING_EVENT, Lease, LeaseEvent
@@ -31,7 +31,7 @@ _INSERT_LEASE = (
 )
 _INSERT_LEASE_GPU = (
     "INSERT INTO lease_gpus (lease_id, gpu_uuid, gpu_index, position, active, kind, gpu_of, "
-    "memory_bytes, profile, fraction) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?)"
+    "memory_bytes, profile, fraction, cap_mw) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_EVENT = (
     "INSERT INTO history (lease_id, event, actor_uid, at, detail) VALUES (?, ?, ?, ?, ?)"
@@ -41,10 +41,17 @@ _FORGET_REQUEST = "DELETE FROM lease_requests WHERE lease_id = ?"
 _END_LEASE = "UPDATE leases SET state = ?, ended_at = ? WHERE id = ?"
 _RELEASE_GPUS = "UPDATE lease_gpus SET active = 0 WHERE lease_id = ?"
 _GRANTED = LeaseEvent.GRANTED.value
+_NO_CAPS: Mapping[str, int] = {}
 
 
-def grant_steps(lease: Lease, actor_uid: int, request_id: str | None = None) -> list[Step]:
-    """The lease, its GPUs, its `granted` event, and the client's request id if given."""
+def grant_steps(
+    lease: Lease,
+    actor_uid: int,
+    request_id: str | None = None,
+    caps: Mapping[str, int] = _NO_CAPS,
+) -> list[Step]:
+    """The lease, its GPUs (each with its power cap in mW, if `caps` has one), its `granted`
+    event, and the client's request id if given."""
     steps: list[Step] = [
         (
             _INSERT_LEASE,
@@ -68,7 +75,14 @@ def grant_steps(lease: Lease, actor_uid: int, request_id: str | None = None) -> 
         )
     ]
     for position, gpu in enumerate(lease.gpus):
-        unit = (gpu.kind.value, gpu.gpu_uuid, gpu.memory_bytes, gpu.profile, gpu.fraction)
+        unit = (
+            gpu.kind.value,
+            gpu.gpu_uuid,
+            gpu.memory_bytes,
+            gpu.profile,
+            gpu.fraction,
+            caps.get(gpu.uuid),
+        )
         steps.append((_INSERT_LEASE_GPU, (lease.id, gpu.uuid, gpu.index, position, *unit)))
     steps.append((_INSERT_EVENT, (lease.id, _GRANTED, actor_uid, lease.created_at, None)))
     if request_id is not None:

@@ -158,6 +158,14 @@ MIGRATIONS: dict[int, tuple[Step, ...]] = {
         "CREATE TABLE IF NOT EXISTS idle_spells (lease_id VARCHAR NOT NULL, since FLOAT NOT "
         "NULL, PRIMARY KEY (lease_id), FOREIGN KEY(lease_id) REFERENCES leases (id))",
     ),
+    # 9: each unit's power cap on its lease's row of it; a `power_caps` row is only the limit
+    # owed back to its GPU, no longer moved to each lease that keeps the cap
+    9: (
+        "ALTER TABLE lease_gpus ADD COLUMN cap_mw INTEGER",
+        "UPDATE lease_gpus SET cap_mw = (SELECT p.set_mw FROM power_caps p "
+        "WHERE p.gpu_uuid = lease_gpus.gpu_uuid AND p.lease_id = lease_gpus.lease_id) "
+        "WHERE active = 1",
+    ),
 }
 
 

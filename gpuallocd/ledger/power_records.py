@@ -1,10 +1,11 @@
-"""The record of power limits set for leases (`power_caps`), so that a crash cannot leave a
-GPU capped: what to put back is durable before the cap is set.
+"""The record of power limits owed back to GPUs (`power_caps`), so that a crash cannot leave
+a GPU capped: what to put back is durable before the cap is set.
 
-A row is written in the grant's transaction and outlives its lease until the limit is put
-back (deleted with the next change), or until a grant of the GPU takes it over (`move`), or
-until a put-back that failed turns it into owed work (`pending_cleanups`, kind
-`power_limit`) in one transaction.
+A GPU's row is written in the transaction of the grant that caps it first (the lease's cap
+itself is on its unit, `lease_gpus.cap_mw`, in the same transaction) and outlives its lease
+until the limit is put back (deleted with the next change), or until a put-back that failed
+turns it into owed work (`pending_cleanups`, kind `power_limit`) in one transaction. A grant
+of the GPU meanwhile that caps it too writes nothing here: the limit owed back is the same.
 """
 
 from __future__ import annotations
@@ -20,28 +21,26 @@ from gpuallocd.ledger.hot import Step
 from gpuallocd.model.cleanup import Cleanup
 from gpuallocd.model.power import PowerCap
 
-__all__ = ["PowerRecords", "cap_steps", "forget_cap_steps", "move_cap_steps"]
+__all__ = ["PowerRecords", "cap_steps", "forget_cap_steps"]
 
 _P = schema.power_caps
 _INSERT = "INSERT INTO power_caps (gpu_uuid, lease_id, set_mw, restore_mw) VALUES (?, ?, ?, ?)"
-_DELETE = "DELETE FROM power_caps WHERE gpu_uuid = ? AND lease_id = ?"
-_MOVE = "UPDATE power_caps SET lease_id = ?, set_mw = ? WHERE gpu_uuid = ? AND lease_id = ?"
+_DELETE = "DELETE FROM power_caps WHERE gpu_uuid = ?"
+_UNIT_CAPS = (
+    "SELECT gpu_uuid, lease_id, cap_mw FROM lease_gpus "
+    "WHERE active = 1 AND cap_mw IS NOT NULL ORDER BY gpu_uuid"
+)
 
 
 def cap_steps(caps: Iterable[PowerCap]) -> list[Step]:
-    """The records of a grant's caps, for its transaction."""
+    """The records of what a grant's caps owe back, for its transaction (GPUs that owe
+    nothing yet)."""
     return [(_INSERT, (c.gpu_uuid, c.lease_id, c.set_mw, c.restore_mw)) for c in caps]
 
 
 def forget_cap_steps(caps: Iterable[PowerCap]) -> list[Step]:
-    """The deletes of ended leases' cap records, for the end's transaction."""
-    return [(_DELETE, (c.gpu_uuid, c.lease_id)) for c in caps]
-
-
-def move_cap_steps(ended: PowerCap, cap: PowerCap) -> list[Step]:
-    """An ended lease's record taken over by the GPU's next capped lease: the same limit to
-    put back, now owed by `cap`'s lease (one statement, for the grant's transaction)."""
-    return [(_MOVE, (cap.lease_id, cap.set_mw, ended.gpu_uuid, ended.lease_id))]
+    """The deletes of the records of limits put back (or owed as work instead), by GPU."""
+    return [(_DELETE, (c.gpu_uuid,)) for c in caps]
 
 
 class PowerRecords(LedgerAccess):
@@ -53,10 +52,22 @@ class PowerRecords(LedgerAccess):
             self._hot_write(steps)
 
     def power_caps(self) -> list[PowerCap]:
-        """Every cap recorded, by GPU."""
+        """Every cap recorded, by GPU: an active lease's on its GPU (with the limit owed back
+        when it ends), else the record of the lease that capped the GPU first (the limit is
+        owed back now)."""
         with self._read() as conn:
             rows = conn.execute(select(_P).order_by(_P.c.gpu_uuid)).mappings().all()
-        return [PowerCap(r["gpu_uuid"], r["lease_id"], r["set_mw"], r["restore_mw"]) for r in rows]
+            units = conn.exec_driver_sql(_UNIT_CAPS).all()
+        owed = {
+            r["gpu_uuid"]: PowerCap(r["gpu_uuid"], r["lease_id"], r["set_mw"], r["restore_mw"])
+            for r in rows
+        }
+        found = {}
+        for gpu, lease_id, cap_mw in units:
+            record = owed.get(gpu)
+            if record is not None:
+                found[gpu] = PowerCap(gpu, lease_id, cap_mw, record.restore_mw)
+        return [found.get(gpu, record) for gpu, record in owed.items()]
 
     def forget_caps(self, caps: Iterable[PowerCap]) -> None:
         """Delete the records of limits put back."""

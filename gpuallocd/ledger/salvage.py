@@ -17,7 +17,7 @@ the daemon's ledger in service.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,11 +211,13 @@ def normalise(conn: sqlite3.Connection) -> None:
     )
 
 
-def _steps_into(lease: Lease, tables: Sequence[str]) -> list[tuple[str, Sequence[Any]]]:
+def _steps_into(
+    lease: Lease, tables: Sequence[str], caps: Mapping[str, int]
+) -> list[tuple[str, Sequence[Any]]]:
     """The grant's own statements for `lease` (hot.py) that write into `tables`."""
     return [
         step
-        for step in grant_steps(lease, lease.owner_uid)
+        for step in grant_steps(lease, lease.owner_uid, caps=caps)
         if any(step[0].startswith(f"INSERT INTO {table} ") for table in tables)
     ]
 
@@ -224,11 +226,15 @@ def restore_lease(
     conn: sqlite3.Connection, lease: Lease, *, row_kept: bool, detail: str, at: float
 ) -> None:
     """Write `lease` back as the grant wrote it: its units (in place of the ended rows of
-    them that salvage found), and its row where the row was lost (`row_kept` False); an
-    `adopted` event says why. Its `granted` event is its own."""
+    them that salvage found, with the power caps the GPUs' records say it set), and its row
+    where the row was lost (`row_kept` False); an `adopted` event says why. Its `granted`
+    event is its own."""
     tables = ("lease_gpus",) if row_kept else ("leases", "lease_gpus")
+    caps = dict(
+        conn.execute("SELECT gpu_uuid, set_mw FROM power_caps WHERE lease_id = ?", (lease.id,))
+    )
     conn.execute("DELETE FROM lease_gpus WHERE lease_id = ? AND active = 0", (lease.id,))
-    for sql, parameters in _steps_into(lease, tables):
+    for sql, parameters in _steps_into(lease, tables, caps):
         conn.execute(sql, parameters)
     _event(conn, lease.id, LeaseEvent.ADOPTED.value, at, detail)
 

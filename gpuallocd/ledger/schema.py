@@ -53,7 +53,7 @@ __all__ = [
 
 # A change to any table, column, index or trigger below is a new version, with its
 # migration in migrations.py (tests/test_ledger_schema_versions.py holds the two together).
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 metadata = MetaData()
 
@@ -113,6 +113,7 @@ lease_gpus = Table(
     Column("memory_bytes", Integer),  # a share's size
     Column("profile", String),  # a MIG instance's profile
     Column("fraction", Float, nullable=False, server_default="1.0"),
+    Column("cap_mw", Integer),  # the power cap set on this GPU for the lease; NULL: none
     Index(
         "one_active_lease_per_gpu",
         "gpu_uuid",
@@ -289,9 +290,11 @@ energy_use = Table(
     Index("energy_use_by_owner", "owner_uid", "at"),
 )
 
-# Power limits set for leases (allocator/power/caps.py): per GPU the cap and the limit to put
-# back. A row lives until the limit is put back, so a daemon killed before it puts it back at
-# its next start. Kept apart from other pending work: it is read once, at start.
+# Power limits owed back (allocator/power/caps.py): per GPU the limit to put back once no lease
+# caps it, written by the grant that capped it first (`lease_id`, `set_mw`: that lease and its
+# cap, for the admin's eye); the cap of each lease is on its units (`lease_gpus.cap_mw`). A row
+# lives until the limit is put back, so a daemon killed before it puts it back at its next
+# start. Kept apart from other pending work: it is read once, at start.
 power_caps = Table(
     "power_caps",
     metadata,

@@ -236,12 +236,14 @@ class Ledger(
         actor_uid: int,
         request_id: str | None = None,
         also: Sequence[Step] = (),
+        caps: Mapping[str, int] | None = None,
     ) -> None:
         """Record a new active lease (and the client's request id, if given), added to its
         owner's running totals; GpuBusy if any of its GPUs is in another active lease. A grant
         after a wait is told to its owner (the notices' feed) in the same transaction, with
-        the rows of `also` (its power cap's record)."""
-        steps = grant_steps(lease, actor_uid, request_id) + terms_steps(lease)
+        the rows of `also` (what its power caps owe back). `caps`: each capped GPU's cap in
+        mW, recorded on its unit."""
+        steps = grant_steps(lease, actor_uid, request_id, caps or {}) + terms_steps(lease)
         steps += self._total_steps([granted(lease)]) + notice_steps([granted_notice(lease)])
         steps += also
         try:

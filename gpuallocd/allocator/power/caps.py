@@ -6,8 +6,9 @@ only: a share's or a MIG instance's GPU is others' too, and is never capped. Eve
 goes through the driver guard, off the event loop (`PowerDriver`); nothing here waits on the
 driver inside a transaction:
 
-- **Grant.** In its transaction, the ledger records per GPU the cap and the limit to put back
-  (`power_caps`), both from what the daemon knows (the card's range from the last power
+- **Grant.** In its transaction, the ledger records per GPU the cap (on the lease's unit) and
+  the limit to put back (`power_caps`, where the GPU owes none yet), both from what the
+  daemon knows (the card's range from the last power
   reading; the limit it last set or read), so the grant reads nothing from the driver. Once
   committed the cap is set, and the grant is answered after: a card that has the cap already
   (the GPU's last lease had the same) is not set again. While a driver call hangs, a grant
@@ -43,7 +44,7 @@ from gpuallocd.errors import GpuallocError, NvmlError
 from gpuallocd.ledger import Ledger
 from gpuallocd.ledger.cleanup_records import due_now_steps, supersede_steps
 from gpuallocd.ledger.hot import Step
-from gpuallocd.ledger.power_records import cap_steps, forget_cap_steps, move_cap_steps
+from gpuallocd.ledger.power_records import cap_steps, forget_cap_steps
 from gpuallocd.model import Lease, PowerReading, UnitKind
 from gpuallocd.model.cleanup import Cleanup
 from gpuallocd.model.power import PowerCap as Cap
@@ -190,7 +191,11 @@ class PowerCaps:
                 steps += due_now_steps(POWER_LIMIT, [uuid], at)
             else:
                 self._back_now.add(uuid)
-        return steps + self._forget_done()
+        return self._forget_done() + steps  # a record put back goes before one made anew
+
+    def unit_caps(self, lease_id: str) -> dict[str, int]:
+        """The cap in mW of each GPU of a lease being granted, for its units' rows."""
+        return {cap.gpu_uuid: cap.set_mw for cap in self.recorded.get(lease_id, ())}
 
     def planned(self, lease: Lease, readings: Mapping[str, PowerReading]) -> list[CardCap]:
         """The caps a grant of `lease` would set, from readings already taken (the preview's:
@@ -237,12 +242,13 @@ class PowerCaps:
         return caps
 
     def _take_over(self, cap: Cap) -> list[Step]:
-        """The record of `cap`: the GPU's owed limit, if any, moves to its lease."""
+        """The record of what `cap` owes back: the GPU's owed limit, if any, is now owed at
+        the end of `cap`'s lease (an ended lease's record stays as it is)."""
         owed = self.owed.pop(cap.gpu_uuid, None)
         if owed is None:
             return cap_steps([cap])
         if owed.record is not None:
-            return move_cap_steps(owed.record, cap)
+            return []
         return cap_steps([cap]) + supersede_steps(POWER_LIMIT, [cap.gpu_uuid])
 
     def ending(self, leases: Iterable[Lease]) -> list[Step]:

@@ -68,14 +68,14 @@ class LeaseHardware:
 
     def granted(
         self, active: Collection[Lease], lease: Lease, at: float
-    ) -> tuple[Lease, list[Step]]:
+    ) -> tuple[Lease, list[Step], dict[str, int]]:
         """The lease to record (as asked, or with a lower cap to fit the power budget;
-        GpusUnavailable where it does not fit; its cap as the cards take it), and the rows
-        to record with it."""
+        GpusUnavailable where it does not fit; its cap as the cards take it), the rows to
+        record with it, and each GPU's cap in mW (for its units' rows)."""
         lease = self.budget.fitted(active, lease, self.caps.in_force, self.drawers)
         self._stage(self.energy.read(active, [lease], at))
         steps = self.caps.granted(lease, at)
-        return self.caps.as_set(lease), steps
+        return self.caps.as_set(lease), steps, self.caps.unit_caps(lease.id)
 
     def check_at_arrival(
         self,
