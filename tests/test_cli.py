@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from gpuallocd.cli import cli
@@ -128,9 +131,35 @@ def test_run_forwards_sigterm_and_frees(daemon: ThreadDaemon) -> None:
     assert proc.stdout.readline().strip() == "ready"
     assert len(ctl_json(daemon, "leases")["leases"]) == 1
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=30)
+    try:
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # once in many CI runs: say where each thread waited
+        seen = _where_it_waits(proc.pid)
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"run did not exit 30 s after SIGTERM:\n{seen}")
     assert proc.returncode == 42
     assert ctl_json(daemon, "leases") == {"leases": []}
+
+
+def _where_it_waits(pid: int) -> str:
+    """Each thread of `pid` and of its children: its state and the system call it is in
+    (/proc/PID/task/TID/syscall: the number first), and the process's signal masks."""
+    lines = []
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    kids = children.read_text().split() if children.exists() else []
+    for process in [str(pid), *kids]:
+        base = Path("/proc", process)
+        with contextlib.suppress(OSError):
+            status = base.joinpath("status").read_text().splitlines()
+            masks = [line for line in status if line.startswith(("Sig", "Shd"))]
+            lines.append(f"{process} {base.joinpath('cmdline').read_bytes()[:80]!r} {masks}")
+            for task in sorted(base.joinpath("task").iterdir()):
+                with contextlib.suppress(OSError):
+                    state = task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0]
+                    call = task.joinpath("syscall").read_text().strip()
+                    lines.append(f"  thread {task.name}: {state} syscall {call}")
+    return "\n".join(lines)
 
 
 def test_run_reports_a_missing_command(daemon: ThreadDaemon) -> None:
