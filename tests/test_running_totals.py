@@ -270,6 +270,7 @@ def test_a_ledger_of_an_older_version_gets_its_totals_from_its_history(tmp_path:
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE use_marks")
     conn.execute("ALTER TABLE leases DROP COLUMN follow_work")  # what version 7 added
+    conn.execute("ALTER TABLE lease_gpus DROP COLUMN cap_mw")  # what version 9 added
     conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     conn.commit()
     conn.close()
