@@ -19,6 +19,7 @@ from gpuallocd.allocator.power.caps import POWER_LIMIT, PowerCaps
 from gpuallocd.daemon.driver_guard import DriverGuard, GuardedPower
 from gpuallocd.inventory.nvml.backend import NvmlInventory
 from gpuallocd.ledger import Ledger
+from gpuallocd.ledger.salvage import restore_lease
 from gpuallocd.model import Lease, LeasedGpu, LeaseState
 from gpuallocd.testing import FakeNvml, nvml_inventory
 from tests.harness import HandClock
@@ -184,6 +185,61 @@ def test_a_put_back_the_driver_refuses_is_owed_work_until_the_gpu_answers(node: 
         node.clock.step(1.0)
         assert await runner.run_due() == 1 and node.owed() == []
         assert node.limit() == DEFAULT_MW
+
+    asyncio.run(test())
+
+
+def test_a_failed_put_back_after_a_second_capped_lease_is_owed_and_survives_a_restart(
+    node: Node,
+) -> None:
+    """alice's 200 W lease ends and her next one keeps the cap (the first lease's record
+    stays as written). After the second ends the put-back fails: the record goes (it is the
+    GPU's, whoever wrote it) and a `power_limit` row owes the 300 W. A daemon starting now
+    owes it too, and holds no cap for either lease."""
+
+    async def test() -> None:
+        await node.read()
+        first = node.lease("L1", 200)
+        await node.grant(first)
+        node.end(first)
+        second = node.lease("L2", 200)
+        await node.grant(second)
+        node.end(second)
+        node.fake.lose_gpu(node.uuid)
+        failed = await node.caps.put_back_record(node.uuid)
+        assert failed is not None and failed.lease_id == "L2"
+        node.caps.owe(node.ledger, failed, node.clock())
+        assert node.raw_records() == [] and node.owed() == [(node.uuid, 0, DEFAULT_MW)]
+        restarted = PowerCaps(node.caps.driver)
+        restarted.reload(node.ledger, set())
+        assert restarted.recorded == {} and restarted.owed[node.uuid].restore_mw == DEFAULT_MW
+        assert restarted.owed[node.uuid].record is None  # the owed-work runner's to do
+
+    asyncio.run(test())
+
+
+def test_a_lease_rebuilt_after_damage_keeps_the_cap_its_units_rows_say(node: Node) -> None:
+    """A recovery rebuilds alice's second capped lease of the GPU, whose own row was lost
+    (its units' rows survived, ended by salvage): the rebuilt units carry the 200 W its
+    rows say, though the GPU's record is the first lease's; a daemon starting then holds
+    the cap for it and owes nothing."""
+
+    async def test() -> None:
+        await node.read()
+        first = node.lease("L1", 200)
+        await node.grant(first)
+        node.end(first)
+        second = node.lease("L2", 200)
+        await node.grant(second)
+        with closing(sqlite3.connect(node.ledger.path)) as conn, conn:
+            conn.execute("DELETE FROM lease_requests WHERE lease_id = 'L2'")
+            conn.execute("DELETE FROM history WHERE lease_id = 'L2'")
+            conn.execute("UPDATE lease_gpus SET active = 0 WHERE lease_id = 'L2'")
+            conn.execute("DELETE FROM leases WHERE id = 'L2'")  # what the damage took
+            restore_lease(conn, second, row_kept=False, detail="rebuilt", at=node.clock())
+        restarted = PowerCaps(node.caps.driver)
+        restarted.reload(node.ledger, {"L2"})
+        assert restarted.unit_caps("L2") == {node.uuid: 200_000} and restarted.owed == {}
 
     asyncio.run(test())
 

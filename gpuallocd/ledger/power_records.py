@@ -12,9 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import select
-
-from gpuallocd.ledger import schema
 from gpuallocd.ledger.access import LedgerAccess
 from gpuallocd.ledger.cleanup_records import owe_steps
 from gpuallocd.ledger.hot import Step
@@ -23,9 +20,11 @@ from gpuallocd.model.power import PowerCap
 
 __all__ = ["PowerRecords", "cap_steps", "forget_cap_steps"]
 
-_P = schema.power_caps
 _INSERT = "INSERT INTO power_caps (gpu_uuid, lease_id, set_mw, restore_mw) VALUES (?, ?, ?, ?)"
 _DELETE = "DELETE FROM power_caps WHERE gpu_uuid = ?"
+_RECORDS = (  # the first written of a GPU's rows last: it is the one kept
+    "SELECT gpu_uuid, lease_id, set_mw, restore_mw FROM power_caps ORDER BY gpu_uuid, rowid DESC"
+)
 _UNIT_CAPS = (
     "SELECT gpu_uuid, lease_id, cap_mw FROM lease_gpus "
     "WHERE active = 1 AND cap_mw IS NOT NULL ORDER BY gpu_uuid"
@@ -51,23 +50,29 @@ class PowerRecords(LedgerAccess):
         if steps:
             self._hot_write(steps)
 
-    def power_caps(self) -> list[PowerCap]:
-        """Every cap recorded, by GPU: an active lease's on its GPU (with the limit owed back
-        when it ends), else the record of the lease that capped the GPU first (the limit is
-        owed back now)."""
+    def cap_records(self) -> tuple[list[PowerCap], list[PowerCap]]:
+        """The caps of active leases, by GPU, each with the limit its GPU's record owes back
+        at their end; and the records no active lease's cap backs (their limits are owed back
+        now), as written by the lease that capped the GPU first. Of two records of one GPU
+        (an older version's), the first written says what to put back."""
         with self._read() as conn:
-            rows = conn.execute(select(_P).order_by(_P.c.gpu_uuid)).mappings().all()
+            rows = conn.exec_driver_sql(_RECORDS).all()
             units = conn.exec_driver_sql(_UNIT_CAPS).all()
-        owed = {
-            r["gpu_uuid"]: PowerCap(r["gpu_uuid"], r["lease_id"], r["set_mw"], r["restore_mw"])
-            for r in rows
+        records = {
+            str(gpu): PowerCap(str(gpu), str(lease), int(cap), int(back))
+            for gpu, lease, cap, back in rows
         }
-        found = {}
+        held = []
         for gpu, lease_id, cap_mw in units:
-            record = owed.get(gpu)
+            record = records.pop(str(gpu), None)
             if record is not None:
-                found[gpu] = PowerCap(gpu, lease_id, cap_mw, record.restore_mw)
-        return [found.get(gpu, record) for gpu, record in owed.items()]
+                held.append(PowerCap(str(gpu), str(lease_id), int(cap_mw), record.restore_mw))
+        return held, list(records.values())
+
+    def power_caps(self) -> list[PowerCap]:
+        """Every cap recorded, by GPU: an active lease's, else the record owed back now."""
+        held, owed = self.cap_records()
+        return sorted(held + owed, key=lambda cap: cap.gpu_uuid)
 
     def forget_caps(self, caps: Iterable[PowerCap]) -> None:
         """Delete the records of limits put back."""

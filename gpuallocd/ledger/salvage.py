@@ -211,6 +211,14 @@ def normalise(conn: sqlite3.Connection) -> None:
     )
 
 
+# A lease's caps by GPU: the GPUs' records it wrote as their first capped lease, overridden by
+# its units' own (the ended rows salvage found, which a later lease of the GPU writes too).
+_RECORDED_CAPS = (
+    "SELECT gpu_uuid, set_mw FROM power_caps WHERE lease_id = ? "
+    "UNION ALL SELECT gpu_uuid, cap_mw FROM lease_gpus WHERE lease_id = ? AND cap_mw IS NOT NULL"
+)
+
+
 def _steps_into(
     lease: Lease, tables: Sequence[str], caps: Mapping[str, int]
 ) -> list[tuple[str, Sequence[Any]]]:
@@ -226,13 +234,11 @@ def restore_lease(
     conn: sqlite3.Connection, lease: Lease, *, row_kept: bool, detail: str, at: float
 ) -> None:
     """Write `lease` back as the grant wrote it: its units (in place of the ended rows of
-    them that salvage found, with the power caps the GPUs' records say it set), and its row
-    where the row was lost (`row_kept` False); an `adopted` event says why. Its `granted`
-    event is its own."""
+    them that salvage found, with the power caps those rows say it set, or else the GPUs'
+    records of it), and its row where the row was lost (`row_kept` False); an `adopted`
+    event says why. Its `granted` event is its own."""
     tables = ("lease_gpus",) if row_kept else ("leases", "lease_gpus")
-    caps = dict(
-        conn.execute("SELECT gpu_uuid, set_mw FROM power_caps WHERE lease_id = ?", (lease.id,))
-    )
+    caps = dict(conn.execute(_RECORDED_CAPS, (lease.id, lease.id)))
     conn.execute("DELETE FROM lease_gpus WHERE lease_id = ? AND active = 0", (lease.id,))
     for sql, parameters in _steps_into(lease, tables, caps):
         conn.execute(sql, parameters)

@@ -104,8 +104,8 @@ class PowerDesk:
 
     def _load(self) -> None:
         active = {lease.id for lease in self._lifecycle.leases()}
-        found = self._ledger.power_caps()
-        left = [cap for cap in found if cap.lease_id not in active]
+        held, unbacked = self._ledger.cap_records()
+        left = unbacked + [cap for cap in held if cap.lease_id not in active]
         owed = [put_back(cap.gpu_uuid, cap.restore_mw, cap.lease_id) for cap in left]
         self._ledger.owe_caps(left, owed, self._clock())
         self._lifecycle.reload_caps()  # and each active lease shown its own

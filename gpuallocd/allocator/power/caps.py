@@ -17,9 +17,9 @@ driver inside a transaction:
   logged and the lease runs uncapped.
 - **End.** The record stays: it is what is owed back. The limit is put back
   PUT_BACK_DELAY_SECONDS later (`PowerDesk`), and the record deleted with the next change.
-  A grant of the GPU meanwhile that sets a cap of its own takes the record over (the limit
-  to put back moves to its lease, in its transaction; no driver call where the cap is the
-  same); one without a cap has the limit put back at once.
+  A grant of the GPU meanwhile that sets a cap of its own keeps the record as it is (the
+  limit to put back is the same: its transaction writes only its units' caps; no driver call
+  where the cap is the same); one without a cap has the limit put back at once.
 - **A put-back that fails or passes the deadline** becomes owed work in `pending_cleanups`
   (kind `power_limit`; the record goes in the same transaction), done by the owed-work runner
   (allocator/cleanups.py) as often as it takes, across restarts, shown by `doctor`. At
@@ -217,8 +217,8 @@ class PowerCaps:
 
     def as_recorded(self, lease: Lease) -> Lease:
         """A lease read back from the ledger (a restart, a failed commit) with the cap its
-        records say its cards took (the highest where they differ): the lease row keeps no
-        cap, the `power_caps` rows do."""
+        units' rows say its cards took (the highest where they differ): the lease row keeps
+        no cap."""
         caps = self.recorded.get(lease.id)
         if not caps or lease.power_limit_watts is not None:
             return lease
@@ -269,12 +269,15 @@ class PowerCaps:
         """Read the caps and the limits owed back again from the ledger (after a failed
         commit, or at start); limits owed by records are put back at once."""
         self.recorded, self.owed, self._done = {}, {}, []
-        for cap in ledger.power_caps():
+        held, unbacked = ledger.cap_records()
+        for cap in held:
             if cap.lease_id in active:
                 self.recorded.setdefault(cap.lease_id, []).append(cap)
             else:
-                self.owed[cap.gpu_uuid] = Owed(cap.restore_mw, cap)
-                self.later(cap.gpu_uuid, 0.0)
+                unbacked.append(cap)
+        for cap in unbacked:
+            self.owed[cap.gpu_uuid] = Owed(cap.restore_mw, cap)
+            self.later(cap.gpu_uuid, 0.0)
         for pending in ledger.pending_cleanups():
             if pending.cleanup.kind == POWER_LIMIT:
                 restore = int(pending.cleanup.payload["restore_mw"])

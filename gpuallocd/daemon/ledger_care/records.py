@@ -9,7 +9,9 @@ A lease to judge is active in the records and holds no active unit: its row surv
 while its units' rows were lost, or its row was lost while its other rows (its `granted`
 event, its request id, its energy) name it. For each, the records give its owner, whether
 it was still held, the units any record names for it (the backup's rows, the index of
-`lease_gpus`, the power caps' put-backs) and the process a bound lease is bound to.
+`lease_gpus`, the power caps' put-backs it wrote: a GPU's first capped lease since its limit
+was last its own writes one, a next capped lease of it none) and the process a bound lease is
+bound to.
 """
 
 from __future__ import annotations

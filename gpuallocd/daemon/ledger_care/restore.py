@@ -5,7 +5,8 @@ its other rows show it held, comes back under its own id (its holder keeps renew
 `gpuallocctl run` keeps running its command), owned by whom the records say, never by
 whom a process says. Its units, in order of proof:
 
-1. those the records name (the backup's rows, the units' index, its power caps' rows):
+1. those the records name (the backup's rows, the units' index, the power caps' put-backs
+   it wrote as the GPU's first capped lease since its limit was last its own):
    where one of them is now in another active lease, the lease had ended (a unit is never
    in two), and it is ended here, never listed as lost;
 2. else those NVML shows its processes on (its owner's, and its bound process or a process
