@@ -17,6 +17,7 @@ import pytest
 from gpuallocd.allocator.cleanups import CleanupRunner
 from gpuallocd.allocator.power.caps import POWER_LIMIT, PowerCaps
 from gpuallocd.daemon.driver_guard import DriverGuard, GuardedPower
+from gpuallocd.errors import GpuBusy
 from gpuallocd.inventory.nvml.backend import NvmlInventory
 from gpuallocd.ledger import Ledger
 from gpuallocd.ledger.salvage import restore_lease
@@ -240,6 +241,37 @@ def test_a_lease_rebuilt_after_damage_keeps_the_cap_its_units_rows_say(node: Nod
         restarted = PowerCaps(node.caps.driver)
         restarted.reload(node.ledger, {"L2"})
         assert restarted.unit_caps("L2") == {node.uuid: 200_000} and restarted.owed == {}
+
+    asyncio.run(test())
+
+
+def test_a_grant_the_ledger_refuses_leaves_the_caps_as_they_were(node: Node) -> None:
+    """alice's 200 W lease ends, owing 300 W back. Her next capped grant of the GPU is
+    refused by the ledger (here: the GPU is in another active lease there): undone, the
+    GPU still owes the 300 W (put back when due), and no reading sets a cap for a lease
+    that was never granted."""
+
+    async def test() -> None:
+        await node.read()
+        first = node.lease("L1", 200)
+        await node.grant(first)
+        node.end(first)
+        with closing(sqlite3.connect(node.ledger.path)) as conn, conn:
+            conn.execute(
+                "INSERT INTO lease_gpus (lease_id, gpu_uuid, gpu_index, position, active, "
+                "kind, gpu_of) VALUES ('other', ?, 0, 0, 1, 'whole', ?)",
+                (node.uuid, node.uuid),
+            )
+        second = node.lease("L2", 250)
+        steps = node.caps.granted(second, node.clock())
+        with pytest.raises(GpuBusy):
+            node.ledger.grant(second, 1000, None, steps, node.caps.unit_caps("L2"))
+        node.caps.refused("L2")
+        assert node.caps.recorded == {} and node.caps.unit_caps("L2") == {}
+        await node.read()
+        assert node.fake.calls[SET] == 1  # nothing set again for L2
+        assert await node.caps.put_back_record(node.uuid) is None
+        assert node.limit() == DEFAULT_MW and node.fake.calls[SET] == 2
 
     asyncio.run(test())
 

@@ -341,7 +341,11 @@ class LeaseLifecycle:
     def record_grant(self, lease: Lease, request_id: str | None = None) -> Lease:
         """Record a lease decided here or by an adoption (allocator/unleased/adoption.py)."""
         lease, also, caps = self._hardware.granted(self._active.values(), lease, lease.created_at)
-        self._ledger.grant(lease, lease.owner_uid, request_id, also, caps)
+        try:
+            self._ledger.grant(lease, lease.owner_uid, request_id, also, caps)
+        except Exception:
+            self._hardware.refused(lease)
+            raise
         self._active[lease.id] = lease
         self._journal.append(Transition(LeaseEvent.GRANTED, lease, lease.owner_uid))
         self._deadlines.start(lease.id, lease.expires_at - lease.created_at)

@@ -105,6 +105,17 @@ def put_back(uuid: str, restore_mw: int, lease_id: str | None) -> Cleanup:
 
 
 @dataclass(frozen=True, slots=True)
+class _Before:
+    """What a grant's `granted` may change, as it was before (`refused` puts it back)."""
+
+    lease_id: str
+    owed: dict[str, Owed]  # of the lease's GPUs
+    done: list[Cap]
+    due_now: set[str]
+    back_now: set[str]
+
+
+@dataclass(frozen=True, slots=True)
 class CardCap:
     """A whole GPU's cap for a lease: in mW within its card's range, whether the range moved
     it from what the lease asked, and the limit it replaces."""
@@ -151,6 +162,7 @@ class PowerCaps:
         self._setting: dict[str, asyncio.Future[None]] = {}  # lease -> its caps being set
         self._due_now: set[str] = set()  # GPUs whose owed row a grant made due now
         self._back_now: set[str] = set()  # GPUs whose record a grant wants put back now
+        self._before: _Before | None = None  # what the last grant changed, were it refused
         self.wake: Callable[[float], None] = _no_runner  # the owed-work runner's (cleanups.py)
         self.later: Callable[[str, float], None] = _no_timer  # a put-back in N s (PowerDesk)
 
@@ -167,6 +179,13 @@ class PowerCaps:
         whole = [u.uuid for u in lease.gpus if u.kind is UnitKind.WHOLE]
         if self._driver is None or not whole:
             return []
+        self._before = _Before(
+            lease.id,
+            {uuid: self.owed[uuid] for uuid in whole if uuid in self.owed},
+            list(self._done),
+            set(self._due_now),
+            set(self._back_now),
+        )
         caps: list[Cap] = []
         if lease.power_limit_watts is not None:
             caps = self._caps(lease.id, whole, lease.power_limit_watts)
@@ -192,6 +211,18 @@ class PowerCaps:
             else:
                 self._back_now.add(uuid)
         return self._forget_done() + steps  # a record put back goes before one made anew
+
+    def refused(self, lease_id: str) -> None:
+        """The ledger refused the grant of `lease_id` (nothing of it was written): what its
+        `granted` changed here is as it was before."""
+        before, self._before = self._before, None
+        if before is None or before.lease_id != lease_id:
+            return
+        self.recorded.pop(lease_id, None)
+        self._to_set.pop(lease_id, None)
+        self.owed.update(before.owed)
+        self._done = before.done + self._done
+        self._due_now, self._back_now = before.due_now, before.back_now
 
     def unit_caps(self, lease_id: str) -> dict[str, int]:
         """The cap in mW of each GPU of a lease being granted, for its units' rows."""

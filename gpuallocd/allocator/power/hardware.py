@@ -77,6 +77,11 @@ class LeaseHardware:
         steps = self.caps.granted(lease, at)
         return self.caps.as_set(lease), steps, self.caps.unit_caps(lease.id)
 
+    def refused(self, lease: Lease) -> None:
+        """The ledger refused the grant of `lease` after `granted`: its caps' changes undone
+        (the energy it read stays to be recorded: the interval it closed was drawn)."""
+        self.caps.refused(lease.id)
+
     def check_at_arrival(
         self,
         count: int,
