@@ -104,7 +104,7 @@ def put_back(uuid: str, restore_mw: int, lease_id: str | None) -> Cleanup:
     return Cleanup(POWER_LIMIT, uuid, {"restore_mw": restore_mw}, lease_id)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Before:
     """What a grant's `granted` may change, as it was before (`refused` puts it back)."""
 
