@@ -247,6 +247,33 @@ def test_caps_asked_in_a_loop_slow_nobody_else(
         machine.daemon.stop()
 
 
+def test_leases_that_keep_a_cap_close_together_set_it_once(
+    system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
+) -> None:
+    """A client grants GPU 0 at 200 W and frees it in a loop for two and a half seconds, each
+    next lease soon after the last end: the cap is set once and not put back between leases
+    (each end's put-back, a second later, finds that a next lease kept the cap and has ended
+    since: that end's own put-back is to do it), save across a pause of the loop near that
+    second (a slow machine); after the last end the limit is put back."""
+    machine = started(paths, short_dir)
+    sets = "nvmlDeviceSetPowerManagementLimit"
+    try:
+        with machine.daemon.client() as looping:
+            before = machine.fake.calls[sets]
+            pauses, ended_at = 0, None
+            started_at = time.monotonic()
+            while time.monotonic() - started_at < 2.5:
+                lease = looping.allocate(gpus=[0], power_limit_watts=200)
+                if ended_at is not None and time.monotonic() - ended_at > 0.8:
+                    pauses += 1  # a put-back may have come: a set and a put-back more
+                looping.free(lease.id)
+                ended_at = time.monotonic()
+            assert machine.fake.calls[sets] - before <= 1 + 2 * pauses
+        wait_for(lambda: limit_of(machine, 0) == DEFAULT_MW, 30)
+    finally:
+        machine.daemon.stop()
+
+
 def test_a_cap_outside_the_cards_range_is_granted_as_set_and_said_so(
     system_users: SystemUsers, short_dir: Path, paths: DaemonPaths
 ) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuallocd.allocator.crash_points import crash_point
 from gpuallocd.allocator.leases.lifecycle import LeaseLifecycle
-from gpuallocd.allocator.power.caps import PowerCaps, put_back
+from gpuallocd.allocator.power.caps import Owed, PowerCaps, put_back
 from gpuallocd.allocator.power.hardware import LeaseHardware
 from gpuallocd.allocator.worker import SerialWorker
 from gpuallocd.errors import GpuallocError, NvmlError
@@ -111,19 +111,22 @@ class PowerDesk:
         self._lifecycle.reload_caps()  # and each active lease shown its own
 
     def put_back_later(self, uuid: str, delay: float) -> None:
-        """Put back what an ended lease's record owes `uuid` in `delay` seconds."""
+        """Put back what an ended lease's record owes `uuid` in `delay` seconds: after a
+        delay, only if it is still what the end owed (a next lease that kept the cap and
+        ended since owes its own, a delay after its end); at once, whatever is owed."""
+        owed_then = self._hardware.caps.owed.get(uuid) if delay > 0 else None
         loop = asyncio.get_running_loop()
-        loop.call_later(delay, self._put_back_soon, uuid)
+        loop.call_later(delay, self._put_back_soon, uuid, owed_then)
 
-    def _put_back_soon(self, uuid: str) -> None:
+    def _put_back_soon(self, uuid: str, owed_then: Owed | None) -> None:
         if uuid not in self._putting_back:
-            task = asyncio.ensure_future(self._put_back(uuid))
+            task = asyncio.ensure_future(self._put_back(uuid, owed_then))
             self._putting_back[uuid] = task
             task.add_done_callback(lambda _: self._putting_back.pop(uuid, None))
 
-    async def _put_back(self, uuid: str) -> None:
+    async def _put_back(self, uuid: str, owed_then: Owed | None) -> None:
         caps = self._hardware.caps
-        failed = await caps.put_back_record(uuid)
+        failed = await caps.put_back_record(uuid, owed_then)
         if failed is not None:  # owed work from now on (allocator/cleanups.py)
             await self._worker.run(caps.owe, self._ledger, failed, self._clock())
 
@@ -133,7 +136,7 @@ class PowerDesk:
         caps = self._hardware.caps
         owed = [uuid for uuid, found in caps.owed.items() if found.record is not None]
         for uuid in owed:
-            await self._put_back(uuid)
+            await self._put_back(uuid, None)
         await asyncio.gather(*self._putting_back.values(), return_exceptions=True)
 
     async def reapply(self) -> None:

@@ -49,7 +49,7 @@ from gpuallocd.model import Lease, PowerReading, UnitKind
 from gpuallocd.model.cleanup import Cleanup
 from gpuallocd.model.power import PowerCap as Cap
 
-__all__ = ["POWER_LIMIT", "CardCap", "PowerCaps", "PowerDriver", "card_caps"]
+__all__ = ["POWER_LIMIT", "CardCap", "Owed", "PowerCaps", "PowerDriver", "card_caps", "put_back"]
 
 log = logging.getLogger(__name__)
 
@@ -365,12 +365,16 @@ class PowerCaps:
 
     # Off the transactions --------------------------------------------------------------------
 
-    async def put_back_record(self, uuid: str) -> Cap | None:
+    async def put_back_record(self, uuid: str, owed_then: Owed | None = None) -> Cap | None:
         """Put back the limit an ended lease's record owes `uuid` (none: nothing to do); the
-        record, where the driver refused or did not answer, to owe in `pending_cleanups`."""
+        record, where the driver refused or did not answer, to owe in `pending_cleanups`.
+        `owed_then`: what was owed when the put-back was planned (at an end); a later end's
+        owed limit is not this put-back's to do (its own, a delay after it, is)."""
         owed = self.owed.get(uuid)
         if owed is None or owed.record is None:
             return None  # taken over by a grant, done, or the owed-work runner's
+        if owed_then is not None and owed is not owed_then:
+            return None  # a next lease kept the cap, and has ended since
         what = f"put back the limit after lease {owed.record.lease_id}"
         try:
             await self._set(uuid, owed.restore_mw, what)
