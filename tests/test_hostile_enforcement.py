@@ -354,14 +354,20 @@ def test_adopting_a_recycled_pid_binds_no_one_elses_process(
     if not NS_LAST_PID.exists():
         pytest.skip("this kernel has no ns_last_pid to steer pid reuse with")
     first = system_users.start("alice", ["-c", "import time; time.sleep(600)"], paths.root / "a")
-    node.put(UUID2, first.pid)
-    daemon, _ = start(paths, node, sample_interval_seconds=3600)  # the first sample only
-    alice = system_users.uid("alice")
-    with daemon.client() as client:
-        (gpu2,) = [g for g in client.status() if g.raw["uuid"] == UUID2]
-        assert {"pid": first.pid, "uid": alice} in gpu2.raw["foreign_processes"]
-    first.kill()
-    first.wait(10)
+    try:
+        node.put(UUID2, first.pid)
+        daemon, _ = start(paths, node, sample_interval_seconds=3600)  # the first sample only
+        alice = system_users.uid("alice")
+
+        def seen() -> bool:  # once the first sample is applied (it may follow the serving)
+            with daemon.client() as client:
+                (gpu2,) = [g for g in client.status() if g.raw["uuid"] == UUID2]
+                return {"pid": first.pid, "uid": alice} in gpu2.raw["foreign_processes"]
+
+        wait_for(seen, timeout=30, what="the first sample to show alice's process on GPU 2")
+    finally:
+        first.kill()
+        first.wait(10)
     bobs = take_pid(system_users, "bob", first.pid, paths.root / "b")
     if bobs is None:
         pytest.skip("other processes on this machine kept taking the pid")
