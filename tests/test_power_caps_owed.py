@@ -71,6 +71,16 @@ class Node:
         self.ledger.end([ended], 1000, None, self.caps.ending([lease]))
         self.caps.lease_ended(ended)
 
+    async def cap_kept(self) -> Lease:
+        """alice's lease L1 at 200 W ends, and her next lease L2 at 200 W keeps the cap (L1's
+        record stays as written): L2, granted."""
+        first = self.lease("L1", 200)
+        await self.grant(first)
+        self.end(first)
+        second = self.lease("L2", 200)
+        await self.grant(second)
+        return second
+
     def records(self) -> list[tuple[str, int, int]]:
         """The cap records: (lease, limit set, limit to put back)."""
         return [(c.lease_id, c.set_mw, c.restore_mw) for c in self.ledger.power_caps()]
@@ -200,11 +210,7 @@ def test_a_failed_put_back_after_a_second_capped_lease_is_owed_and_survives_a_re
 
     async def test() -> None:
         await node.read()
-        first = node.lease("L1", 200)
-        await node.grant(first)
-        node.end(first)
-        second = node.lease("L2", 200)
-        await node.grant(second)
+        second = await node.cap_kept()
         node.end(second)
         node.fake.lose_gpu(node.uuid)
         failed = await node.caps.put_back_record(node.uuid)
@@ -227,11 +233,7 @@ def test_a_lease_rebuilt_after_damage_keeps_the_cap_its_units_rows_say(node: Nod
 
     async def test() -> None:
         await node.read()
-        first = node.lease("L1", 200)
-        await node.grant(first)
-        node.end(first)
-        second = node.lease("L2", 200)
-        await node.grant(second)
+        second = await node.cap_kept()
         with closing(sqlite3.connect(node.ledger.path)) as conn, conn:
             conn.execute("DELETE FROM lease_requests WHERE lease_id = 'L2'")
             conn.execute("DELETE FROM history WHERE lease_id = 'L2'")
