@@ -41,14 +41,13 @@ _FORGET_REQUEST = "DELETE FROM lease_requests WHERE lease_id = ?"
 _END_LEASE = "UPDATE leases SET state = ?, ended_at = ? WHERE id = ?"
 _RELEASE_GPUS = "UPDATE lease_gpus SET active = 0 WHERE lease_id = ?"
 _GRANTED = LeaseEvent.GRANTED.value
-_NO_CAPS: Mapping[str, int] = {}
 
 
 def grant_steps(
     lease: Lease,
     actor_uid: int,
     request_id: str | None = None,
-    caps: Mapping[str, int] = _NO_CAPS,
+    caps: Mapping[str, int] | None = None,
 ) -> list[Step]:
     """The lease, its GPUs (each with its power cap in mW, if `caps` has one), its `granted`
     event, and the client's request id if given."""
@@ -81,7 +80,7 @@ def grant_steps(
             gpu.memory_bytes,
             gpu.profile,
             gpu.fraction,
-            caps.get(gpu.uuid),
+            caps.get(gpu.uuid) if caps else None,
         )
         steps.append((_INSERT_LEASE_GPU, (lease.id, gpu.uuid, gpu.index, position, *unit)))
     steps.append((_INSERT_EVENT, (lease.id, _GRANTED, actor_uid, lease.created_at, None)))

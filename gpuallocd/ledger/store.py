@@ -243,7 +243,7 @@ class Ledger(
         after a wait is told to its owner (the notices' feed) in the same transaction, with
         the rows of `also` (what its power caps owe back). `caps`: each capped GPU's cap in
         mW, recorded on its unit."""
-        steps = grant_steps(lease, actor_uid, request_id, caps or {}) + terms_steps(lease)
+        steps = grant_steps(lease, actor_uid, request_id, caps) + terms_steps(lease)
         steps += self._total_steps([granted(lease)]) + notice_steps([granted_notice(lease)])
         steps += also
         try:
